@@ -1,0 +1,40 @@
+# devplace — set-up and common jobs.  `make train` and `make test` do all set-up.
+PYTHON ?= python3
+VENV ?= .venv
+# CPU wheel by default; GPU users: make setup TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+PIP = $(VENV)/bin/python -m pip
+PY = $(VENV)/bin/python
+
+.PHONY: setup train test lint format bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_INDEX) "$(TORCH_SPEC)"
+	$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/constraints.txt
+	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+train: setup
+	$(PY) -m runners.train +env=gpt2_8gpu $(ARGS)
+
+test: setup
+	$(PY) -m pytest -q $(ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+bench: setup
+	$(PY) scripts/bench_extract.py
+	$(PY) scripts/bench_simulator.py
+	$(PY) scripts/bench_env.py
+
+clean:
+	rm -rf $(VENV) outputs multirun wandb .pytest_cache

@@ -1,0 +1,55 @@
+"""Cluster presets: YAML files under ``conf/cluster/`` plus generated ``cpu_N``."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from graphs.cluster import Cluster
+
+_CPU_RE = re.compile(r"^cpu_(\d+)$")
+
+
+def preset_dir() -> Path:
+    """Folder holding the cluster YAML presets (``$DEVPLACE_CLUSTER_DIR`` overrides)."""
+    env = os.environ.get("DEVPLACE_CLUSTER_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / "conf" / "cluster"
+
+
+def names() -> list[str]:
+    """Names of the available presets (``cpu_N`` stands for any N >= 1)."""
+    found = sorted(p.stem for p in preset_dir().glob("*.yaml"))
+    return sorted(set(found) | {"cpu_N"})
+
+
+def load(name: str) -> Cluster:
+    """Load a preset by name (``dgx1_v100_8``, ``cpu_4``, ...) or a YAML/JSON file path."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml", ".json") and p.exists():
+        return from_file(p)
+    m = _CPU_RE.match(name)
+    if m:
+        from graphs.cpu_cluster import cpu_cluster
+
+        return cpu_cluster(int(m.group(1)))
+    f = preset_dir() / f"{name}.yaml"
+    if not f.exists():
+        raise ValueError(f"unknown cluster {name!r}; available: {names()}")
+    return from_file(f)
+
+
+def from_file(path: str | Path) -> Cluster:
+    """Read a cluster from a YAML or JSON file (the :meth:`Cluster.from_dict` form)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML/JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return Cluster.from_dict(data, source=str(path))

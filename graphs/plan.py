@@ -1,0 +1,207 @@
+"""Plan: a placement of a CompGraph on a Cluster, with optional pipeline and tensor-parallel fields."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+
+PLAN_FORMAT = "devplace.plan"
+PLAN_VERSION = 1
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Where each node of a graph runs.
+
+    Attributes:
+        placement: ``int64[n]``, device index of each node in the graph's order.
+        graph_hash, cluster_hash: ``content_hash()`` of the graph and cluster the
+            plan was made for; :meth:`check` refuses any other pair.
+        stage: optional ``int64[n]`` pipeline stage of each node.
+        stage_device: optional device of each stage (``len == num_stages``).
+        microbatches: microbatches per step (>= 1).
+        schedule: ``"gpipe"``, ``"1f1b"`` or ``"interleaved"``.
+        tp_degree: optional ``{colocation group id: tensor-parallel degree}``.
+        meta: free-form provenance (algorithm, step time, oracle calls, ...).
+    """
+
+    placement: np.ndarray
+    graph_hash: str = ""
+    cluster_hash: str = ""
+    stage: np.ndarray | None = None
+    stage_device: tuple[int, ...] | None = None
+    microbatches: int = 1
+    schedule: str = "1f1b"
+    tp_degree: Mapping[int, int] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        p = np.asarray(self.placement)
+        if p.ndim != 1 or (p.size and not np.issubdtype(p.dtype, np.integer)):
+            if p.ndim == 1 and p.size and np.all(np.mod(p, 1) == 0):
+                p = p.astype(np.int64)
+            else:
+                raise ValueError(
+                    f"Plan.placement must be a 1-D integer array, got shape {p.shape} dtype {p.dtype}"
+                )
+        p = p.astype(np.int64, copy=True)
+        p.flags.writeable = False
+        object.__setattr__(self, "placement", p)
+        if self.stage is not None:
+            s = np.asarray(self.stage, dtype=np.int64).copy()
+            if s.shape != p.shape:
+                raise ValueError(f"Plan.stage has shape {s.shape}, expected {p.shape}")
+            s.flags.writeable = False
+            object.__setattr__(self, "stage", s)
+        if self.stage_device is not None:
+            object.__setattr__(self, "stage_device", tuple(int(x) for x in self.stage_device))
+        if int(self.microbatches) < 1:
+            raise ValueError(f"Plan.microbatches must be >= 1, got {self.microbatches}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(
+                f"Plan.schedule {self.schedule!r} is unknown; expected one of {SCHEDULES}"
+            )
+        object.__setattr__(
+            self, "tp_degree", {int(k): int(v) for k, v in dict(self.tp_degree).items()}
+        )
+
+    # --------------------------------------------------------------- checks
+    @classmethod
+    def for_graph(cls, placement: Any, graph: CompGraph, cluster: Cluster, **kw: Any) -> Plan:
+        """A plan stamped with the graph's and cluster's hashes, validated against them."""
+        plan = cls(np.asarray(placement), graph.content_hash(), cluster.content_hash(), **kw)
+        plan.check(graph, cluster)
+        return plan
+
+    def check(self, graph: CompGraph, cluster: Cluster) -> None:
+        """Raise ``ValueError`` unless this plan fits ``graph`` and ``cluster``."""
+        check_placement(self.placement, graph, cluster)
+        if self.graph_hash and self.graph_hash != graph.content_hash():
+            raise ValueError(
+                f"Plan was made for graph {self.graph_hash}, not for {graph.meta.get('name', '?')!r} "
+                f"({graph.content_hash()})"
+            )
+        if self.cluster_hash and self.cluster_hash != cluster.content_hash():
+            raise ValueError(
+                f"Plan was made for cluster {self.cluster_hash}, not for {cluster.name!r} ({cluster.content_hash()})"
+            )
+        if self.stage is not None and self.stage_device is not None:
+            ns = len(self.stage_device)
+            if self.stage.min(initial=0) < 0 or self.stage.max(initial=0) >= ns:
+                raise ValueError(f"Plan.stage values must be in [0, {ns}) (one per stage_device)")
+            bad = np.asarray(self.stage_device)[self.stage] != self.placement
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    f"Plan: node {graph.name[i]!r} is in stage {int(self.stage[i])} whose device differs from its placement"
+                )
+
+    def colocation_violations(self, graph: CompGraph) -> list[int]:
+        """Colocation group ids whose nodes are split over several devices."""
+        _, inv = graph.group_index()
+        order = np.argsort(inv, kind="stable")
+        g, p = inv[order], self.placement[order]
+        split = (g[1:] == g[:-1]) & (p[1:] != p[:-1])
+        return sorted({int(graph.group[order[i]]) for i in np.flatnonzero(split)})
+
+    # ------------------------------------------------------------------- I/O
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT,
+            "version": PLAN_VERSION,
+            "graph_hash": self.graph_hash,
+            "cluster_hash": self.cluster_hash,
+            "placement": self.placement.tolist(),
+            "stage": None if self.stage is None else self.stage.tolist(),
+            "stage_device": None if self.stage_device is None else list(self.stage_device),
+            "microbatches": int(self.microbatches),
+            "schedule": self.schedule,
+            "tp_degree": {str(k): v for k, v in self.tp_degree.items()},
+            "meta": _jsonable(dict(self.meta)),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, source: str = "plan") -> Plan:
+        if d.get("format") != PLAN_FORMAT:
+            raise ValueError(
+                f"{source}: not a devplace plan (format={d.get('format')!r}, expected {PLAN_FORMAT!r})"
+            )
+        if d.get("version") != PLAN_VERSION:
+            raise ValueError(
+                f"{source}: plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION})"
+            )
+        if not isinstance(d.get("placement"), list):
+            raise ValueError(f"{source}: 'placement' must be a list of device indices")
+        return cls(
+            placement=np.asarray(d["placement"], dtype=np.int64),
+            graph_hash=str(d.get("graph_hash", "")),
+            cluster_hash=str(d.get("cluster_hash", "")),
+            stage=None if d.get("stage") is None else np.asarray(d["stage"], dtype=np.int64),
+            stage_device=None if d.get("stage_device") is None else tuple(d["stage_device"]),
+            microbatches=int(d.get("microbatches", 1)),
+            schedule=str(d.get("schedule", "1f1b")),
+            tp_degree={int(k): int(v) for k, v in (d.get("tp_degree") or {}).items()},
+            meta=dict(d.get("meta") or {}),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        try:
+            d = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        return cls.from_dict(d, source=str(path))
+
+    @property
+    def num_devices_used(self) -> int:
+        return len(np.unique(self.placement))
+
+
+def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.ndarray:
+    """Validate a placement array for ``graph`` on ``cluster``; return it as int64.
+
+    Raises ``ValueError`` for a wrong length, non-integer values or a device
+    index out of range, naming the offending node.
+    """
+    p = np.asarray(placement)
+    if p.shape != (graph.num_nodes,):
+        raise ValueError(
+            f"placement has shape {p.shape}, expected ({graph.num_nodes},): one device index per node "
+            f"of graph {graph.meta.get('name', '?')!r}"
+        )
+    if p.size and not np.issubdtype(p.dtype, np.integer):
+        if not np.all(np.mod(p, 1) == 0):
+            raise ValueError("placement must hold integer device indices")
+    p = p.astype(np.int64)
+    bad = (p < 0) | (p >= cluster.num_devices)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"placement puts node {graph.name[i]!r} (index {i}) on device {int(p[i])}, "
+            f"but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
+        )
+    return p
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x

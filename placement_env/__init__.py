@@ -1,0 +1,1 @@
+"""devplace placement environments (Gymnasium) and oracles."""
