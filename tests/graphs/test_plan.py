@@ -1,0 +1,184 @@
+"""Tests of Plan: JSON round trip, hash checks, placement validation, colocation, stages."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphs.cluster import Cluster, Device, Link
+from graphs.compgraph import CompGraph
+from graphs.plan import Plan, check_placement
+
+
+@pytest.fixture
+def graph() -> CompGraph:
+    # fwd a -> fwd b -> bwd b -> bwd a ; (a, bwd:a) share group 0, (b, bwd:b) group 1
+    return CompGraph.build(
+        4,
+        [(0, 1), (1, 2), (2, 3)],
+        name=["a", "b", "bwd:b", "bwd:a"],
+        kind=["fwd", "fwd", "bwd", "bwd"],
+        group=[0, 1, 1, 0],
+        flops=[1.0, 2.0, 4.0, 2.0],
+        meta={"name": "toy"},
+    )
+
+
+@pytest.fixture
+def cluster() -> Cluster:
+    devs = tuple(Device(f"g{i}", "gpu", 1e12, 1e11, 1e9) for i in range(3))
+    links = tuple(Link(a, b, 1e9, 0.0) for a in range(3) for b in range(3) if a != b)
+    return Cluster("tri", devs, links)
+
+
+def test_for_graph_stamps_hashes(graph, cluster):
+    p = Plan.for_graph([0, 1, 1, 0], graph, cluster)
+    assert p.graph_hash == graph.content_hash()
+    assert p.cluster_hash == cluster.content_hash()
+    assert p.placement.dtype == np.int64 and not p.placement.flags.writeable
+    assert p.num_devices_used == 2
+
+
+def test_json_round_trip(tmp_path, graph, cluster):
+    p = Plan.for_graph(
+        [0, 1, 1, 0],
+        graph,
+        cluster,
+        stage=[0, 1, 1, 0],
+        stage_device=(0, 1),
+        microbatches=4,
+        schedule="gpipe",
+        tp_degree={1: 2},
+        meta={"algo": "test", "step_time": np.float64(0.5), "arr": np.arange(2)},
+    )
+    f = tmp_path / "plan.json"
+    p.save(f)
+    d = json.loads(f.read_text())
+    assert d["format"] == "devplace.plan" and d["version"] == 1
+    q = Plan.load(f)
+    np.testing.assert_array_equal(q.placement, p.placement)
+    np.testing.assert_array_equal(q.stage, p.stage)
+    assert q.stage_device == (0, 1)
+    assert (q.microbatches, q.schedule, dict(q.tp_degree)) == (4, "gpipe", {1: 2})
+    assert (q.graph_hash, q.cluster_hash) == (p.graph_hash, p.cluster_hash)
+    assert q.meta == {"algo": "test", "step_time": 0.5, "arr": [0, 1]}
+    q.check(graph, cluster)
+
+
+def test_hash_mismatch_refused(graph, cluster):
+    p = Plan.for_graph([0, 0, 0, 0], graph, cluster)
+    other_graph = graph.replace(flops=np.array([1.0, 2.0, 4.0, 3.0]))
+    with pytest.raises(ValueError, match=f"made for graph {graph.content_hash()}, not for 'toy'"):
+        p.check(other_graph, cluster)
+    other_cluster = cluster.subset([0, 1, 2], name="copy")
+    p.check(graph, other_cluster)  # same figures: same hash, accepted
+    smaller = Cluster(
+        "faster",
+        cluster.devices,
+        tuple(Link(ln.src, ln.dst, 2e9, 0.0) for ln in cluster.links),
+    )
+    with pytest.raises(ValueError, match="made for cluster .* not for 'faster'"):
+        p.check(graph, smaller)
+
+
+def test_unstamped_plan_checks_placement_only(graph, cluster):
+    Plan(np.array([2, 2, 2, 2])).check(graph, cluster)
+
+
+def test_wrong_length_refused(graph, cluster):
+    with pytest.raises(ValueError, match=r"shape \(3,\), expected \(4,\).*'toy'"):
+        check_placement([0, 0, 0], graph, cluster)
+    with pytest.raises(ValueError, match=r"expected \(4,\)"):
+        Plan.for_graph([0, 0, 0, 0, 0], graph, cluster)
+
+
+@pytest.mark.parametrize(
+    "bad, node",
+    [
+        ([0, 3, 0, 0], "'b' \\(index 1\\) on device 3"),
+        ([0, 0, -1, 0], "'bwd:b' \\(index 2\\) on device -1"),
+    ],
+)
+def test_out_of_range_names_node(graph, cluster, bad, node):
+    with pytest.raises(ValueError, match=f"puts node {node}.*devices 0..2"):
+        check_placement(bad, graph, cluster)
+
+
+def test_non_integer_placement(graph, cluster):
+    with pytest.raises(ValueError, match="integer device indices"):
+        check_placement([0.5, 0, 0, 0], graph, cluster)
+    np.testing.assert_array_equal(
+        check_placement([1.0, 0.0, 0.0, 2.0], graph, cluster), [1, 0, 0, 2]
+    )
+    with pytest.raises(ValueError, match="1-D integer array"):
+        Plan(np.array([[0, 1]]))
+    with pytest.raises(ValueError, match="1-D integer array"):
+        Plan(np.array([0.5, 1.0]))
+
+
+def test_colocation_violations(graph):
+    assert Plan(np.array([0, 1, 1, 0])).colocation_violations(graph) == []
+    # bwd:a (group 0) away from a
+    assert Plan(np.array([0, 1, 1, 2])).colocation_violations(graph) == [0]
+    assert Plan(np.array([0, 1, 2, 1])).colocation_violations(graph) == [0, 1]
+
+
+def test_stage_checks(graph, cluster):
+    with pytest.raises(ValueError, match=r"stage has shape \(3,\), expected \(4,\)"):
+        Plan(np.array([0, 0, 0, 0]), stage=np.array([0, 0, 0]))
+    p = Plan(np.array([0, 1, 1, 0]), stage=np.array([0, 1, 1, 2]), stage_device=(0, 1))
+    with pytest.raises(ValueError, match=r"stage values must be in \[0, 2\)"):
+        p.check(graph, cluster)
+    p = Plan(np.array([0, 1, 1, 0]), stage=np.array([0, 1, 0, 0]), stage_device=(0, 1))
+    with pytest.raises(ValueError, match="node 'bwd:b' is in stage 0 whose device differs"):
+        p.check(graph, cluster)
+
+
+def test_bad_fields():
+    with pytest.raises(ValueError, match="microbatches must be >= 1"):
+        Plan(np.array([0]), microbatches=0)
+    with pytest.raises(ValueError, match="schedule 'zigzag' is unknown"):
+        Plan(np.array([0]), schedule="zigzag")
+
+
+def test_load_errors(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text("{not json")
+    with pytest.raises(ValueError, match=f"{f}: not valid JSON"):
+        Plan.load(f)
+    f.write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ValueError, match="not a devplace plan"):
+        Plan.load(f)
+    f.write_text(json.dumps({"format": "devplace.plan", "version": 9, "placement": [0]}))
+    with pytest.raises(ValueError, match="version 9 is not supported"):
+        Plan.load(f)
+    f.write_text(json.dumps({"format": "devplace.plan", "version": 1, "placement": 3}))
+    with pytest.raises(ValueError, match="'placement' must be a list"):
+        Plan.load(f)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.integers(0, 7), min_size=1, max_size=30),
+    st.lists(st.integers(0, 4), min_size=1, max_size=30),
+)
+def test_colocation_violations_property(placement, groups):
+    n = min(len(placement), len(groups))
+    g = CompGraph.build(n, [], group=groups[:n])
+    p = Plan(np.array(placement[:n]))
+    expect = sorted(
+        {gr for gr in groups[:n] if len({placement[i] for i in range(n) if groups[i] == gr}) > 1}
+    )
+    assert p.colocation_violations(g) == expect
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2), min_size=4, max_size=4), st.integers(1, 8))
+def test_round_trip_property(placement, mb):
+    p = Plan(np.array(placement), "g" * 16, "c" * 16, microbatches=mb)
+    q = Plan.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert q.to_dict() == p.to_dict()
