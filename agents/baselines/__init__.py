@@ -1,0 +1,70 @@
+"""Classic placement baselines, looked up by name: ``get(name)(graph, cluster, oracle, budget) -> Plan``.
+
+Every baseline plans whole colocation units (a graph's groups), respects each
+device's memory, scores its answer with the oracle, and returns a
+:class:`graphs.plan.Plan` whose ``meta`` holds at least ``algorithm``,
+``step_time``, ``oracle_calls`` and ``search_seconds``. When no
+memory-feasible plan is found it raises :class:`InfeasiblePlanError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Protocol
+
+from agents.baselines.common import InfeasiblePlanError
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+from graphs.plan import Plan
+from placement_env.oracles.base import Oracle
+
+
+class Baseline(Protocol):
+    """``(graph, cluster, oracle, budget, **options) -> Plan``; budget = oracle evaluations (None = default)."""
+
+    def __call__(
+        self, graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | None = None, /
+    ) -> Plan: ...
+
+
+#: name -> "module:function" (imported on first use, so optional solvers load lazily).
+_REGISTRY: dict[str, str] = {
+    "single": "agents.baselines.simple:single",
+    "round_robin": "agents.baselines.simple:round_robin",
+    "random": "agents.baselines.simple:random_search",
+    "expert": "agents.baselines.expert:expert",
+    "metis": "agents.baselines.metis:metis",
+    "m_topo": "agents.baselines.baechi:m_topo",
+    "m_etf": "agents.baselines.baechi:m_etf",
+    "m_sct": "agents.baselines.baechi:m_sct",
+    "pipedream_dp": "agents.baselines.pipedream:pipedream_dp",
+    "ilp": "agents.baselines.ilp:ilp",
+    "anneal": "agents.baselines.anneal:anneal",
+}
+
+
+def names() -> list[str]:
+    """The registered baseline names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Callable[..., Plan]:
+    """The baseline called ``name``; ``ValueError`` listing the valid names otherwise."""
+    target = _REGISTRY.get(name)
+    if target is None:
+        raise ValueError(f"unknown baseline {name!r}; valid names: {names()}")
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def register(name: str, target: str) -> None:
+    """Add a baseline as ``"package.module:function"``; refuses to shadow an existing name."""
+    if name in _REGISTRY:
+        raise ValueError(f"baseline {name!r} is already registered ({_REGISTRY[name]})")
+    if ":" not in target:
+        raise ValueError(f"baseline target must be 'module:function', got {target!r}")
+    _REGISTRY[name] = target
+
+
+__all__ = ["Baseline", "InfeasiblePlanError", "get", "names", "register"]

@@ -1,0 +1,355 @@
+"""Shared pieces of the baselines: colocation units, the internal cost model, memory fitting, plan finishing."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+from graphs.plan import Plan
+from placement_env.oracles.base import Oracle, SimResult
+
+
+class InfeasiblePlanError(ValueError):
+    """No plan that respects every device's memory (and colocation) was found."""
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """A placement problem seen at the level of colocation units (the graph's groups).
+
+    Everything is in the oracle's per-microbatch units: compute times come from
+    ``oracle.node_times()`` when the oracle has it (else the roofline rule of the
+    simulator, batch quantities divided by ``M``), and transfers move
+    ``edge_bytes / M``. Memory is *static memory* = persistent state + the
+    activations kept for backward (``param_bytes + act_fraction * act_bytes``),
+    additive over units; capacities are device memory less a transient reserve
+    (the largest per-microbatch node output), so a plan that fits here fits in
+    the simulator unless its schedule keeps more than ``act_fraction`` of the
+    batch's activations alive.
+
+    Attributes (``U`` units, ``D`` devices, ``n`` nodes, ``E`` unit edges)::
+
+        unit_of     int64[n]     unit index of each node
+        node_time   float64[n,D] seconds per node per device (inf = cannot run)
+        time        float64[U,D] seconds per unit per device (inf = cannot run)
+        mem         float64[U]   static memory bytes of each unit
+        capacity    float64[D]   usable bytes per device
+        order       int64[U]     units sorted by their first node in a topological order
+        usrc, udst  int64[E]     unit-level edges (distinct units), aggregated
+        ubytes      float64[E]   bytes per microbatch on each unit edge
+        bw, lat     float64[D,D] route bottleneck bandwidth (B/s) and latency (s)
+    """
+
+    graph: CompGraph
+    cluster: Cluster
+    oracle: Oracle
+    microbatches: int
+    unit_of: np.ndarray
+    node_time: np.ndarray
+    time: np.ndarray
+    mem: np.ndarray
+    capacity: np.ndarray
+    order: np.ndarray
+    usrc: np.ndarray
+    udst: np.ndarray
+    ubytes: np.ndarray
+    bw: np.ndarray
+    lat: np.ndarray
+
+    @property
+    def num_units(self) -> int:
+        return len(self.mem)
+
+    @property
+    def num_devices(self) -> int:
+        return self.cluster.num_devices
+
+    @property
+    def allowed(self) -> np.ndarray:
+        """``bool[U, D]``: the unit can run on the device (finite time, fits alone)."""
+        return np.isfinite(self.time) & (self.mem[:, None] <= self.capacity[None, :])
+
+    def comm(self, a: int, b: int, nbytes: float) -> float:
+        """Uncontended transfer time (s) of ``nbytes`` from device a to b (0 on one device)."""
+        if a == b:
+            return 0.0
+        return float(self.lat[a, b] + nbytes / self.bw[a, b])
+
+    def node_placement(self, unit_place: np.ndarray) -> np.ndarray:
+        """Expand a per-unit device array to a per-node placement."""
+        return np.asarray(unit_place, dtype=np.int64)[self.unit_of]
+
+    def memory_use(self, unit_place: np.ndarray) -> np.ndarray:
+        """``float64[D]`` static bytes per device under a per-unit placement."""
+        return np.bincount(unit_place, weights=self.mem, minlength=self.num_devices)
+
+    def fits(self, unit_place: np.ndarray) -> bool:
+        """True when every unit may run where it is and no device is over capacity."""
+        up = np.asarray(unit_place)
+        ok_run = np.isfinite(self.time[np.arange(len(up)), up]).all()
+        return bool(ok_run and (self.memory_use(up) <= self.capacity).all())
+
+    def max_load(self, unit_place: np.ndarray) -> float:
+        """Max-load of a unit placement (Tarnawski et al. 2020 style, the ILP/DP objective).
+
+        A device's load is the compute time of its units plus, for every unit edge
+        that crosses devices, the transfer time charged to both the sending and the
+        receiving device. Returns the largest load in seconds.
+        """
+        return float(self.loads(unit_place).max())
+
+    def loads(self, unit_place: np.ndarray) -> np.ndarray:
+        up = np.asarray(unit_place, dtype=np.int64)
+        D = self.num_devices
+        load = np.zeros(D)
+        np.add.at(load, up, self.time[np.arange(len(up)), up])
+        a, b = up[self.usrc], up[self.udst]
+        cross = a != b
+        if cross.any():
+            c = self.lat[a[cross], b[cross]] + self.ubytes[cross] / self.bw[a[cross], b[cross]]
+            np.add.at(load, a[cross], c)
+            np.add.at(load, b[cross], c)
+        return load
+
+
+def roofline_times(graph: CompGraph, cluster: Cluster, microbatches: int = 1) -> np.ndarray:
+    """``(n, D)`` seconds per node per device, per microbatch, by the simulator's rule.
+
+    Measured ``graph.times[kind]`` (microseconds, whole batch) wins where finite;
+    ``inf`` there means the node cannot run on that kind. Otherwise
+    ``max(flops / (peak * eff), bytes_accessed / mem_bw) + launch_overhead`` with
+    batch-proportional quantities divided by ``M`` (optimizer nodes run once per
+    step and are not divided).
+    """
+    M = max(int(microbatches), 1)
+    div = np.where(graph.kind == 2, 1.0, float(M))
+    out = np.empty((graph.num_nodes, cluster.num_devices))
+    for d, dev in enumerate(cluster.devices):
+        t = (
+            np.maximum(
+                graph.flops / div / (dev.peak_flops * dev.efficiency),
+                graph.bytes_accessed / div / dev.mem_bw,
+            )
+            + dev.launch_overhead
+        )
+        meas = graph.times.get(dev.kind)
+        if meas is not None:
+            t = np.where(np.isnan(meas), t, meas * 1e-6 / div)
+        out[:, d] = t
+    return out
+
+
+def make_problem(
+    graph: CompGraph, cluster: Cluster, oracle: Oracle, *, act_fraction: float = 1.0
+) -> Problem:
+    """Collect the unit-level view of ``graph`` on ``cluster`` that the baselines plan with."""
+    if oracle.graph is not graph and oracle.graph.content_hash() != graph.content_hash():
+        raise ValueError("baseline: the oracle was built for another graph than the one given")
+    if oracle.cluster is not cluster and oracle.cluster.content_hash() != cluster.content_hash():
+        raise ValueError("baseline: the oracle was built for another cluster than the one given")
+    if not (0.0 <= act_fraction <= 1.0):
+        raise ValueError(f"baseline: act_fraction must be in [0, 1], got {act_fraction}")
+    M = max(int(getattr(oracle, "microbatches", 1) or 1), 1)
+    nt = getattr(oracle, "node_times", None)
+    node_time = (
+        np.asarray(nt(), dtype=np.float64) if callable(nt) else roofline_times(graph, cluster, M)
+    )
+    if node_time.shape != (graph.num_nodes, cluster.num_devices):
+        raise ValueError(
+            f"baseline: oracle.node_times() has shape {node_time.shape}, expected "
+            f"({graph.num_nodes}, {cluster.num_devices})"
+        )
+    _, unit_of = graph.group_index()
+    U = int(unit_of.max()) + 1 if graph.num_nodes else 0
+    D = cluster.num_devices
+    time_u = np.zeros((U, D))
+    np.add.at(time_u, unit_of, node_time)
+    mem = np.bincount(
+        unit_of, weights=graph.param_bytes + act_fraction * graph.act_bytes, minlength=U
+    )
+    reserve = float(graph.out_bytes.max(initial=0.0)) / M
+    capacity = np.maximum(cluster.memory - reserve, 0.0)
+    pos = np.empty(graph.num_nodes, dtype=np.int64)
+    pos[graph.topo_order] = np.arange(graph.num_nodes)
+    first = np.full(U, graph.num_nodes, dtype=np.int64)
+    np.minimum.at(first, unit_of, pos)
+    order = np.argsort(first, kind="stable")
+    us, ud = unit_of[graph.src], unit_of[graph.dst]
+    keep = us != ud
+    key = us[keep] * max(U, 1) + ud[keep]
+    uniq, inv = np.unique(key, return_inverse=True)
+    ubytes = np.bincount(inv, weights=graph.edge_bytes[keep] / M, minlength=len(uniq))
+    return Problem(
+        graph=graph,
+        cluster=cluster,
+        oracle=oracle,
+        microbatches=M,
+        unit_of=unit_of,
+        node_time=node_time,
+        time=time_u,
+        mem=mem,
+        capacity=capacity,
+        order=order,
+        usrc=(uniq // max(U, 1)).astype(np.int64),
+        udst=(uniq % max(U, 1)).astype(np.int64),
+        ubytes=ubytes,
+        bw=cluster.bandwidth_matrix(),
+        lat=cluster.latency_matrix(),
+    )
+
+
+_CHAIN_CACHE: dict[str, list[int]] = {}
+
+
+def device_chain(cluster: Cluster) -> list[int]:
+    """A topology-aware order of the devices: a path whose neighbours talk fastest.
+
+    Maximises the slowest hop's bandwidth, then the summed hop bandwidth (exact
+    search over all orders up to 8 devices, greedy nearest-neighbour from every
+    start above). On a DGX-1 this finds a Hamiltonian path of bonded NVLinks.
+    """
+    key = cluster.content_hash()
+    if key in _CHAIN_CACHE:
+        return list(_CHAIN_CACHE[key])
+    D = cluster.num_devices
+    bw = cluster.bandwidth_matrix()
+
+    def score(path: tuple[int, ...]) -> tuple[float, float]:
+        hops = [bw[a, b] for a, b in itertools.pairwise(path)]
+        return (min(hops, default=np.inf), sum(hops))
+
+    if D <= 8:
+        best = max(
+            (p for p in itertools.permutations(range(D)) if D < 2 or p[0] < p[-1]),
+            key=lambda p: (*score(p), tuple(-x for x in p)),
+        )
+    else:
+        cands = []
+        for s in range(D):
+            path, left = [s], set(range(D)) - {s}
+            while left:
+                nxt = max(sorted(left), key=lambda b, a=path[-1]: bw[a, b])
+                path.append(nxt)
+                left.remove(nxt)
+            cands.append(tuple(path))
+        best = max(cands, key=lambda p: score(p))
+    _CHAIN_CACHE[key] = list(best)
+    return list(best)
+
+
+def repair_memory(prob: Problem, unit_place: np.ndarray) -> np.ndarray:
+    """Move units off over-full devices until every device fits; raise if impossible.
+
+    Greedy: from the most over-full device, move the unit whose move to a device
+    with room adds the fewest cut bytes (ties: the larger unit first), until it fits.
+    """
+    up = np.asarray(unit_place, dtype=np.int64).copy()
+    allowed = prob.allowed
+    use = prob.memory_use(up)
+    nbrs: list[list[tuple[int, float]]] = [[] for _ in range(prob.num_units)]
+    for s, d, b in zip(prob.usrc.tolist(), prob.udst.tolist(), prob.ubytes.tolist()):
+        nbrs[s].append((d, b))
+        nbrs[d].append((s, b))
+    for _ in range(prob.num_units * prob.num_devices + 1):
+        over = use - prob.capacity
+        d = int(np.argmax(over))
+        if over[d] <= 0:
+            return up
+        best: tuple[float, float, int, int] | None = None
+        for u in np.flatnonzero(up == d):
+            for t in range(prob.num_devices):
+                if t == d or not allowed[u, t] or use[t] + prob.mem[u] > prob.capacity[t]:
+                    continue
+                delta = sum(b * ((up[v] == d) - (up[v] == t)) for v, b in nbrs[u])
+                cand = (delta, -prob.mem[u], int(u), t)
+                if best is None or cand < best:
+                    best = cand
+        if best is None:
+            raise InfeasiblePlanError(
+                f"cannot fit the units of device {prob.cluster.devices[d].name!r} "
+                f"({use[d] / 2**30:.2f} GiB static memory > {prob.capacity[d] / 2**30:.2f} GiB usable) "
+                "on any device with room"
+            )
+        _, _, u, t = best
+        use[d] -= prob.mem[u]
+        use[t] += prob.mem[u]
+        up[u] = t
+    raise InfeasiblePlanError("memory repair did not converge")
+
+
+def oracle_calls_start(oracle: Oracle) -> tuple[float, int]:
+    """``(t0, calls0)`` to measure a search's wall time and oracle evaluations."""
+    return time.perf_counter(), int(oracle.calls)
+
+
+def evaluate_units(prob: Problem, unit_place: np.ndarray) -> SimResult:
+    """Score a per-unit placement with the oracle."""
+    return prob.oracle.evaluate(prob.node_placement(unit_place))
+
+
+def result_ok(res: SimResult) -> bool:
+    """A result counts when it fits in memory and has a finite step time."""
+    return (not res.oom) and bool(np.isfinite(res.step_time))
+
+
+def finish(
+    prob: Problem,
+    unit_place: np.ndarray,
+    algorithm: str,
+    start: tuple[float, int],
+    *,
+    result: SimResult | None = None,
+    stage_device: list[int] | None = None,
+    unit_stage: np.ndarray | None = None,
+    **meta: Any,
+) -> Plan:
+    """Score ``unit_place`` (unless ``result`` is given) and wrap it as a :class:`Plan`.
+
+    Raises :class:`InfeasiblePlanError` when the oracle reports OOM or a node on
+    a device that cannot run it: an infeasible plan is never returned.
+    """
+    t0, calls0 = start
+    up = np.asarray(unit_place, dtype=np.int64)
+    if result is None:
+        result = evaluate_units(prob, up)
+    if result.oom:
+        over = [
+            prob.cluster.devices[d].name
+            for d in range(prob.num_devices)
+            if result.peak_memory[d] > prob.cluster.devices[d].memory
+        ]
+        raise InfeasiblePlanError(
+            f"{algorithm}: its plan for {prob.graph.meta.get('name', '?')!r} runs out of memory on {over}"
+        )
+    if not np.isfinite(result.step_time):
+        raise InfeasiblePlanError(
+            f"{algorithm}: its plan puts a node on a device that cannot run it"
+        )
+    placement = prob.node_placement(up)
+    kw: dict[str, Any] = {}
+    if stage_device is not None and unit_stage is not None:
+        kw = {"stage": np.asarray(unit_stage)[prob.unit_of], "stage_device": tuple(stage_device)}
+    info = {
+        "algorithm": algorithm,
+        "step_time": float(result.step_time),
+        "lower_bound": float(result.lower_bound),
+        "oracle_calls": int(prob.oracle.calls) - calls0,
+        "search_seconds": time.perf_counter() - t0,
+        "devices_used": int(len(np.unique(placement))),
+        **meta,
+    }
+    return Plan.for_graph(
+        placement,
+        prob.graph,
+        prob.cluster,
+        microbatches=prob.microbatches,
+        schedule=str(getattr(prob.oracle, "schedule", "1f1b")),
+        meta=info,
+        **kw,
+    )
