@@ -1,0 +1,236 @@
+"""Dataclass schemas of the runners' hydra configs, registered in hydra's ConfigStore."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+#: The baselines an env runs as its reference when it does not list its own.
+DEFAULT_BASELINES: tuple[str, ...] = (
+    "single",
+    "round_robin",
+    "expert",
+    "metis",
+    "m_sct",
+    "pipedream_dp",
+    "anneal",
+    "random",
+)
+
+
+@dataclass
+class EnvConfig:
+    """One placement problem (or family of problems) and the environment that poses it.
+
+    The problem is ``model`` (a ``graphs.zoo`` name, coarsened to ``max_groups``) or
+    ``graph_file`` (a devplace graph JSON) on ``cluster`` (a ``graphs.clusters`` preset),
+    scored by ``oracle``. ``generator`` chooses the training instances: ``fixed`` is that
+    one problem; ``synthetic`` samples ``graphs.synthetic`` graphs (and the clusters in
+    ``generator_options``) so one policy learns many problems, while the fixed problem
+    stays the one reported.
+    """
+
+    name: str = MISSING
+    env_id: str = "placement_env/Sweep-v0"
+    model: str | None = None
+    model_config: dict[str, Any] = field(default_factory=dict)
+    graph_file: str | None = None
+    max_groups: int | None = 256
+    cluster: str = "dgx1_v100_8"
+    microbatches: int = 8
+    schedule: str = "1f1b"
+    objective: str = "makespan"
+    oracle: str = "simulator"
+    oracle_options: dict[str, Any] = field(default_factory=dict)
+    generator: str = "fixed"
+    generator_options: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    policy: str = "placeto"
+    baselines: list[str] = field(default_factory=lambda: list(DEFAULT_BASELINES))
+    baseline_budget: int | None = 200
+
+
+@dataclass
+class PPOConfig:
+    """Keyword arguments passed to ``agents.make_ppo`` (``None`` = its default)."""
+
+    learning_rate: float | None = None
+    n_steps: int | None = None
+    batch_size: int | None = None
+    n_epochs: int | None = None
+    gamma: float | None = None
+    ent_coef: float | None = None
+    n_envs: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgentConfig:
+    """What searches for the plan: a PPO policy (``kind: ppo``) or a baseline (``kind: baseline``).
+
+    ``policy`` names an ``agents.policies`` network; ``auto`` takes the env's ``policy``.
+    ``baseline`` names an ``agents.baselines`` algorithm; ``budget`` is its number of
+    oracle calls (``None`` = the algorithm's default) and ``options`` its extra keywords.
+    """
+
+    name: str = MISSING
+    kind: str = "ppo"
+    policy: str = "auto"
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    baseline: str | None = None
+    budget: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics go: ``wandb`` (offline unless ``mode``/``$WANDB_MODE`` say otherwise),
+    ``tensorboard`` or ``none``."""
+
+    kind: str = "none"
+    project: str = "devplace"
+    entity: str | None = None
+    mode: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    log_every: int = 1
+
+
+@dataclass
+class TrainBudget:
+    """How long the agent searches and how often it checkpoints.
+
+    ``timesteps`` env steps at most, ``seconds`` of wall time at most (``None`` = no
+    limit); ``checkpoint_every`` PPO updates between checkpoints (0 = never).
+    ``crash_after_updates`` raises after that many updates: a test hook that simulates
+    a killed run.
+    """
+
+    timesteps: int = 20_000
+    seconds: float | None = 600.0
+    checkpoint_every: int = 5
+    progress: bool = True
+    crash_after_updates: int | None = None
+
+
+@dataclass
+class TrainConfig:
+    """``python -m runners.train``: one env, one agent, one seed."""
+
+    env: EnvConfig = MISSING
+    agent: AgentConfig = MISSING
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    train: TrainBudget = field(default_factory=TrainBudget)
+    seed: int = 0
+    resume: str | None = None
+    run_baselines: bool = True
+    output_dir: str | None = None
+
+
+@dataclass
+class EvaluateConfig:
+    """``python -m runners.evaluate``: every env x agent x seed, to a table and a chart."""
+
+    envs: list[str] = field(default_factory=lambda: ["rnnlm_k40_2", "nmt_k40_2"])
+    agents: list[str] = field(default_factory=lambda: ["placeto", "expert", "metis", "single"])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    overrides: list[str] = field(default_factory=list)
+    train: TrainBudget = field(default_factory=lambda: TrainBudget(timesteps=2048, seconds=120.0))
+    output_dir: str | None = None
+
+
+@dataclass
+class PlanConfig:
+    """``python -m runners.plan``: zero-shot planning with an exported policy."""
+
+    policy: str = MISSING
+    env: EnvConfig = MISSING
+    greedy: bool = True
+    samples: int = 1
+    seed: int = 0
+    output_dir: str | None = None
+
+
+#: Config groups whose choice is a file under conf/GROUP/ (not a key of the schema).
+GROUPS: tuple[str, ...] = ("env", "agent", "logger", "experiment")
+
+
+def register() -> None:
+    """Store the schemas in hydra's ConfigStore (idempotent).
+
+    Primary configs extend ``schema/train`` etc.; group files extend ``schema/env``,
+    ``schema/agent`` and ``schema/logger`` with ``- /schema/env@_here_`` in their
+    defaults list, so a misspelt key fails at composition.
+    """
+    cs = ConfigStore.instance()
+    cs.store(group="schema", name="train", node=TrainConfig)
+    cs.store(group="schema", name="evaluate", node=EvaluateConfig)
+    cs.store(group="schema", name="plan", node=PlanConfig)
+    cs.store(group="schema", name="env", node=EnvConfig)
+    cs.store(group="schema", name="agent", node=AgentConfig)
+    cs.store(group="schema", name="logger", node=LoggerConfig)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _free_form(tp: Any) -> bool:
+    """True for ``dict[...]`` / ``Any`` fields, under which any key is allowed."""
+    import typing
+
+    origin = typing.get_origin(tp)
+    return tp is Any or origin is dict or tp is dict
+
+
+def check_key(schema: type, dotted: str) -> None:
+    """Raise ``ValueError`` unless ``dotted`` (``train.seconds``) is a key of ``schema``.
+
+    The message names the valid keys at the level where the path went wrong.
+    """
+    import typing
+
+    cls: Any = schema
+    seen: list[str] = []
+    for part in dotted.split("."):
+        if not dataclasses.is_dataclass(cls):
+            return
+        types = _field_types(cls)
+        if part not in types:
+            where = ".".join(seen) or "the top level"
+            raise ValueError(
+                f"unknown config key {dotted!r}: {part!r} is not a key of {where} "
+                f"({cls.__name__}); valid keys: {sorted(types)}"
+            )
+        tp = types[part]
+        if _free_form(tp):
+            return
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        cls = args[0] if args and dataclasses.is_dataclass(args[0]) else tp
+        seen.append(part)
+
+
+def check_overrides(schema: type, overrides: list[str]) -> None:
+    """Validate the keys of command-line ``overrides`` against ``schema`` before hydra runs.
+
+    Group choices (``+env=...``, ``agent=...``), ``hydra.*`` keys and flags (``-m``) are
+    left to hydra, which already lists the valid options of a group.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    candidates = [o for o in overrides if "=" in o and not o.startswith("-")]
+    parsed = OverridesParser.create().parse_overrides(candidates)
+    for ov in parsed:
+        key = ov.key_or_group
+        if key in GROUPS or key.startswith("hydra") or ov.is_delete():
+            continue
+        if "/" in key or "@" in key:
+            continue
+        check_key(schema, key)
