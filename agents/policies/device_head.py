@@ -1,0 +1,137 @@
+"""Device embeddings and (node, device) pair scoring, independent of the number of devices."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from agents.policies.dense import masked_mean
+
+#: Logit given to impossible (padded or masked) actions; the value sb3-contrib uses.
+MASK_LOGIT = -1e8
+
+
+class DeviceEncoder(nn.Module):
+    r"""Embeds each device from its own features and the links to the other devices.
+
+    A device's input is its features (speed, memory, free memory, ...) with the
+    mean of its link features; then ``num_layers`` rounds of message passing over
+    the device graph, weighted by a learned positive function of each link:
+
+    .. math::
+        \mathbf{e}^{0}_d = \operatorname{MLP}\left([\mathbf{z}_d \,\|\,
+            \operatorname{mean}_{d'} \mathbf{l}_{dd'}]\right), \quad
+        w_{dd'} = \operatorname{softplus}(\mathbf{a}^\top \mathbf{l}_{dd'}), \quad
+        \mathbf{e}^{k+1}_d = \operatorname{LN}\left(\mathbf{e}^{k}_d + \operatorname{ReLU}
+            \left(\mathbf{W}_s \mathbf{e}^{k}_d + \mathbf{W}_n
+            \frac{\sum_{d' \ne d} w_{dd'} \mathbf{e}^{k}_{d'}}{\sum_{d' \ne d} w_{dd'}}\right)\right)
+
+    Nothing depends on the number of devices ``D``, so one set of weights embeds
+    clusters of 2, 4, 8 or 16 devices, homogeneous or not.
+
+    Args:
+        dev_dim: device feature size.
+        link_dim: link feature size per device pair.
+        hidden: embedding size. (default: ``64``)
+        num_layers: message-passing rounds over the device graph. (default: ``2``)
+
+    Shapes:
+        - **input:** device features :math:`(B, D, F_d)`, device mask :math:`(B, D)`,
+          link features :math:`(B, D, D, F_l)`
+        - **output:** device embeddings :math:`(B, D, H)`
+    """
+
+    def __init__(self, dev_dim: int, link_dim: int, hidden: int = 64, num_layers: int = 2) -> None:
+        super().__init__()
+        self.dev_dim = dev_dim
+        self.link_dim = link_dim
+        self.hidden = hidden
+        self.num_layers = num_layers
+        self.lin_in = nn.Linear(dev_dim + link_dim, hidden)
+        self.lin_in2 = nn.Linear(hidden, hidden)
+        self.link_weight = nn.ModuleList(nn.Linear(link_dim, 1) for _ in range(num_layers))
+        self.lin_self = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(num_layers))
+        self.lin_nbr = nn.ModuleList(
+            nn.Linear(hidden, hidden, bias=False) for _ in range(num_layers)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(num_layers))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_in.reset_parameters()
+        self.lin_in2.reset_parameters()
+        for mods in (self.link_weight, self.lin_self, self.lin_nbr, self.norms):
+            for m in mods:
+                m.reset_parameters()
+
+    def forward(self, dev_x: Tensor, dev_mask: Tensor, dev_link: Tensor) -> Tensor:
+        B, D, _ = dev_x.shape
+        mask = dev_mask.bool()
+        pair = mask.unsqueeze(2) & mask.unsqueeze(1)
+        pair = pair & ~torch.eye(D, dtype=torch.bool, device=dev_x.device)
+        link_mean = masked_mean(dev_link, pair, dim=2)  # (B, D, Fl)
+        e = self.lin_in2(F.relu(self.lin_in(torch.cat([dev_x, link_mean], dim=-1))))
+        for lw, ls, ln_, norm in zip(self.link_weight, self.lin_self, self.lin_nbr, self.norms):
+            w = F.softplus(lw(dev_link).squeeze(-1)) * pair.to(e.dtype)  # (B, D, D)
+            w = w / w.sum(-1, keepdim=True).clamp_min(1e-9)
+            e = norm(e + F.relu(ls(e) + torch.bmm(w, ln_(e))))
+        return e * mask.unsqueeze(-1).to(e.dtype)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}({self.dev_dim}, {self.link_dim}, {self.hidden}, "
+            f"num_layers={self.num_layers})"
+        )
+
+
+class PairScorer(nn.Module):
+    r"""Scores every (node, device) pair with additive attention (a pointer-network head).
+
+    .. math::
+        s_{id} = \mathbf{v}^\top \tanh\left(\mathbf{W}_n \mathbf{h}_i
+            + \mathbf{W}_d \mathbf{e}_d + a_{id}\,\mathbf{w}_a + \mathbf{b}\right)
+
+    where :math:`a_{id} = 1` when node ``i`` currently sits on device ``d``.
+    Pairs with a padded node or device get :data:`MASK_LOGIT`.
+
+    Args:
+        node_dim: node embedding size.
+        dev_dim: device embedding size.
+        hidden: attention size. (default: ``32``)
+
+    Shapes:
+        - **input:** node embeddings :math:`(B, N, H_n)`, device embeddings
+          :math:`(B, D, H_d)`, current assignment :math:`(B, N, D)`, node mask
+          :math:`(B, N)`, device mask :math:`(B, D)`
+        - **output:** scores :math:`(B, N, D)`
+    """
+
+    def __init__(self, node_dim: int, dev_dim: int, hidden: int = 32) -> None:
+        super().__init__()
+        self.node_dim = node_dim
+        self.dev_dim = dev_dim
+        self.hidden = hidden
+        self.lin_node = nn.Linear(node_dim, hidden)
+        self.lin_dev = nn.Linear(dev_dim, hidden, bias=False)
+        self.assign_vec = nn.Parameter(torch.empty(hidden))
+        self.v = nn.Linear(hidden, 1, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_node.reset_parameters()
+        self.lin_dev.reset_parameters()
+        self.v.reset_parameters()
+        nn.init.normal_(self.assign_vec, std=0.1)
+
+    def forward(
+        self, h: Tensor, e: Tensor, assign: Tensor, node_mask: Tensor, dev_mask: Tensor
+    ) -> Tensor:
+        u = self.lin_node(h).unsqueeze(2) + self.lin_dev(e).unsqueeze(1)  # (B, N, D, A)
+        u = u + assign.unsqueeze(-1) * self.assign_vec
+        s = self.v(torch.tanh(u)).squeeze(-1)
+        valid = node_mask.bool().unsqueeze(2) & dev_mask.bool().unsqueeze(1)
+        return s.masked_fill(~valid, MASK_LOGIT)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.node_dim}, {self.dev_dim}, hidden={self.hidden})"
