@@ -244,9 +244,10 @@ def device_chain(cluster: Cluster) -> list[int]:
 
 
 def repair_memory(prob: Problem, unit_place: np.ndarray) -> np.ndarray:
-    """Move units off over-full devices until every device fits; raise if impossible.
+    """Move units off devices that cannot run them or are over-full; raise if impossible.
 
-    Greedy: from the most over-full device, move the unit whose move to a device
+    Units on a device that cannot run them move to the allowed device with room
+    that cuts the fewest bytes. Then, greedily: from the most over-full device, move the unit whose move to a device
     with room adds the fewest cut bytes (ties: the larger unit first), until it fits.
     """
     up = np.asarray(unit_place, dtype=np.int64).copy()
@@ -256,6 +257,21 @@ def repair_memory(prob: Problem, unit_place: np.ndarray) -> np.ndarray:
     for s, d, b in zip(prob.usrc.tolist(), prob.udst.tolist(), prob.ubytes.tolist()):
         nbrs[s].append((d, b))
         nbrs[d].append((s, b))
+    for u in np.flatnonzero(~np.isfinite(prob.time[np.arange(len(up)), up])):
+        room = [
+            t
+            for t in range(prob.num_devices)
+            if allowed[u, t] and use[t] + prob.mem[u] <= prob.capacity[t]
+        ]
+        if not room:
+            raise InfeasiblePlanError(
+                f"no device can run the group of node {prob.graph.name[np.flatnonzero(prob.unit_of == u)[0]]!r} "
+                "and hold it"
+            )
+        t = min(room, key=lambda t, u=u: sum(b * (up[v] != t) for v, b in nbrs[u]))
+        use[up[u]] -= prob.mem[u]
+        use[t] += prob.mem[u]
+        up[u] = t
     for _ in range(prob.num_units * prob.num_devices + 1):
         over = use - prob.capacity
         d = int(np.argmax(over))
@@ -266,7 +282,7 @@ def repair_memory(prob: Problem, unit_place: np.ndarray) -> np.ndarray:
             for t in range(prob.num_devices):
                 if t == d or not allowed[u, t] or use[t] + prob.mem[u] > prob.capacity[t]:
                     continue
-                delta = sum(b * ((up[v] == d) - (up[v] == t)) for v, b in nbrs[u])
+                delta = sum(b * (int(up[v] == d) - int(up[v] == t)) for v, b in nbrs[u])
                 cand = (delta, -prob.mem[u], int(u), t)
                 if best is None or cand < best:
                     best = cand
