@@ -44,6 +44,8 @@ class SimResult:
         objective: ``"makespan"`` or ``"max_load"``.
         events: the full schedule when requested, else ``None``.
         extra: objective-specific details (e.g. per-device load for max_load).
+        infeasible_reason: why the placement cannot run at all (e.g. a node put on a
+            device kind it has no kernel for), else ``None``; ``step_time`` is then inf.
     """
 
     step_time: float
@@ -55,10 +57,23 @@ class SimResult:
     objective: str = "makespan"
     events: tuple[ScheduleEvent, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    infeasible_reason: str | None = None
 
     @property
     def feasible(self) -> bool:
-        return not self.oom
+        return not self.oom and self.infeasible_reason is None
+
+    def to_chrome_trace(self, graph: CompGraph, cluster: Cluster, path: str) -> None:
+        """Write the recorded schedule as Chrome-trace / Perfetto JSON (see ``trace.py``)."""
+        from placement_env.oracles.trace import write_chrome_trace
+
+        write_chrome_trace(self, graph, cluster, path)
+
+    def gantt(self, graph: CompGraph, cluster: Cluster, path: str) -> None:
+        """Draw the recorded schedule as a Gantt chart PNG (see ``trace.py``)."""
+        from placement_env.oracles.trace import plot_gantt
+
+        plot_gantt(self, graph, cluster, path)
 
     def summary(self) -> dict[str, Any]:
         """JSON-friendly scalar summary."""

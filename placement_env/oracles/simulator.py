@@ -1,0 +1,442 @@
+"""Simulator: the cost-model oracle (discrete-event makespan and max-load objectives)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from graphs.cluster import Cluster
+from graphs.compgraph import KIND_NAMES, OPT, CompGraph
+from graphs.plan import Plan, check_placement
+from placement_env.oracles import _kernels
+from placement_env.oracles.base import ScheduleEvent, SimResult
+
+#: Schedule name -> kernel code.
+SCHEDULES: dict[str, int] = {"gpipe": 0, "1f1b": 1}
+#: Valid objectives.
+OBJECTIVES: tuple[str, ...] = ("makespan", "max_load")
+
+
+class Simulator:
+    """Cost-model oracle: scores a placement of ``graph`` on ``cluster`` in microseconds.
+
+    Implements :class:`placement_env.oracles.Oracle`. Everything that does not
+    depend on the placement is precomputed here; ``evaluate`` runs a compiled
+    (numba) kernel. ``docs/simulator.md`` states the same rules with examples.
+
+    ## Compute time
+    Node ``i`` on device ``d`` of kind ``k`` runs once per microbatch (fwd and bwd
+    nodes; ``s = M``) or once per step (opt nodes; ``s = 1``) and takes, per run:
+
+    * ``graph.times[k][i] * 1e-6 / s`` seconds when that value is present and finite;
+      ``+inf`` means the node cannot run on ``k``: the placement is infeasible
+      (``SimResult.infeasible_reason`` says which node, ``step_time = inf``);
+    * else ``max((flops/s) / (peak_flops*efficiency), (bytes_accessed/s) / mem_bw)
+      + launch_overhead``.
+
+    ## Objective ``"makespan"``: one training step of ``M`` microbatches
+    * Tasks: ``(fwd or bwd node, microbatch)`` and ``(opt node)``. A per-microbatch
+      task waits for the same microbatch of its per-microbatch predecessors; an opt
+      task waits for *all* microbatches of its predecessors; a task fed by an opt
+      node waits for that single run.
+    * One compute stream per device runs one task at a time, non-preemptively;
+      whenever it is idle it starts the ready task of highest priority:
+      ``gpipe``: all forwards (microbatch, then topological order) before backwards
+      (same order), then optimizer nodes; a backward task may start only when every
+      forward task on its device has finished (the GPipe flush).
+      ``1f1b``: backwards before forwards, earlier microbatch first, then
+      topological order, optimizer nodes last; the forward task of microbatch ``m``
+      on device ``d`` may start only if ``m < c_d + K_d`` where ``c_d`` counts the
+      leading microbatches whose every task on ``d`` has finished and the cap
+      ``K_d = min(M, 1 + the largest number of device changes on a forward-only
+      path that starts at a forward node on d)`` -- ``p - s`` for stage ``s`` of a
+      ``p``-stage pipeline, as in PipeDream-flush.
+      If these gates leave every device and link idle with work left (possible
+      only when backward or optimizer results feed forward work), they are lifted
+      for one dispatch round, so the simulation always ends.
+    * Transfers: when a producer run finishes on device ``a``, one transfer goes to
+      every other device ``b`` holding a consumer, however many consumers sit
+      there; its size is the largest edge bytes from the producer to a consumer on
+      ``b`` divided by the producer's ``s``. It follows ``cluster.route(a, b)``
+      store-and-forward: each hop waits for its directed link, which serves
+      transfers first-in first-out (ties at the same instant by producer run, then
+      destination) and is held for ``latency + bytes / bandwidth``; the next hop
+      starts when the previous one ends. Transfers overlap compute. If an edge to
+      ``b`` has a ``graph.edge_time`` (not NaN), the transfer instead takes the
+      largest such time ``* 1e-6 / s`` and uses no link (no contention, no link bytes).
+    * Time advances event by event; all events at the same instant are applied
+      before links and then devices are dispatched (a "round").
+    * ``step_time`` = finish time of the last task.
+
+    ## Memory (makespan)
+    Per device: ``param_bytes`` of its nodes (weights + gradients + optimizer state)
+    ``+ act_bytes(its nodes) / M * peak microbatches in flight`` (a microbatch is
+    in flight on ``d`` from the start of its first task there until all its tasks
+    there finished, as simulated) ``+`` the largest transient, the largest
+    ``out_bytes / s`` of a node there. ``oom`` when any device exceeds ``memory``.
+
+    ## Objective ``"max_load"`` (Tarnawski et al., NeurIPS 2020)
+    Steady-state time per sample of a pipeline; the graph as given is one sample
+    (``microbatches`` and ``schedule`` are not used). Load of device ``d`` =
+    compute of its nodes (``times[k][i]`` microseconds as written, else the
+    roofline for the whole batch) + transfer costs: for each node ``u`` with
+    consumers on other devices, each such device ``b`` is charged ``c(u, b)`` and
+    ``u``'s own device is charged ``max_b c(u, b)``, where ``c(u, b)`` is the largest
+    ``edge_time`` of an edge from ``u`` to ``b`` if any is set, else the
+    store-and-forward time ``sum(latency + bytes/bandwidth)`` of the largest edge
+    bytes over the route. Devices of kind ``"cpu"`` pay no transfer cost. With the
+    Fiddle format (one cost per source node) this is exactly the objective of
+    ``msr-fiddle/dnn-partitioning`` (``computeLoadForResultOrg``).
+    ``step_time`` = largest load in seconds, ``extra["load"]`` = the same in the
+    graph's own units (microseconds as written, no conversion), ``extra["loads"]``
+    per device; memory = ``param_bytes`` per device.
+
+    ## Lower bound
+    With ``t_i = min_d`` (per-run time of node ``i`` on device ``d``):
+    ``max(longest path of the graph weighted by t_i, sum_i runs_i * t_i / D)``
+    (critical path on the fastest devices without communication, and total work
+    at the fastest speed spread over all ``D`` devices). For max_load:
+    ``max(max_i t_i, sum_i t_i / D)`` with whole-batch times.
+
+    Args:
+        graph: the training graph.
+        cluster: the devices and links.
+        microbatches: ``M >= 1``.
+        schedule: ``"gpipe"`` or ``"1f1b"``.
+        objective: ``"makespan"`` or ``"max_load"``.
+
+    A :class:`graphs.Plan` passed to ``evaluate`` is checked against the graph
+    and cluster hashes; its own microbatches/schedule fields are not used (the
+    simulator's are). Colocation groups are not enforced here.
+    """
+
+    def __init__(
+        self,
+        graph: CompGraph,
+        cluster: Cluster,
+        *,
+        microbatches: int = 1,
+        schedule: str = "gpipe",
+        objective: str = "makespan",
+    ) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(
+                f"Simulator: unknown schedule {schedule!r}; valid: {sorted(SCHEDULES)}"
+            )
+        if objective not in OBJECTIVES:
+            raise ValueError(f"Simulator: unknown objective {objective!r}; valid: {OBJECTIVES}")
+        if int(microbatches) != microbatches or microbatches < 1:
+            raise ValueError(f"Simulator: microbatches must be an integer >= 1, got {microbatches!r}")
+        self.graph = graph
+        self.cluster = cluster
+        self.microbatches = int(microbatches)
+        self.schedule = schedule
+        self.objective = objective
+        self.calls = 0
+
+        g, c, M = graph, cluster, self.microbatches
+        n, D = g.num_nodes, c.num_devices
+        self._permb = np.ascontiguousarray(g.kind != OPT)
+        self._kind = np.ascontiguousarray(g.kind.astype(np.int8))
+        s = np.where(self._permb, float(M), 1.0)
+        self._s = s
+
+        # ---- compute time per run (seconds) and whole-batch (microseconds)
+        dur = np.empty((n, D))
+        comp_us = np.empty((n, D))
+        for d, dev in enumerate(c.devices):
+            roof = (
+                np.maximum(
+                    (g.flops / s) / (dev.peak_flops * dev.efficiency),
+                    (g.bytes_accessed / s) / dev.mem_bw,
+                )
+                + dev.launch_overhead
+            )
+            roof_full = (
+                np.maximum(g.flops / (dev.peak_flops * dev.efficiency), g.bytes_accessed / dev.mem_bw)
+                + dev.launch_overhead
+            )
+            t = g.times.get(dev.kind)
+            if t is None:
+                dur[:, d] = roof
+                comp_us[:, d] = roof_full * 1e6
+            else:
+                has = ~np.isnan(t)
+                dur[:, d] = np.where(has, t * 1e-6 / s, roof)
+                comp_us[:, d] = np.where(has, t, roof_full * 1e6)
+        self._dur = dur
+        self._comp_us = comp_us
+
+        # ---- distinct successors (parallel edges merged: largest bytes / time)
+        src, dst = g.src, g.dst
+        et = g.edge_time if g.edge_time is not None else np.full(g.num_edges, np.nan)
+        order = np.lexsort((dst, src))
+        src_o, dst_o = src[order], dst[order]
+        first = np.ones(len(order), bool)
+        if len(order):
+            first[1:] = (src_o[1:] != src_o[:-1]) | (dst_o[1:] != dst_o[:-1])
+        uid = np.cumsum(first) - 1
+        nu = int(first.sum())
+        sb_raw = np.zeros(nu)
+        np.maximum.at(sb_raw, uid, g.edge_bytes[order])
+        se_raw = np.full(nu, -np.inf)
+        eto = et[order]
+        has_t = ~np.isnan(eto)
+        np.maximum.at(se_raw, uid[has_t], eto[has_t])
+        se_raw[np.isneginf(se_raw)] = np.nan
+        usrc, udst = src_o[first], dst_o[first]
+        self._sptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(usrc, minlength=n), out=self._sptr[1:])
+        self._sidx = np.ascontiguousarray(udst, dtype=np.int64)
+        self._sbytes_raw = sb_raw
+        self._sexpl_us = se_raw
+        self._sbytes = sb_raw / s[usrc]
+        self._stime = se_raw * 1e-6 / s[usrc]
+        # notifications per run: M from a per-microbatch producer into an opt consumer
+        w = np.where(self._permb[usrc] & ~self._permb[udst], M, 1)
+        self._pend0 = np.bincount(udst, weights=w, minlength=n).astype(np.int64)
+        self._topo = np.ascontiguousarray(g.topo_order, dtype=np.int64)
+        self._topo_pos = np.empty(n, np.int64)
+        self._topo_pos[self._topo] = np.arange(n)
+
+        # ---- routes
+        rptr = np.zeros(D * D + 1, np.int64)
+        rl: list[int] = []
+        for a in range(D):
+            for b in range(D):
+                rl.extend(c.route(a, b))
+                rptr[a * D + b + 1] = len(rl)
+        self._rptr, self._rlink = rptr, np.asarray(rl, dtype=np.int64)
+        self._lat = np.array([ln.latency for ln in c.links], dtype=np.float64)
+        self._bw = np.array([ln.bandwidth for ln in c.links], dtype=np.float64)
+        self._nocomm = np.array([dev.kind == "cpu" for dev in c.devices])
+        self._capacity = c.memory
+
+        # ---- memory terms per node
+        self._transient = g.out_bytes / s
+        self._lower_bound = self._compute_lower_bound()
+
+    # ------------------------------------------------------------------ API
+    def node_times(self) -> np.ndarray:
+        """``float64[n, D]`` seconds of one run of each node on each device (+inf: cannot run)."""
+        return self._dur.copy()
+
+    def lower_bound(self) -> float:
+        """A step time no placement can beat (see the class docstring), seconds."""
+        return self._lower_bound
+
+    def static_memory(self, placement: Any) -> np.ndarray:
+        """``float64[D]`` bytes per device the schedule allows at most, before simulating.
+
+        ``makespan``: param bytes + activation bytes x (in-flight cap / M) + the
+        largest transient, with the cap ``M`` for gpipe and ``K_d`` for 1f1b;
+        ``max_load``: param bytes. Equals ``peak_memory`` when the cap is reached.
+        """
+        p = self._check(placement)
+        D = self.cluster.num_devices
+        params = np.bincount(p, weights=self.graph.param_bytes, minlength=D)
+        if self.objective == "max_load":
+            return params
+        act = np.bincount(p, weights=self.graph.act_bytes, minlength=D)
+        M = self.microbatches
+        if self.schedule == "gpipe":
+            inflight = np.full(D, float(M))
+        else:
+            inflight = _kernels.inflight_cap(
+                p, M, D, self._kind, self._topo, self._sptr, self._sidx
+            ).astype(float)
+        return params + act / M * inflight + self._max_transient(p)
+
+    def evaluate(self, placement_or_plan: np.ndarray | Plan, *, record: bool = False) -> SimResult:
+        """Score a placement (device index per node) or a :class:`Plan` for this graph."""
+        p = self._check(placement_or_plan)
+        self.calls += 1
+        bad = np.isinf(self._dur[np.arange(len(p)), p])
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            dev = self.cluster.devices[p[i]]
+            return self._infeasible(
+                p,
+                f"node {self.graph.name[i]!r} cannot run on device {p[i]} ({dev.name}, kind "
+                f"{dev.kind!r}): times[{dev.kind!r}] is inf",
+            )
+        if self.objective == "max_load":
+            return self._max_load(p)
+        return self._makespan(p, record)
+
+    # ------------------------------------------------------------ internals
+    def _check(self, placement_or_plan: Any) -> np.ndarray:
+        if isinstance(placement_or_plan, Plan):
+            placement_or_plan.check(self.graph, self.cluster)
+            return np.ascontiguousarray(placement_or_plan.placement, dtype=np.int64)
+        return np.ascontiguousarray(
+            check_placement(placement_or_plan, self.graph, self.cluster), dtype=np.int64
+        )
+
+    def _max_transient(self, p: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.cluster.num_devices)
+        np.maximum.at(out, p, self._transient)
+        return out
+
+    def _compute_lower_bound(self) -> float:
+        g, D = self.graph, self.cluster.num_devices
+        if self.objective == "max_load":
+            t = self._comp_us.min(axis=1) * 1e-6
+            if not len(t):
+                return 0.0
+            return float(max(t.max(), t.sum() / D))
+        t = self._dur.min(axis=1)
+        if not len(t):
+            return 0.0
+        runs = np.where(self._permb, self.microbatches, 1)
+        work = float((runs * t).sum()) / D
+        finish = np.zeros(g.num_nodes)
+        sptr, sidx = self._sptr, self._sidx
+        for i in self._topo:
+            finish[i] += t[i]
+            succ = sidx[sptr[i] : sptr[i + 1]]
+            if len(succ):
+                finish[succ] = np.maximum(finish[succ], finish[i])
+        return float(max(finish.max(), work))
+
+    def _infeasible(self, p: np.ndarray, reason: str) -> SimResult:
+        D, L = self.cluster.num_devices, len(self.cluster.links)
+        return SimResult(
+            step_time=float("inf"),
+            lower_bound=self._lower_bound,
+            oom=False,
+            device_busy=np.zeros(D),
+            peak_memory=self.static_memory(p) if self.objective == "makespan" else np.zeros(D),
+            link_bytes=np.zeros(L),
+            objective=self.objective,
+            extra={},
+            infeasible_reason=reason,
+        )
+
+    def _makespan(self, p: np.ndarray, record: bool) -> SimResult:
+        M = self.microbatches
+        (makespan, busy, peak, link_bytes, tstart, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev) = (
+            _kernels.simulate_makespan(
+                p,
+                M,
+                SCHEDULES[self.schedule],
+                self._kind,
+                self._permb,
+                self._topo,
+                self._topo_pos,
+                self._dur,
+                self._sptr,
+                self._sidx,
+                self._sbytes,
+                self._stime,
+                self._pend0,
+                self._rptr,
+                self._rlink,
+                self._lat,
+                self._bw,
+                record,
+            )
+        )
+        if makespan < 0:  # cannot happen for a DAG; guards the kernel
+            raise RuntimeError("Simulator: the schedule deadlocked (no ready task left)")
+        D = self.cluster.num_devices
+        params = np.bincount(p, weights=self.graph.param_bytes, minlength=D)
+        act = np.bincount(p, weights=self.graph.act_bytes, minlength=D)
+        mem = params + act / M * peak + self._max_transient(p)
+        events = None
+        if record:
+            events = self._events(p, tstart, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev)
+        return SimResult(
+            step_time=float(makespan),
+            lower_bound=self._lower_bound,
+            oom=bool((mem > self._capacity).any()),
+            device_busy=busy,
+            peak_memory=mem,
+            link_bytes=link_bytes,
+            objective="makespan",
+            events=events,
+            extra={
+                "microbatches_in_flight": peak,
+                "param_bytes": params,
+                "schedule": self.schedule,
+                "microbatches": M,
+            },
+        )
+
+    def _events(
+        self,
+        p: np.ndarray,
+        tstart: np.ndarray,
+        rec_x: np.ndarray,
+        rec_l: np.ndarray,
+        rec_s: np.ndarray,
+        rec_e: np.ndarray,
+        x_inst: np.ndarray,
+        x_dev: np.ndarray,
+    ) -> tuple[ScheduleEvent, ...]:
+        g, M = self.graph, self.microbatches
+        runs = np.where(self._permb, M, 1)
+        base = np.concatenate([[0], np.cumsum(runs)])
+        inst_node = np.repeat(np.arange(g.num_nodes), runs)
+        out: list[ScheduleEvent] = []
+        for t, i in enumerate(inst_node):
+            m = int(t - base[i]) if self._permb[i] else -1
+            d = int(p[i])
+            s = float(tstart[t])
+            out.append(
+                ScheduleEvent(
+                    "device", d, int(i), m, s, s + float(self._dur[i, d]),
+                    f"{KIND_NAMES[g.kind[i]]} {g.name[i]}",
+                )
+            )  # fmt: skip
+        names = [dv.name for dv in self.cluster.devices]
+        for x, lk, s, e in zip(rec_x, rec_l, rec_s, rec_e):
+            t = int(x_inst[x])
+            i = int(inst_node[t])
+            m = int(t - base[i]) if self._permb[i] else -1
+            out.append(
+                ScheduleEvent(
+                    "link", int(lk), i, m, float(s), float(e),
+                    f"{g.name[i]} -> {names[int(x_dev[x])]}",
+                )
+            )  # fmt: skip
+        out.sort(key=lambda ev: (ev.start, ev.resource, ev.index))
+        return tuple(out)
+
+    def _max_load(self, p: np.ndarray) -> SimResult:
+        compute, comm, link_bytes = _kernels.max_load_kernel(
+            p,
+            self._comp_us,
+            self._sptr,
+            self._sidx,
+            self._sexpl_us,
+            self._sbytes_raw,
+            self._rptr,
+            self._rlink,
+            self._lat,
+            self._bw,
+            self._nocomm,
+        )
+        loads = compute + comm
+        load = float(loads.max()) if len(loads) else 0.0
+        mem = np.bincount(p, weights=self.graph.param_bytes, minlength=self.cluster.num_devices)
+        return SimResult(
+            step_time=load * 1e-6,
+            lower_bound=self._lower_bound,
+            oom=bool((mem > self._capacity).any()),
+            device_busy=compute * 1e-6,
+            peak_memory=mem,
+            link_bytes=link_bytes,
+            objective="max_load",
+            extra={"load": load, "loads": loads, "compute": compute, "comm": comm},
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Simulator(graph={self.graph.meta.get('name', '?')!r}, cluster={self.cluster.name!r}, "
+            f"microbatches={self.microbatches}, schedule={self.schedule!r}, objective={self.objective!r})"
+        )
+
+
+__all__ = ["OBJECTIVES", "SCHEDULES", "Simulator"]
