@@ -1,0 +1,154 @@
+"""`anneal`: simulated annealing / MCMC search over placements, FlexFlow style.
+
+After FlexFlow's execution-optimizer search (Jia, Zaharia & Aiken, "Beyond
+Data and Model Parallelism for Deep Neural Networks", SysML 2019), which runs
+Metropolis-Hastings over strategies scored by a simulator, and classic
+simulated annealing (Kirkpatrick et al., Science 1983). It minimises the
+**oracle's step time** directly. A move reassigns one colocation unit to
+another device that can run it and has room under the static-memory model
+(or, when no such move is found, swaps two units). A move is accepted with
+probability ``min(1, exp(-(new - cur) / T))``; plans the oracle reports as
+out of memory are rejected. ``T`` decays geometrically from ``t0 * cur`` to
+``t_end * t0 * cur``. The search starts from the pipeline DP's plan (a random
+memory-feasible one if that fails) and spends **exactly** ``budget``
+evaluations (default 1000) including the first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from agents.baselines.common import (
+    InfeasiblePlanError,
+    Problem,
+    device_chain,
+    evaluate_units,
+    finish,
+    make_problem,
+    oracle_calls_start,
+    result_ok,
+)
+from agents.baselines.simple import random_feasible
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+from graphs.plan import Plan
+from placement_env.oracles.base import Oracle
+
+
+def initial_placement(prob: Problem, rng: np.random.Generator) -> np.ndarray:
+    """The pipeline DP's placement, else a random memory-feasible one."""
+    from agents.baselines.pipedream import dp_stages
+
+    chain = device_chain(prob.cluster)
+    try:
+        _, stage_pos = dp_stages(prob, chain)
+        up = np.empty(prob.num_units, dtype=np.int64)
+        up[prob.order] = np.asarray(chain)[stage_pos]
+        return up
+    except InfeasiblePlanError:
+        pass
+    for _ in range(100):
+        up = random_feasible(prob, rng)
+        if up is not None:
+            return up
+    raise InfeasiblePlanError(
+        f"anneal: found no memory-feasible starting placement for {prob.graph.meta.get('name', '?')!r}"
+    )
+
+
+def propose(
+    prob: Problem, up: np.ndarray, use: np.ndarray, rng: np.random.Generator
+) -> np.ndarray | None:
+    """A neighbour of ``up`` that fits the memory model: move one unit, else swap two."""
+    U, D = prob.num_units, prob.num_devices
+    allowed = prob.allowed
+    if D < 2 or U == 0:
+        return None
+    for _ in range(32):
+        u = int(rng.integers(U))
+        d = int(up[u])
+        ok = np.flatnonzero(allowed[u] & (use + prob.mem[u] <= prob.capacity))
+        ok = ok[ok != d]
+        if len(ok):
+            new = up.copy()
+            new[u] = int(rng.choice(ok))
+            return new
+    for _ in range(32):
+        u, v = (int(x) for x in rng.integers(U, size=2))
+        a, b = int(up[u]), int(up[v])
+        if a == b or not (allowed[u, b] and allowed[v, a]):
+            continue
+        if (
+            use[a] - prob.mem[u] + prob.mem[v] <= prob.capacity[a]
+            and use[b] - prob.mem[v] + prob.mem[u] <= prob.capacity[b]
+        ):
+            new = up.copy()
+            new[u], new[v] = b, a
+            return new
+    return None
+
+
+def anneal(
+    graph: CompGraph,
+    cluster: Cluster,
+    oracle: Oracle,
+    budget: int | None = None,
+    *,
+    seed: int = 0,
+    t0: float = 0.05,
+    t_end: float = 1e-3,
+) -> Plan:
+    """Metropolis search on the oracle's step time; exactly ``budget`` evaluations (default 1000)."""
+    start = oracle_calls_start(oracle)
+    n_eval = 1000 if budget is None else int(budget)
+    if n_eval < 1:
+        raise ValueError(f"anneal: budget must be >= 1 evaluation, got {n_eval}")
+    if not (t0 > 0 and 0 < t_end <= 1):
+        raise ValueError(f"anneal: need t0 > 0 and 0 < t_end <= 1, got t0={t0}, t_end={t_end}")
+    prob = make_problem(graph, cluster, oracle)
+    rng = np.random.default_rng(seed)
+    cur = initial_placement(prob, rng)
+    res = evaluate_units(prob, cur)
+    spent, accepted, stuck = 1, 0, 0
+    cur_cost = float(res.step_time) if result_ok(res) else math.inf
+    best = (cur_cost, cur, res) if result_ok(res) else None
+    first = cur_cost
+    use = prob.memory_use(cur)
+    temp0 = t0 * (cur_cost if np.isfinite(cur_cost) else 1.0)
+    decay = t_end ** (1.0 / max(n_eval - 1, 1))
+    temp = temp0
+    while spent < n_eval:
+        new = propose(prob, cur, use, rng)
+        if new is None:
+            stuck += 1
+            if stuck > 10 * n_eval:
+                break
+            continue
+        r = evaluate_units(prob, new)
+        spent += 1
+        temp *= decay
+        if not result_ok(r):
+            continue
+        cost = float(r.step_time)
+        if cost <= cur_cost or rng.random() < math.exp(-(cost - cur_cost) / max(temp, 1e-300)):
+            cur, cur_cost, accepted = new, cost, accepted + 1
+            use = prob.memory_use(cur)
+            if best is None or cost < best[0]:
+                best = (cost, new, r)
+    if best is None:
+        raise InfeasiblePlanError(
+            f"anneal: none of {spent} evaluated placements of {graph.meta.get('name', '?')!r} fits in memory"
+        )
+    return finish(
+        prob,
+        best[1],
+        "anneal",
+        start,
+        result=best[2],
+        initial_step_time=first,
+        accepted=accepted,
+        acceptance_rate=accepted / max(spent - 1, 1),
+        seed=seed,
+    )
