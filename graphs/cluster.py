@@ -38,6 +38,9 @@ class Device:
     launch_overhead: float = 0.0
 
     def __post_init__(self) -> None:
+        # store figures as floats so that equal clusters hash equal whether built from ints or floats
+        for f in ("peak_flops", "mem_bw", "memory", "efficiency", "launch_overhead"):
+            object.__setattr__(self, f, float(getattr(self, f)))
         for f in ("peak_flops", "mem_bw"):
             v = getattr(self, f)
             if not (np.isfinite(v) and v > 0):
@@ -74,6 +77,10 @@ class Link:
     name: str = ""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "bandwidth", float(self.bandwidth))
+        object.__setattr__(self, "latency", float(self.latency))
+        object.__setattr__(self, "src", int(self.src))
+        object.__setattr__(self, "dst", int(self.dst))
         if not (np.isfinite(self.bandwidth) and self.bandwidth > 0):
             raise ValueError(
                 f"Link {self.src}->{self.dst}: bandwidth must be finite and > 0, got {self.bandwidth!r}"

@@ -278,3 +278,10 @@ def test_random_switched_cluster_routes_are_valid_paths(n_dev, n_sw, seed):
             nbytes = 1e7
             expect = sum(h.latency for h in hops) + nbytes / min(h.bandwidth for h in hops)
             assert c.transfer_time(a, b, nbytes) == pytest.approx(expect)
+
+
+def test_hash_ignores_int_vs_float_figures():
+    a = Cluster("a", (Device("g", "gpu", 10**12, 10**11, 2**30),), ())
+    b = Cluster("b", (Device("g", "gpu", 1e12, 1e11, float(2**30)),), ())
+    assert a.content_hash() == b.content_hash()
+    assert isinstance(a.devices[0].memory, float)
