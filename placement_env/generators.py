@@ -1,0 +1,288 @@
+"""Instance generators: the problems (graph + cluster) an environment samples at each reset."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+from placement_env.encoding import instance_bounds
+from placement_env.types import Bounds, Instance
+
+#: The default experiment: GPT-2 XL coarsened to <= 256 groups on a DGX-1 (8 x V100).
+DEFAULT_MODEL = "gpt2-xl"
+DEFAULT_MAX_GROUPS = 256
+DEFAULT_CLUSTER = "dgx1_v100_8"
+
+ClusterLike = Cluster | str
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """Yields instances; ``bounds()`` is the padding every instance fits in."""
+
+    def sample(self, rng: np.random.Generator) -> Instance: ...
+
+    def bounds(self) -> Bounds: ...
+
+
+def _cluster(c: ClusterLike) -> Cluster:
+    if isinstance(c, Cluster):
+        return c
+    from graphs import clusters
+
+    return clusters.load(c)
+
+
+def _max_bounds(bs: Sequence[Bounds]) -> Bounds:
+    if not bs:
+        raise ValueError("no instances to take bounds from")
+    return Bounds(*(max(b[i] for b in bs) for i in range(3)))
+
+
+class InstanceList:
+    """A fixed list of instances (one = a fixed problem), sampled uniformly.
+
+    Args:
+        instances: the problems; ``(graph, cluster)`` pairs or :class:`Instance`.
+    """
+
+    def __init__(self, instances: Sequence[Instance | tuple[CompGraph, Cluster]]) -> None:
+        if not instances:
+            raise ValueError("InstanceList needs at least one instance")
+        self.instances = [i if isinstance(i, Instance) else Instance(*i) for i in instances]
+        self._bounds: Bounds | None = None
+
+    def sample(self, rng: np.random.Generator) -> Instance:
+        if len(self.instances) == 1:
+            return self.instances[0]
+        return self.instances[int(rng.integers(len(self.instances)))]
+
+    def bounds(self) -> Bounds:
+        if self._bounds is None:
+            self._bounds = _max_bounds(
+                [instance_bounds(i.graph, i.cluster) for i in self.instances]
+            )
+        return self._bounds
+
+    def __repr__(self) -> str:
+        return f"InstanceList({len(self.instances)} instances)"
+
+
+def fixed(graph: CompGraph, cluster: ClusterLike) -> InstanceList:
+    """One fixed graph on one cluster."""
+    c = _cluster(cluster)
+    return InstanceList([Instance(graph, c, str(graph.meta.get("name", "")))])
+
+
+class _LazyProduct:
+    """Every (graph source, cluster) pair, graphs loaded on first use and kept."""
+
+    def __init__(self, sources: Sequence[Any], clusters: Sequence[ClusterLike], what: str) -> None:
+        if not sources:
+            raise ValueError(f"{type(self).__name__} needs at least one {what}")
+        if not clusters:
+            raise ValueError(f"{type(self).__name__} needs at least one cluster")
+        self.sources = list(sources)
+        self.cluster_specs = list(clusters)
+        self._graphs: dict[int, CompGraph] = {}
+        self._clusters: dict[int, Cluster] = {}
+        self._bounds: Bounds | None = None
+
+    def _load(self, source: Any) -> CompGraph:
+        raise NotImplementedError
+
+    def _graph(self, i: int) -> CompGraph:
+        if i not in self._graphs:
+            self._graphs[i] = self._load(self.sources[i])
+        return self._graphs[i]
+
+    def _get_cluster(self, j: int) -> Cluster:
+        if j not in self._clusters:
+            self._clusters[j] = _cluster(self.cluster_specs[j])
+        return self._clusters[j]
+
+    def instance(self, i: int, j: int) -> Instance:
+        g = self._graph(i)
+        return Instance(g, self._get_cluster(j), str(g.meta.get("name", self.sources[i])))
+
+    def sample(self, rng: np.random.Generator) -> Instance:
+        i = int(rng.integers(len(self.sources))) if len(self.sources) > 1 else 0
+        j = int(rng.integers(len(self.cluster_specs))) if len(self.cluster_specs) > 1 else 0
+        return self.instance(i, j)
+
+    def bounds(self) -> Bounds:
+        if self._bounds is None:
+            self._bounds = _max_bounds(
+                [
+                    instance_bounds(self._graph(i), self._get_cluster(j))
+                    for i in range(len(self.sources))
+                    for j in range(len(self.cluster_specs))
+                ]
+            )
+        return self._bounds
+
+
+class ZooGenerator(_LazyProduct):
+    """Model-zoo graphs (``graphs.zoo.build``, disk-cached) on one or more clusters.
+
+    Args:
+        models: zoo names, e.g. ``("gpt2-xl",)``.
+        clusters: cluster presets or objects; an instance pairs a model with a cluster.
+        max_groups: coarsen each graph to at most this many colocation groups.
+        config: extra keyword arguments for ``graphs.zoo.build``.
+    """
+
+    def __init__(
+        self,
+        models: Sequence[str] = (DEFAULT_MODEL,),
+        clusters: Sequence[ClusterLike] = (DEFAULT_CLUSTER,),
+        *,
+        max_groups: int | None = DEFAULT_MAX_GROUPS,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(models, clusters, "model")
+        self.max_groups = max_groups
+        self.config = dict(config or {})
+
+    def _load(self, source: Any) -> CompGraph:
+        from graphs import zoo
+
+        return zoo.build(str(source), max_groups=self.max_groups, **self.config)
+
+    def __repr__(self) -> str:
+        return f"ZooGenerator({self.sources}, {self.cluster_specs}, max_groups={self.max_groups})"
+
+
+class FileGenerator(_LazyProduct):
+    """Graphs from JSON files (``graphs.io.load``) on one or more clusters."""
+
+    def __init__(
+        self, paths: Sequence[str | Path], clusters: Sequence[ClusterLike] = (DEFAULT_CLUSTER,)
+    ) -> None:
+        super().__init__([str(p) for p in paths], clusters, "path")
+
+    def _load(self, source: Any) -> CompGraph:
+        from graphs import io
+
+        return io.load(source)
+
+    def __repr__(self) -> str:
+        return f"FileGenerator({len(self.sources)} files, {self.cluster_specs})"
+
+
+class SyntheticGenerator:
+    """Fresh synthetic training graphs at every reset, on one of several clusters.
+
+    Args:
+        clusters: cluster presets or objects, one drawn uniformly per instance.
+        max_nodes, max_edges: padding bounds; a sampled graph that does not fit
+            is an error (raise them or shrink the sampler's sizes).
+        sampler: ``(rng, **kwargs) -> CompGraph``; default ``graphs.synthetic.sample``.
+        kwargs: passed to the sampler.
+    """
+
+    def __init__(
+        self,
+        clusters: Sequence[ClusterLike] = ("cpu_4",),
+        *,
+        max_nodes: int,
+        max_edges: int,
+        sampler: Callable[..., CompGraph] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not clusters:
+            raise ValueError("SyntheticGenerator needs at least one cluster")
+        self.cluster_specs = list(clusters)
+        self._clusters: list[Cluster] | None = None
+        self.max_nodes, self.max_edges = int(max_nodes), int(max_edges)
+        self.sampler = sampler
+        self.kwargs = kwargs
+
+    def _all_clusters(self) -> list[Cluster]:
+        if self._clusters is None:
+            self._clusters = [_cluster(c) for c in self.cluster_specs]
+        return self._clusters
+
+    def sample(self, rng: np.random.Generator) -> Instance:
+        sampler = self.sampler
+        if sampler is None:
+            from graphs import synthetic
+
+            sampler = synthetic.sample
+        g = sampler(rng, **self.kwargs)
+        cs = self._all_clusters()
+        c = cs[int(rng.integers(len(cs)))] if len(cs) > 1 else cs[0]
+        return Instance(g, c, str(g.meta.get("name", "synthetic")))
+
+    def bounds(self) -> Bounds:
+        return Bounds(
+            self.max_nodes, self.max_edges, max(c.num_devices for c in self._all_clusters())
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"SyntheticGenerator({self.cluster_specs}, max_nodes={self.max_nodes}, {self.kwargs})"
+        )
+
+
+class Mixture:
+    """Draw a child generator (by weight), then an instance from it."""
+
+    def __init__(
+        self, generators: Sequence[Generator], weights: Sequence[float] | None = None
+    ) -> None:
+        if not generators:
+            raise ValueError("Mixture needs at least one generator")
+        w = np.ones(len(generators)) if weights is None else np.asarray(weights, dtype=np.float64)
+        if w.shape != (len(generators),) or not np.all(np.isfinite(w)) or (w < 0).any():
+            raise ValueError(
+                f"Mixture weights must be {len(generators)} finite non-negative numbers, got {weights}"
+            )
+        if w.sum() <= 0:
+            raise ValueError("Mixture weights must not all be zero")
+        self.generators = list(generators)
+        self.p = w / w.sum()
+
+    def sample(self, rng: np.random.Generator) -> Instance:
+        k = int(rng.choice(len(self.generators), p=self.p)) if len(self.generators) > 1 else 0
+        return self.generators[k].sample(rng)
+
+    def bounds(self) -> Bounds:
+        return _max_bounds([g.bounds() for g in self.generators])
+
+    def __repr__(self) -> str:
+        return f"Mixture({self.generators}, p={self.p.round(3).tolist()})"
+
+
+def default_generator() -> ZooGenerator:
+    """The default experiment's problem: ``gpt2-xl`` (<= 256 groups) on ``dgx1_v100_8``."""
+    return ZooGenerator((DEFAULT_MODEL,), (DEFAULT_CLUSTER,), max_groups=DEFAULT_MAX_GROUPS)
+
+
+#: Generator kinds by name, for configuration files (see :func:`make_generator`).
+GENERATORS: dict[str, Callable[..., Generator]] = {
+    "zoo": ZooGenerator,
+    "files": FileGenerator,
+    "synthetic": SyntheticGenerator,
+}
+
+
+def make_generator(spec: Mapping[str, Any]) -> Generator:
+    """Build a generator from a plain mapping, e.g. ``{"kind": "zoo", "models": ["gpt2"]}``.
+
+    ``{"kind": "mixture", "generators": [spec, ...], "weights": [...]}`` nests.
+    """
+    spec = dict(spec)
+    kind = spec.pop("kind", None)
+    if kind == "mixture":
+        return Mixture([make_generator(s) for s in spec["generators"]], spec.get("weights"))
+    if kind not in GENERATORS:
+        raise ValueError(
+            f"unknown generator kind {kind!r}; valid: {sorted([*GENERATORS, 'mixture'])}"
+        )
+    return GENERATORS[kind](**spec)
