@@ -97,7 +97,7 @@ def anneal(
     budget: int | None = None,
     *,
     seed: int = 0,
-    t0: float = 0.05,
+    t0: float = 0.01,
     t_end: float = 1e-3,
 ) -> Plan:
     """Metropolis search on the oracle's step time; exactly ``budget`` evaluations (default 1000)."""

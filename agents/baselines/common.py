@@ -19,6 +19,14 @@ class InfeasiblePlanError(ValueError):
     """No plan that respects every device's memory (and colocation) was found."""
 
 
+def fmt_bytes(x: float) -> str:
+    """``1536 -> '1.50 KiB'``: a byte count for error messages."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(x) >= size:
+            return f"{x / size:.2f} {unit}"
+    return f"{x:g} B"
+
+
 @dataclass(frozen=True, eq=False)
 class Problem:
     """A placement problem seen at the level of colocation units (the graph's groups).
@@ -27,8 +35,8 @@ class Problem:
     ``oracle.node_times()`` when the oracle has it (else the roofline rule of the
     simulator, batch quantities divided by ``M``), and transfers move
     ``edge_bytes / M``. Memory is *static memory* = persistent state + the
-    activations kept for backward (``param_bytes + act_fraction * act_bytes``),
-    additive over units; capacities are device memory less a transient reserve
+    activations kept for backward (``param_bytes + act_fraction * act_bytes``,
+    see :func:`default_act_fraction`), additive over units; capacities are device memory less a transient reserve
     (the largest per-microbatch node output), so a plan that fits here fits in
     the simulator unless its schedule keeps more than ``act_fraction`` of the
     batch's activations alive.
@@ -145,14 +153,33 @@ def roofline_times(graph: CompGraph, cluster: Cluster, microbatches: int = 1) ->
     return out
 
 
+def default_act_fraction(oracle: Oracle, num_devices: int) -> float:
+    """Share of a batch's activations a device may hold at once under the oracle's schedule.
+
+    ``max_load`` counts persistent state only (0); GPipe keeps all ``M``
+    microbatches (1); 1F1B keeps at most ``min(M, D)`` of them in flight.
+    """
+    if getattr(oracle, "objective", "makespan") == "max_load":
+        return 0.0
+    M = max(int(getattr(oracle, "microbatches", 1) or 1), 1)
+    if getattr(oracle, "schedule", "gpipe") == "1f1b":
+        return min(M, num_devices) / M
+    return 1.0
+
+
 def make_problem(
-    graph: CompGraph, cluster: Cluster, oracle: Oracle, *, act_fraction: float = 1.0
+    graph: CompGraph, cluster: Cluster, oracle: Oracle, *, act_fraction: float | None = None
 ) -> Problem:
-    """Collect the unit-level view of ``graph`` on ``cluster`` that the baselines plan with."""
+    """Collect the unit-level view of ``graph`` on ``cluster`` that the baselines plan with.
+
+    ``act_fraction`` defaults to :func:`default_act_fraction` of the oracle.
+    """
     if oracle.graph is not graph and oracle.graph.content_hash() != graph.content_hash():
         raise ValueError("baseline: the oracle was built for another graph than the one given")
     if oracle.cluster is not cluster and oracle.cluster.content_hash() != cluster.content_hash():
         raise ValueError("baseline: the oracle was built for another cluster than the one given")
+    if act_fraction is None:
+        act_fraction = default_act_fraction(oracle, cluster.num_devices)
     if not (0.0 <= act_fraction <= 1.0):
         raise ValueError(f"baseline: act_fraction must be in [0, 1], got {act_fraction}")
     M = max(int(getattr(oracle, "microbatches", 1) or 1), 1)
@@ -289,7 +316,7 @@ def repair_memory(prob: Problem, unit_place: np.ndarray) -> np.ndarray:
         if best is None:
             raise InfeasiblePlanError(
                 f"cannot fit the units of device {prob.cluster.devices[d].name!r} "
-                f"({use[d] / 2**30:.2f} GiB static memory > {prob.capacity[d] / 2**30:.2f} GiB usable) "
+                f"({fmt_bytes(use[d])} static memory > {fmt_bytes(prob.capacity[d])} usable) "
                 "on any device with room"
             )
         _, _, u, t = best

@@ -18,6 +18,7 @@ from agents.baselines.common import (
     Problem,
     evaluate_units,
     finish,
+    fmt_bytes,
     make_problem,
     oracle_calls_start,
     result_ok,
@@ -48,7 +49,9 @@ def single(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | Non
             reasons.append(f"{name}: some node cannot run there")
             continue
         if state > cluster.devices[d].memory:
-            reasons.append(f"{name}: persistent state {state / 2**30:.2f} GiB > memory")
+            reasons.append(
+                f"{name}: persistent state {fmt_bytes(state)} > memory {fmt_bytes(cluster.devices[d].memory)}"
+            )
             continue
         if tries <= 0:
             reasons.append(f"{name}: evaluation budget spent")
@@ -58,7 +61,11 @@ def single(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | Non
         res = evaluate_units(prob, up)
         if result_ok(res):
             return finish(prob, up, "single", start, result=res, device=int(d))
-        reasons.append(f"{name}: out of memory (peak {float(res.peak_memory[d]) / 2**30:.2f} GiB)")
+        reasons.append(
+            f"{name}: out of memory (peak {fmt_bytes(float(res.peak_memory[d]))})"
+            if res.oom
+            else f"{name}: infeasible ({getattr(res, 'infeasible_reason', '') or 'infinite step time'})"
+        )
     raise InfeasiblePlanError(
         f"single: graph {graph.meta.get('name', '?')!r} fits on no single device of "
         f"{cluster.name!r}: {'; '.join(reasons)}"
