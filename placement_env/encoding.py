@@ -198,6 +198,7 @@ class InstanceEncoding:
     lower_bound: float  # seconds (> 0)
     unit_time: np.ndarray  # (U, D) float64 seconds of each unit on each device (inf = cannot)
     unit_mem: np.ndarray  # (U,) float64 persistent bytes of each unit
+    runnable: np.ndarray  # (U, D) bool every node of the unit can run on the device
     capacity: np.ndarray  # (D,) float64 device memory bytes (inf allowed)
     inv_bw: np.ndarray  # (D, D) float64 1 / route bandwidth, 0 on the diagonal
     latency: np.ndarray  # (D, D) float64 route latency seconds
@@ -423,6 +424,7 @@ def prepare(
         lower_bound=lb,
         unit_time=unit_time,
         unit_mem=ub.param_bytes.copy(),
+        runnable=np.isfinite(unit_time),
         capacity=cap,
         inv_bw=inv_bw,
         latency=np.where(off, lat, 0.0),

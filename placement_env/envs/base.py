@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from graphs.cluster import Cluster
-from graphs.compgraph import CompGraph
+from graphs.compgraph import OPT, CompGraph
 from graphs.plan import Plan
 from placement_env.encoding import InstanceEncoding, observation_space, prepare, unit_graph
 from placement_env.generators import Generator, default_generator
@@ -165,7 +165,11 @@ class PlacementEnv(gym.Env[dict, Any]):
         units = unit_graph(inst.graph)
         node_times = None
         if hasattr(oracle, "node_times"):
+            # the simulator gives seconds per run: fwd/bwd run once per microbatch
             node_times = np.asarray(oracle.node_times(), dtype=np.float64)
+            if getattr(oracle, "objective", "makespan") == "makespan":
+                runs = np.where(inst.graph.kind == OPT, 1, int(getattr(oracle, "microbatches", 1)))
+                node_times = node_times * runs[:, None]
         if hasattr(oracle, "lower_bound") and callable(oracle.lower_bound):
             lb = float(oracle.lower_bound())
         else:  # the protocol guarantees only SimResult.lower_bound
@@ -195,7 +199,7 @@ class PlacementEnv(gym.Env[dict, Any]):
         lb = self.enc.lower_bound
         t = float(res.step_time)
         ratio = min(t / lb, MAX_TIME_RATIO) if np.isfinite(t) else MAX_TIME_RATIO
-        if not res.oom:
+        if not res.oom:  # a placement that cannot run at all has step_time inf: ratio 1e3
             return ratio
         cap = self.enc.capacity
         peak = np.asarray(res.peak_memory, dtype=np.float64)
@@ -253,14 +257,15 @@ class PlacementEnv(gym.Env[dict, Any]):
     # ---------------------------------------------------------------- masks
     def _fits(self, unit: int) -> np.ndarray:
         """``(D,)`` bool: devices that can take ``unit`` without their persistent bytes
-        exceeding capacity, given everything else stays (its current device always fits)."""
+        exceeding capacity, given everything else stays, and that have a kernel for it
+        (its current device is always allowed)."""
         enc, st = self.enc, self.state
         assert st is not None
         used = enc.device_used(st.placement)
         cur = int(st.placement[unit])
         if cur >= 0:
             used[cur] -= enc.unit_mem[unit]
-        ok = used + enc.unit_mem[unit] <= enc.capacity
+        ok = (used + enc.unit_mem[unit] <= enc.capacity) & enc.runnable[unit]
         if cur >= 0:
             ok[cur] = True
         return ok

@@ -133,7 +133,7 @@ class OneShotEnv(PlacementEnv):
         if self._prep is not None:
             enc = self.enc
             U, D = enc.num_units, enc.num_devices
-            fits = enc.unit_mem[:, None] <= enc.capacity[None, :]
+            fits = (enc.unit_mem[:, None] <= enc.capacity[None, :]) & enc.runnable
             fits[~fits.any(axis=1)] = True
             mask[:U, :D] = fits
             mask[:U, 0] = fits[:, 0]

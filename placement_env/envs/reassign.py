@@ -137,7 +137,7 @@ class ReassignEnv(PlacementEnv):
         used = enc.device_used(st.placement)
         pl = st.placement
         # bytes on d if unit u moved there: used[d] + mem[u] (minus mem[u] when d is its device)
-        ok = used[None, :] + enc.unit_mem[:, None] <= enc.capacity[None, :]
+        ok = (used[None, :] + enc.unit_mem[:, None] <= enc.capacity[None, :]) & enc.runnable
         ok[np.arange(U), pl] = True
         mask[:U, :D] = ok
         return mask.reshape(-1)

@@ -210,8 +210,9 @@ class StageEnv(PlacementEnv):
         return st.steps / self.horizon
 
     def action_masks(self) -> np.ndarray:
-        """``(2 * (max_devices - 1) + max_devices**2,)`` bool: valid actions whose result
-        keeps every device's persistent bytes within capacity (own-device re-seats always)."""
+        """``(2 * (max_devices - 1) + max_devices**2,)`` bool: valid actions that put no unit on a
+        device without a kernel for it and push no device's persistent bytes over capacity
+        (re-seating a stage on its own device is always allowed)."""
         mask = np.zeros(int(self.action_space.n), dtype=bool)
         if self.state is None:
             mask[self.n_moves] = True
@@ -219,11 +220,16 @@ class StageEnv(PlacementEnv):
         enc = self.enc
         saved = (self.starts.copy(), self.stage_device.copy())
         cap = enc.capacity
+        used0 = enc.device_used(self.state.placement)
         for a in range(mask.size):
             ok = self._apply(a)
             if ok:
-                used = enc.device_used(self._placement())
-                ok = bool((used <= cap).all()) or a >= self.n_moves and self._is_noop(a, saved)
+                pl = self._placement()
+                used = enc.device_used(pl)
+                runs = bool(enc.runnable[np.arange(len(pl)), pl].all())
+                # a device may end above capacity only if the move does not add to it
+                fits = bool(((used <= cap) | (used <= used0)).all())
+                ok = (runs and fits) or (a >= self.n_moves and self._is_noop(a, saved))
             mask[a] = ok
             self.starts[:], self.stage_device[:] = saved
         return mask
