@@ -353,7 +353,19 @@ def simulate_makespan(
                 if hsz[h] > 0:
                     anyready = True
             if not anyready:
-                return -1.0, busy, peak, link_bytes, tstart, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev
+                return (
+                    -1.0,
+                    busy,
+                    peak,
+                    link_bytes,
+                    tstart,
+                    rec_x,
+                    rec_l,
+                    rec_s,
+                    rec_e,
+                    x_inst,
+                    x_dev,
+                )
             continue
 
         # ---- process every event at the earliest time

@@ -127,7 +127,9 @@ class Simulator:
         if objective not in OBJECTIVES:
             raise ValueError(f"Simulator: unknown objective {objective!r}; valid: {OBJECTIVES}")
         if int(microbatches) != microbatches or microbatches < 1:
-            raise ValueError(f"Simulator: microbatches must be an integer >= 1, got {microbatches!r}")
+            raise ValueError(
+                f"Simulator: microbatches must be an integer >= 1, got {microbatches!r}"
+            )
         self.graph = graph
         self.cluster = cluster
         self.microbatches = int(microbatches)
@@ -154,7 +156,9 @@ class Simulator:
                 + dev.launch_overhead
             )
             roof_full = (
-                np.maximum(g.flops / (dev.peak_flops * dev.efficiency), g.bytes_accessed / dev.mem_bw)
+                np.maximum(
+                    g.flops / (dev.peak_flops * dev.efficiency), g.bytes_accessed / dev.mem_bw
+                )
                 + dev.launch_overhead
             )
             t = g.times.get(dev.kind)

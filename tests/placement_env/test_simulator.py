@@ -1,0 +1,377 @@
+"""Simulator: hand-computed schedules, memory, max-load, bad inputs, and equality with the reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from graphs.cluster import Cluster, Device, Link
+from graphs.clusters import load
+from graphs.compgraph import CompGraph
+from graphs.plan import Plan
+from placement_env.oracles import Oracle, Simulator
+from tests.placement_env.reference_sim import reference_max_load, reference_simulate
+
+US = 1e-6
+
+
+def dev(name: str, kind: str = "x", memory: float = 1e12) -> Device:
+    """1 TFLOP/s, effectively infinite memory bandwidth, no launch overhead: 1e6 flops = 1 us."""
+    return Device(name, kind, peak_flops=1e12, mem_bw=1e18, memory=memory)
+
+
+def full_mesh(D: int, bw: float = 1e9, lat: float = 0.0, **kw) -> Cluster:
+    links = tuple(Link(a, b, bw, lat) for a in range(D) for b in range(D) if a != b)
+    return Cluster("mesh", tuple(dev(f"d{i}", **kw) for i in range(D)), links)
+
+
+def chain(n: int, flops: float = 1e6, out_bytes: float = 1e3, **kw) -> CompGraph:
+    return CompGraph.build(
+        n, [(i, i + 1) for i in range(n - 1)], flops=flops, out_bytes=out_bytes, **kw
+    )
+
+
+# ------------------------------------------------------------ hand-computed
+def test_chain_one_device_vs_split_shows_latency_and_bandwidth() -> None:
+    # 3 nodes of 1 us; edge 1000 B over a 1 GB/s link with 2 us latency = 3 us per transfer
+    c = full_mesh(2, bw=1e9, lat=2e-6)
+    sim = Simulator(chain(3), c)
+    one = sim.evaluate(np.array([0, 0, 0]))
+    assert one.step_time == pytest.approx(3 * US)
+    assert one.link_bytes.tolist() == [0.0, 0.0]
+    split = sim.evaluate(np.array([0, 1, 1]))
+    assert split.step_time == pytest.approx((1 + 2 + 1 + 1 + 1) * US)
+    link01 = next(k for k, ln in enumerate(c.links) if (ln.src, ln.dst) == (0, 1))
+    assert split.link_bytes[link01] == 1000.0
+    assert split.link_bytes.sum() == 1000.0
+    assert split.device_busy == pytest.approx([1 * US, 2 * US])
+    assert sim.calls == 2
+    assert isinstance(sim, Oracle)
+
+
+def test_diamond_branches_run_in_parallel() -> None:
+    # a -> {b, c} -> d; b, c take 2 us; free transfers (0 bytes, 0 latency)
+    g = CompGraph.build(
+        4, [(0, 1), (0, 2), (1, 3), (2, 3)], flops=[1e6, 2e6, 2e6, 1e6], out_bytes=0.0
+    )
+    sim = Simulator(g, full_mesh(2))
+    assert sim.evaluate(np.zeros(4, np.int64)).step_time == pytest.approx(6 * US)
+    assert sim.evaluate(np.array([0, 0, 1, 0])).step_time == pytest.approx(4 * US)
+
+
+def test_two_transfers_contend_on_one_link() -> None:
+    # a, b: zero-time sources; each sends 1e4 B (10 us at 1 GB/s) to its consumer on device 1
+    g = CompGraph.build(4, [(0, 2), (1, 3)], flops=[0, 0, 1e6, 1e6], out_bytes=1e4)
+    sim = Simulator(g, full_mesh(3))
+    shared = sim.evaluate(np.array([0, 0, 1, 1]))  # both over link 0->1: second waits
+    assert shared.step_time == pytest.approx((10 + 10 + 1) * US)
+    apart = sim.evaluate(np.array([0, 2, 1, 1]))  # links 0->1 and 2->1 in parallel
+    assert apart.step_time == pytest.approx((10 + 1 + 1) * US)
+
+
+def test_one_transfer_per_destination_device() -> None:
+    # a feeds b and c, both on device 1: a single 1000 B transfer (the larger edge)
+    g = CompGraph.build(3, [(0, 1), (0, 2)], flops=1e6, out_bytes=0.0, edge_bytes=[1000.0, 400.0])
+    r = Simulator(g, full_mesh(2)).evaluate(np.array([0, 1, 1]))
+    assert r.link_bytes.sum() == 1000.0
+    assert r.step_time == pytest.approx((1 + 1 + 1 + 1) * US)
+
+
+def test_multi_hop_route_is_store_and_forward() -> None:
+    # d0 -> sw (1 GB/s, 1 us) -> d1 (2 GB/s, 1 us): 1000 B takes (1+1) + (1+0.5) = 3.5 us
+    links = (
+        Link(0, 2, 1e9, 1e-6),
+        Link(2, 1, 2e9, 1e-6),
+        Link(1, 2, 1e9, 1e-6),
+        Link(2, 0, 1e9, 1e-6),
+    )
+    c = Cluster("hop", (dev("d0"), dev("d1")), links, switches=("sw",))
+    assert c.route(0, 1) == (0, 1)
+    r = Simulator(chain(2), c).evaluate(np.array([0, 1]), record=True)
+    assert r.step_time == pytest.approx((1 + 3.5 + 1) * US)
+    assert r.link_bytes.tolist() == [1000.0, 1000.0, 0.0, 0.0]
+    hops = [e for e in r.events if e.resource == "link"]
+    assert [(e.index, e.start / US, e.end / US) for e in hops] == [
+        (0, pytest.approx(1.0), pytest.approx(3.0)),
+        (1, pytest.approx(3.0), pytest.approx(4.5)),
+    ]
+
+
+def test_explicit_edge_time_overrides_link_model() -> None:
+    g = chain(2, edge_time=[7.0])  # microseconds
+    r = Simulator(g, full_mesh(2, lat=1.0)).evaluate(np.array([0, 1]))
+    assert r.step_time == pytest.approx((1 + 7 + 1) * US)
+    assert r.link_bytes.sum() == 0.0
+
+
+def test_explicit_times_and_launch_overhead() -> None:
+    d = Device("g", "gpu", peak_flops=1e12, mem_bw=1e9, memory=1e12, efficiency=0.5)
+    d2 = Device("h", "tpu", peak_flops=1e12, mem_bw=1e9, memory=1e12, launch_overhead=3e-6)
+    c = Cluster("c", (d, d2), (Link(0, 1, 1e9, 0), Link(1, 0, 1e9, 0)))
+    # node 0: 1e6 flops at 0.5 TFLOP/s = 2 us vs 4000 B at 1 GB/s = 4 us -> 4 us on d, 7 us on d2
+    g = CompGraph.build(
+        2, [], flops=1e6, bytes_accessed=4000.0, times={"gpu": [np.nan, 10.0]}, meta={}
+    )
+    t = Simulator(g, c, microbatches=2).node_times()
+    assert t[0] == pytest.approx([2 * US, (2 + 3) * US])  # per microbatch: halved, +launch
+    assert t[1] == pytest.approx([5 * US, (2 + 3) * US])  # explicit 10 us / 2 microbatches
+
+
+def test_gpipe_uniform_stages_match_formula_and_1f1b_caps_in_flight() -> None:
+    for p, M in [(4, 8), (3, 5), (2, 1)]:
+        g, c, pl = pipeline(p, M, tf=1.0, tb=2.0)
+        gp = Simulator(g, c, microbatches=M, schedule="gpipe").evaluate(pl)
+        assert gp.step_time == pytest.approx((M + p - 1) * 3 * US)
+        assert gp.extra["microbatches_in_flight"].tolist() == [M] * p
+        f1 = Simulator(g, c, microbatches=M, schedule="1f1b").evaluate(pl)
+        assert f1.step_time == pytest.approx((M + p - 1) * 3 * US)
+        assert f1.extra["microbatches_in_flight"].tolist() == [min(M, p - s) for s in range(p)]
+
+
+def pipeline(p: int, M: int, tf: float, tb: float) -> tuple[CompGraph, Cluster, np.ndarray]:
+    """p stages: forwards f0..f{p-1}, backwards b0..b{p-1}; stage s on device s; free links."""
+    edges = [(s, s + 1) for s in range(p - 1)] + [(p - 1, 2 * p - 1)]
+    edges += [(p + s + 1, p + s) for s in range(p - 1)] + [(s, p + s) for s in range(p)]
+    times = np.array([tf * M] * p + [tb * M] * p)  # whole batch, microseconds
+    g = CompGraph.build(
+        2 * p, edges, kind=[0] * p + [1] * p, times={"x": times}, group=list(range(p)) * 2
+    )
+    return g, full_mesh(p), np.array(list(range(p)) * 2)
+
+
+def test_memory_params_activations_in_flight_and_oom() -> None:
+    # f -> b on one device, f keeps 8e8 B of activations, 4 microbatches
+    g = CompGraph.build(
+        2, [(0, 1)], kind=[0, 1], flops=1e6, param_bytes=[1e8, 0], act_bytes=[8e8, 0],
+        out_bytes=[4e6, 8e6],
+    )  # fmt: skip
+    c = full_mesh(2, memory=5e8)
+    gp = Simulator(g, c, microbatches=4, schedule="gpipe").evaluate(np.array([0, 0]))
+    # all 4 microbatches in flight: 1e8 + 8e8/4*4 + largest out_bytes/4 (2e6)
+    assert gp.peak_memory[0] == pytest.approx(1e8 + 8e8 + 2e6)
+    assert gp.oom and not gp.feasible
+    f1 = Simulator(g, c, microbatches=4, schedule="1f1b")
+    r = f1.evaluate(np.array([0, 0]))
+    assert r.peak_memory[0] == pytest.approx(1e8 + 2e8 + 2e6)
+    assert not r.oom and r.feasible
+    assert f1.static_memory(np.array([0, 0])) == pytest.approx([1e8 + 2e8 + 2e6, 0.0])
+    # persistent state alone can overflow
+    big = CompGraph.build(2, [(0, 1)], flops=1e6, param_bytes=3e8)
+    s = Simulator(big, c)
+    assert s.evaluate(np.array([0, 0])).oom
+    assert not s.evaluate(np.array([0, 1])).oom
+
+
+def test_optimizer_runs_once_after_all_microbatches() -> None:
+    # f -> b -> o ; o (opt) runs once, after b of every microbatch
+    g = CompGraph.build(
+        3, [(0, 1), (1, 2)], kind=[0, 1, 2], times={"x": [4.0, 8.0, 5.0]}, group=[0, 0, 0]
+    )
+    r = Simulator(g, full_mesh(1), microbatches=4).evaluate(np.zeros(3, np.int64), record=True)
+    # 4 x (1 + 2) us of fwd/bwd, then 5 us of optimizer
+    assert r.step_time == pytest.approx(17 * US)
+    opt = [e for e in r.events if e.node == 2]
+    assert len(opt) == 1 and opt[0].microbatch == -1 and opt[0].start == pytest.approx(12 * US)
+
+
+def test_infeasible_kind_is_reported() -> None:
+    g = CompGraph.build(2, [(0, 1)], flops=1e6, times={"fpga": [np.inf, 1.0]})
+    c = Cluster("c", (dev("f", "fpga"), dev("c", "cpu")), (Link(0, 1, 1e9, 0), Link(1, 0, 1e9, 0)))
+    for objective in ("makespan", "max_load"):
+        sim = Simulator(g, c, objective=objective)
+        r = sim.evaluate(np.array([0, 0]))
+        assert math.isinf(r.step_time) and not r.feasible
+        assert "'n0'" in r.infeasible_reason and "fpga" in r.infeasible_reason
+        assert sim.evaluate(np.array([1, 0])).feasible
+
+
+def test_lower_bound_definition() -> None:
+    # diamond, 2 devices: critical path 1+2+1 = 4 us; work (1+2+2+1)/2 = 3 us
+    g = CompGraph.build(4, [(0, 1), (0, 2), (1, 3), (2, 3)], flops=[1e6, 2e6, 2e6, 1e6])
+    assert Simulator(g, full_mesh(2)).lower_bound() == pytest.approx(4 * US)
+    # independent nodes: work bound dominates: 4 x 3 us / 2 devices
+    w = CompGraph.build(4, [], flops=3e6)
+    assert Simulator(w, full_mesh(2)).lower_bound() == pytest.approx(6 * US)
+
+
+# ------------------------------------------------------------------ max-load
+def fiddle_like() -> tuple[CompGraph, Cluster]:
+    """4 nodes, 2 accelerators ("fpga") and one CPU; one transfer cost per source node."""
+    # 0 -> 1 -> 3, 0 -> 2 -> 3; costs per source: 0: 5, 1: 7, 2: 11
+    g = CompGraph.build(
+        4,
+        [(0, 1), (0, 2), (1, 3), (2, 3)],
+        times={"fpga": [10.0, 20.0, 30.0, np.inf], "cpu": [100.0, 200.0, 300.0, 40.0]},
+        edge_time=[5.0, 5.0, 7.0, 11.0],
+        param_bytes=[6.0, 5.0, 1.0, 0.0],
+    )
+    fp = Device("fpga0", "fpga", 1e12, 1e12, memory=10.0)
+    fp1 = Device("fpga1", "fpga", 1e12, 1e12, memory=10.0)
+    cpu = Device("cpu0", "cpu", 1e12, 1e12, memory=math.inf)
+    links = tuple(Link(a, b, 1e9, 0.0) for a in range(3) for b in range(3) if a != b)
+    return g, Cluster("fiddle", (fp, fp1, cpu), links)
+
+
+def test_max_load_by_hand() -> None:
+    g, c = fiddle_like()
+    sim = Simulator(g, c, objective="max_load")
+    r = sim.evaluate(np.array([0, 0, 1, 2]))
+    # fpga0: 10 + 20 compute; node 0 sends to fpga1 (+5), node 1 sends to the cpu (+7) -> 42
+    # fpga1: 30 compute; receives node 0 (+5), sends node 2 to the cpu (+11) -> 46
+    # cpu: 40 compute, pays no communication
+    assert r.extra["loads"].tolist() == [42.0, 46.0, 40.0]
+    assert r.extra["load"] == 46.0
+    assert r.step_time == pytest.approx(46 * US)
+    assert r.peak_memory.tolist() == [11.0, 1.0, 0.0]
+    assert r.oom  # 11 bytes on a 10-byte accelerator
+    # all on fpga0 except the unsupported node: 60 compute + node 1 and 2 send to cpu (7 + 11)
+    r2 = sim.evaluate(np.array([0, 0, 0, 2]))
+    assert r2.extra["loads"].tolist() == [78.0, 0.0, 40.0]
+    # a node consumed on two other devices pays once at home, each consumer pays once
+    r3 = sim.evaluate(np.array([2, 0, 1, 2]))
+    assert r3.extra["loads"].tolist() == [20.0 + 5 + 7, 30.0 + 5 + 11, 140.0]
+    assert sim.lower_bound() == pytest.approx(max(40.0, (10 + 20 + 30 + 40) / 3) * US)
+
+
+def test_max_load_link_model_without_edge_time() -> None:
+    # 1000 B over a 1 GB/s link with 2 us latency = 3 us, charged to sender and receiver
+    sim = Simulator(chain(2), full_mesh(2, lat=2e-6), objective="max_load")
+    r = sim.evaluate(np.array([0, 1]))
+    assert r.extra["loads"] == pytest.approx([1.0 + 3.0, 1.0 + 3.0])
+    assert r.link_bytes.sum() == 1000.0
+
+
+# ---------------------------------------------------------------- bad input
+def test_bad_inputs_are_refused() -> None:
+    g, c = chain(3), full_mesh(2)
+    sim = Simulator(g, c)
+    with pytest.raises(ValueError, match="expected \\(3,\\)"):
+        sim.evaluate(np.array([0, 1]))
+    with pytest.raises(ValueError, match="device 5"):
+        sim.evaluate(np.array([0, 1, 5]))
+    other = chain(4)
+    with pytest.raises(ValueError, match="made for graph"):
+        sim.evaluate(Plan(np.array([0, 0, 0]), graph_hash=other.content_hash()))
+    with pytest.raises(ValueError, match="made for cluster"):
+        sim.evaluate(Plan(np.array([0, 0, 0]), graph_hash=g.content_hash(), cluster_hash="x"))
+    assert sim.evaluate(Plan.for_graph([0, 1, 1], g, c)).step_time > 0
+    with pytest.raises(ValueError, match="'1f1b', 'gpipe'"):
+        Simulator(g, c, schedule="pipedream")
+    with pytest.raises(ValueError, match="makespan"):
+        Simulator(g, c, objective="latency")
+    with pytest.raises(ValueError, match="microbatches"):
+        Simulator(g, c, microbatches=0)
+
+
+# ------------------------------------------------- fast == reference (property)
+@st.composite
+def instances(draw: st.DrawFn) -> tuple[CompGraph, Cluster, np.ndarray]:
+    n = draw(st.integers(1, 14))
+    D = draw(st.integers(1, 4))
+    edges = [
+        (i, j) for i in range(n) for j in range(i + 1, min(n, i + 4)) if draw(st.integers(0, 2)) > 0
+    ]
+    edges += edges[: draw(st.integers(0, 2))]  # parallel edges
+    kind = draw(st.lists(st.sampled_from([0, 0, 1, 1, 2]), min_size=n, max_size=n))
+    kind = sorted(kind)  # forwards first, then backwards, then optimizer (like training graphs)
+    vals = st.sampled_from([0.0, 1e5, 1e6, 3e6, 1e7])
+    flops = draw(st.lists(vals, min_size=n, max_size=n))
+    out = draw(st.lists(st.sampled_from([0.0, 1e3, 5e3, 2e4]), min_size=n, max_size=n))
+    times = None
+    if draw(st.booleans()):
+        times = {"a": draw(st.lists(st.sampled_from([np.nan, 2.0, 8.0]), min_size=n, max_size=n))}
+    edge_time = None
+    if edges and draw(st.booleans()):
+        edge_time = draw(
+            st.lists(st.sampled_from([np.nan, 3.0]), min_size=len(edges), max_size=len(edges))
+        )
+    g = CompGraph.build(
+        n, edges, kind=kind, flops=flops, out_bytes=out, bytes_accessed=1e3,
+        act_bytes=np.arange(n) * 1e3, param_bytes=np.arange(n)[::-1] * 1e3,
+        times=times, edge_time=edge_time,
+    )  # fmt: skip
+    devices = tuple(
+        Device(
+            f"g{d}", draw(st.sampled_from(["a", "b", "cpu"])), peak_flops=1e12 * (d + 1),
+            mem_bw=1e9, memory=2e4, launch_overhead=draw(st.sampled_from([0.0, 1e-6])),
+        )
+        for d in range(D)
+    )  # fmt: skip
+    if draw(st.booleans()):  # star through a switch: two hops, shared links
+        links = []
+        for d in range(D):
+            links += [Link(d, D, 1e9, 1e-6), Link(D, d, 2e9, 0.0)]
+        c = Cluster("star", devices, tuple(links), switches=("sw",))
+    else:
+        bw = draw(st.sampled_from([1e9, 5e9]))
+        links = tuple(Link(a, b, bw, 1e-6) for a in range(D) for b in range(D) if a != b)
+        c = Cluster("mesh", devices, links)
+    p = np.array(draw(st.lists(st.integers(0, D - 1), min_size=n, max_size=n)), dtype=np.int64)
+    return g, c, p
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inst=instances(), M=st.integers(1, 4), schedule=st.sampled_from(["gpipe", "1f1b"]))
+def test_fast_simulator_equals_reference(inst, M: int, schedule: str) -> None:
+    g, c, p = inst
+    sim = Simulator(g, c, microbatches=M, schedule=schedule)
+    r = sim.evaluate(p)
+    ref = reference_simulate(g, c, p, microbatches=M, schedule=schedule)
+    if math.isinf(ref["step_time"]):
+        assert math.isinf(r.step_time) and r.infeasible_reason
+        return
+    assert r.step_time == ref["step_time"]
+    assert r.device_busy.tolist() == ref["busy"]
+    assert r.peak_memory.tolist() == ref["peak_memory"]
+    assert r.link_bytes.tolist() == ref["link_bytes"]
+    assert r.oom == ref["oom"]
+    assert r.lower_bound <= r.step_time * (1 + 1e-12)
+    assert (sim.static_memory(p) >= r.peak_memory * (1 - 1e-12)).all() or schedule == "1f1b"
+
+
+@settings(max_examples=60, deadline=None)
+@given(inst=instances())
+def test_fast_max_load_equals_reference(inst) -> None:
+    g, c, p = inst
+    r = Simulator(g, c, objective="max_load").evaluate(p)
+    ref = reference_max_load(g, c, p)
+    if math.isinf(ref["load"]):
+        assert math.isinf(r.step_time)
+        return
+    assert r.extra["load"] == ref["load"]
+    assert r.extra["loads"].tolist() == ref["loads"]
+    assert r.lower_bound <= r.step_time * (1 + 1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(inst=instances(), M=st.integers(1, 3), schedule=st.sampled_from(["gpipe", "1f1b"]))
+def test_recorded_schedule_is_consistent(inst, M: int, schedule: str) -> None:
+    g, c, p = inst
+    r = Simulator(g, c, microbatches=M, schedule=schedule).evaluate(p, record=True)
+    if not r.feasible and r.infeasible_reason:
+        return
+    runs = sum(M if k != 2 else 1 for k in g.kind)
+    dev_events = [e for e in r.events if e.resource == "device"]
+    assert len(dev_events) == runs
+    for d in range(c.num_devices):
+        evs = sorted((e.start, e.end) for e in dev_events if e.index == d)
+        assert all(a[1] <= b[0] + 1e-15 for a, b in zip(evs, evs[1:]))  # one stream
+        assert sum(e - s for s, e in evs) == pytest.approx(r.device_busy[d])
+    for lk in range(len(c.links)):
+        evs = sorted((e.start, e.end) for e in r.events if e.resource == "link" and e.index == lk)
+        assert all(a[1] <= b[0] + 1e-15 for a, b in zip(evs, evs[1:]))  # FIFO, one at a time
+    assert max(e.end for e in r.events) == pytest.approx(r.step_time)
+
+
+def test_dgx1_pipeline_placement_runs_and_respects_bound() -> None:
+    c = load("dgx1_v100_8")
+    g, _, _ = pipeline(8, 8, tf=100.0, tb=200.0)
+    g = g.replace(times={"v100": g.times["x"]})
+    sim = Simulator(g, c, microbatches=8, schedule="1f1b")
+    r = sim.evaluate(np.array(list(range(8)) * 2))
+    assert r.lower_bound <= r.step_time
+    assert r.step_time >= (8 + 7) * 300 * US
