@@ -1,0 +1,345 @@
+"""Shared runner plumbing: configs to plain specs, problem building, baselines, artefacts, files."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+from graphs.plan import Plan
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+OracleFactory = Callable[[CompGraph, Cluster], Any]
+
+
+# ----------------------------------------------------------------- config -> spec
+@dataclass(frozen=True)
+class EnvSpec:
+    """A plain copy of an ``env`` config (library code never sees a DictConfig)."""
+
+    name: str
+    env_id: str = "placement_env/Sweep-v0"
+    model: str | None = None
+    model_config: Mapping[str, Any] = field(default_factory=dict)
+    graph_file: str | None = None
+    max_groups: int | None = 256
+    cluster: str = "dgx1_v100_8"
+    microbatches: int = 8
+    schedule: str = "1f1b"
+    objective: str = "makespan"
+    oracle: str = "simulator"
+    oracle_options: Mapping[str, Any] = field(default_factory=dict)
+    generator: str = "fixed"
+    generator_options: Mapping[str, Any] = field(default_factory=dict)
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    policy: str = "placeto"
+    baselines: tuple[str, ...] = ()
+    baseline_budget: int | None = None
+
+
+def to_plain(node: Any) -> Any:
+    """A DictConfig/ListConfig (or anything) as plain dicts/lists, interpolations resolved."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(node, resolve=True, structured_config_mode=None)
+    return node
+
+
+def env_spec(cfg: Any) -> EnvSpec:
+    """``EnvSpec`` from an ``env`` config node (DictConfig or mapping)."""
+    d = dict(to_plain(cfg))
+    d["baselines"] = tuple(d.get("baselines") or ())
+    known = set(EnvSpec.__dataclass_fields__)
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"env config has unknown keys {unknown}; valid keys: {sorted(known)}")
+    return EnvSpec(**d)
+
+
+def available(group: str) -> list[str]:
+    """The option names of a config group (the YAML files under ``conf/GROUP/``)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def require_env(cfg: Any, app: str) -> None:
+    """Exit with a message listing the envs when the config has none (``+env=`` missing)."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_missing(cfg, "env"):
+        names = ", ".join(available("env"))
+        sys.stderr.write(
+            f"error: no env chosen. Pick one with +env=NAME, e.g.\n"
+            f"  python -m runners.{app} +env=gpt2_8gpu\n"
+            f"available envs: {names}\n"
+        )
+        raise SystemExit(2)
+
+
+# --------------------------------------------------------------------- problems
+@dataclass
+class Problem:
+    """The placement problem a run reports on: a graph, a cluster and how to score plans."""
+
+    spec: EnvSpec
+    graph: CompGraph
+    cluster: Cluster
+    oracle_factory: OracleFactory
+
+    def oracle(self) -> Any:
+        """A fresh oracle (its own call counter) for this problem."""
+        return self.oracle_factory(self.graph, self.cluster)
+
+    def plan(self, placement: Any, **meta: Any) -> Plan:
+        """A ``Plan`` of ``placement`` for this problem, with the env's pipeline settings."""
+        return Plan.for_graph(
+            np.asarray(placement, dtype=np.int64),
+            self.graph,
+            self.cluster,
+            microbatches=self.spec.microbatches,
+            schedule=self.spec.schedule,
+            meta=meta,
+        )
+
+
+def load_graph(spec: EnvSpec) -> CompGraph:
+    """The env's graph: ``graph_file`` (devplace JSON) or the zoo ``model`` (disk-cached)."""
+    if spec.graph_file:
+        from graphs import io as gio
+
+        graph = gio.load(spec.graph_file)
+        if spec.max_groups and graph.num_groups > spec.max_groups:
+            from graphs.coarsen import coarsen
+
+            graph = coarsen(graph, spec.max_groups)
+        return graph
+    if not spec.model:
+        raise ValueError(f"env {spec.name!r}: set either 'model' (a zoo name) or 'graph_file'")
+    from graphs import zoo
+
+    return zoo.build(spec.model, max_groups=spec.max_groups, **dict(spec.model_config))
+
+
+def oracle_factory(spec: EnvSpec) -> OracleFactory:
+    """``(graph, cluster) -> Oracle`` for the env's ``oracle`` (``simulator`` or ``profiled``)."""
+    opts = dict(spec.oracle_options)
+    if spec.oracle == "simulator":
+        from placement_env.oracles.simulator import Simulator
+
+        def make_sim(graph: CompGraph, cluster: Cluster) -> Any:
+            return Simulator(
+                graph,
+                cluster,
+                microbatches=spec.microbatches,
+                schedule=spec.schedule,
+                objective=spec.objective,
+                **opts,
+            )
+
+        return make_sim
+    if spec.oracle == "profiled":
+        from placement_env.oracles.profiled import ProfiledOracle
+
+        model = {"name": spec.model, "config": dict(spec.model_config)}
+
+        def make_prof(graph: CompGraph, cluster: Cluster) -> Any:
+            return ProfiledOracle(graph, cluster, model=model, **opts)
+
+        return make_prof
+    raise ValueError(
+        f"env {spec.name!r}: unknown oracle {spec.oracle!r}; expected 'simulator' or 'profiled'"
+    )
+
+
+def build_problem(spec: EnvSpec) -> Problem:
+    """Load the graph and cluster of ``spec`` and pair them with its oracle factory."""
+    from graphs import clusters
+
+    graph = load_graph(spec)
+    cluster = clusters.load(spec.cluster)
+    return Problem(spec, graph, cluster, oracle_factory(spec))
+
+
+# -------------------------------------------------------------------- baselines
+@dataclass
+class BaselineOutcome:
+    """One baseline's answer on the problem (``step_time`` None when it found no plan)."""
+
+    name: str
+    step_time: float | None
+    oracle_calls: int
+    seconds: float
+    oom: bool = False
+    error: str | None = None
+    plan: Plan | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_time": self.step_time,
+            "oracle_calls": self.oracle_calls,
+            "seconds": self.seconds,
+            "oom": self.oom,
+            "error": self.error,
+        }
+
+
+def _call_with_options(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
+    """Call ``fn`` with those ``options`` its signature accepts (e.g. ``seed``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn(*args, **options)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return fn(*args, **options)
+    return fn(*args, **{k: v for k, v in options.items() if k in params})
+
+
+def run_baseline(
+    problem: Problem,
+    name: str,
+    budget: int | None,
+    *,
+    seed: int = 0,
+    options: Mapping[str, Any] | None = None,
+) -> BaselineOutcome:
+    """Run baseline ``name`` with a fresh oracle; infeasibility is recorded, not raised."""
+    from agents import baselines
+
+    fn = baselines.get(name)
+    oracle = problem.oracle()
+    t0 = time.perf_counter()
+    try:
+        plan = _call_with_options(
+            fn, problem.graph, problem.cluster, oracle, budget, seed=seed, **dict(options or {})
+        )
+    except baselines.InfeasiblePlanError as exc:
+        return BaselineOutcome(
+            name, None, int(oracle.calls), time.perf_counter() - t0, oom=True, error=str(exc)
+        )
+    seconds = time.perf_counter() - t0
+    res = problem.oracle().evaluate(plan)
+    return BaselineOutcome(
+        name,
+        None if res.oom else float(res.step_time),
+        int(plan.meta.get("oracle_calls", oracle.calls)),
+        float(plan.meta.get("search_seconds", seconds)),
+        oom=bool(res.oom),
+        plan=plan,
+    )
+
+
+def run_baselines(
+    problem: Problem,
+    names: list[str] | tuple[str, ...],
+    budget: int | None,
+    *,
+    seed: int = 0,
+    echo: Callable[[str], None] | None = print,
+) -> dict[str, BaselineOutcome]:
+    """Run every baseline in ``names`` (the run's reference), in order."""
+    out: dict[str, BaselineOutcome] = {}
+    for name in names:
+        o = run_baseline(problem, name, budget, seed=seed)
+        out[name] = o
+        if echo is not None:
+            shown = f"{o.step_time * 1e3:9.2f} ms" if o.step_time is not None else "  no plan  "
+            echo(f"baseline {name:<13} {shown}  ({o.oracle_calls} calls, {o.seconds:.1f} s)")
+    return out
+
+
+def speedups(best: float | None, baselines: Mapping[str, BaselineOutcome]) -> dict[str, float]:
+    """``{name: baseline step time / best}`` (> 1: the agent is faster) for baselines with a plan."""
+    if best is None or not math.isfinite(best) or best <= 0:
+        return {}
+    return {n: o.step_time / best for n, o in baselines.items() if o.step_time is not None}
+
+
+# -------------------------------------------------------------------- artefacts
+def write_plan_artifacts(
+    problem: Problem, plan: Plan, run_dir: Path, stem: str = "best_plan"
+) -> Any:
+    """Write ``STEM.json``, a Gantt PNG and a Chrome trace of ``plan``; return its SimResult."""
+    from placement_env.oracles import trace
+
+    plan.save(run_dir / f"{stem}.json")
+    result = problem.oracle().evaluate(plan, record=True)
+    trace.plot_gantt(result, problem.graph, problem.cluster, run_dir / f"{stem}_gantt.png")
+    trace.write_chrome_trace(result, problem.graph, problem.cluster, run_dir / f"{stem}_trace.json")
+    return result
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Write ``data`` as JSON atomically (temp file + rename); NaN/inf become null."""
+    write_bytes_atomic(Path(path), json.dumps(_finite(data), indent=1).encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so a reader sees the old or the new file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _finite(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 - SB3 draws minibatches from the global RNG
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+
+
+def run_dir_from_hydra(fallback: str | None) -> Path:
+    """The hydra run (or multirun job) directory, or ``fallback`` outside hydra."""
+    if fallback:
+        p = Path(fallback)
+    else:
+        from hydra.core.hydra_config import HydraConfig
+
+        p = Path(HydraConfig.get().runtime.output_dir)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def ms(seconds: float | None) -> str:
+    """``12.34 ms`` or ``n/a``."""
+    return "n/a" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.2f} ms"

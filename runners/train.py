@@ -1,0 +1,493 @@
+"""``python -m runners.train +env=NAME``: baselines first, then the agent's search, then the files.
+
+Writes into the hydra run directory: ``config.yaml`` (resolved), ``baselines.json``,
+``result.json``, ``best_plan.json`` with its Gantt PNG and Chrome trace, ``policy.pt``
+(PPO agents), ``checkpoint.pkl`` (every ``train.checkpoint_every`` updates), and the
+logger's files. ``resume=RUN_DIR`` continues a killed run from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from runners import checkpoint, common, schema
+from runners.tracking import NullTracker, make_tracker
+
+schema.register()
+
+
+class CrashForTest(RuntimeError):
+    """Raised by the ``train.crash_after_updates`` hook (a stand-in for a killed run)."""
+
+
+# ------------------------------------------------------------------ search state
+@dataclass
+class SearchOutcome:
+    """What the agent found on the run's problem."""
+
+    placement: np.ndarray | None
+    step_time: float | None
+    oracle_calls: int
+    history: list[tuple[int, int, float]] = field(default_factory=list)  # (timesteps, calls, best)
+    timesteps: int = 0
+    policy_path: Path | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _make_runner_callback(
+    *,
+    run_dir: Path,
+    total: int,
+    seconds: float | None,
+    checkpoint_every: int,
+    crash_after: int | None,
+    progress: bool,
+    tracker: NullTracker,
+    references: Mapping[str, float],
+    best: Any,
+    log_every: int,
+    save_extra: Callable[[], dict[str, Any]],
+) -> Any:
+    """The SB3 callback that drives the run: progress bar, logging, budget, checkpoints."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class RunnerCallback(BaseCallback):
+        """Progress bar with the best step time, metrics, wall-clock budget, checkpoints."""
+
+        live_attrs = ("_pbar", "_tracker", "_best", "_t0", "_save_extra")
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.updates = 0  # PPO updates completed
+            self.elapsed_before = 0.0  # wall seconds of earlier (killed) sessions
+            self.step_times: list[float] = []  # oracle step times seen in this rollout
+            self._pbar: Any = None
+            self._tracker = tracker
+            self._best = best
+            self._t0 = time.perf_counter()
+            self._save_extra = save_extra
+
+        # wall seconds of the whole run, across resumes
+        def elapsed(self) -> float:
+            return self.elapsed_before + time.perf_counter() - self._t0
+
+        def _on_training_start(self) -> None:
+            self._t0 = time.perf_counter()
+            if progress:
+                from tqdm.auto import tqdm
+
+                self._pbar = tqdm(
+                    total=total,
+                    initial=self.model.num_timesteps,
+                    unit="step",
+                    desc="train",
+                    mininterval=0.5,
+                    dynamic_ncols=True,
+                )
+
+        def _on_rollout_start(self) -> None:
+            # Between two PPO updates: the only place a checkpoint is exact.
+            if self.updates and checkpoint_every and self.updates % checkpoint_every == 0:
+                if getattr(self, "_saved_at", -1) != self.updates:
+                    self._saved_at = self.updates
+                    self.elapsed_before, self._t0 = self.elapsed(), time.perf_counter()
+                    checkpoint.save(
+                        run_dir,
+                        self.model,
+                        callbacks=[self, self._best],
+                        extra=self._save_extra(),
+                    )
+            if crash_after is not None and self.updates >= crash_after:
+                raise CrashForTest(f"train.crash_after_updates={crash_after} reached")
+
+        def _on_step(self) -> bool:
+            for info in self.locals.get("infos", ()):
+                st = info.get("step_time")
+                if st is not None and not info.get("oom", False) and math.isfinite(st):
+                    self.step_times.append(float(st))
+            if self._pbar is not None:
+                self._pbar.update(self.model.n_envs)
+                b = _best_step_time(self._best)
+                if b is not None:
+                    self._pbar.set_postfix_str(f"best {b * 1e3:.2f} ms", refresh=False)
+            return seconds is None or self.elapsed() < seconds
+
+        def _on_rollout_end(self) -> None:
+            self.updates += 1
+            if self.updates % max(1, log_every) == 0:
+                m: dict[str, float] = {f"reference/{k}": v for k, v in references.items()}
+                if self.step_times:
+                    m["placement/step_time"] = float(np.mean(self.step_times))
+                    m["placement/step_time_min"] = float(np.min(self.step_times))
+                b = _best_step_time(self._best)
+                if b is not None:
+                    m["placement/best_step_time"] = b
+                m["placement/oracle_calls"] = float(_oracle_calls(self._best, self.model))
+                m["charts/wall_seconds"] = self.elapsed()
+                self._tracker.log(m, self.model.num_timesteps)
+            self.step_times = []
+
+        def _on_training_end(self) -> None:
+            if self._pbar is not None:
+                self._pbar.close()
+                self._pbar = None
+
+    return RunnerCallback()
+
+
+def _best_step_time(tracker: Any) -> float | None:
+    v = getattr(tracker, "best_step_time", None)
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _oracle_calls(tracker: Any, model: Any) -> int:
+    v = getattr(tracker, "oracle_calls", None)
+    if v is not None:
+        return int(v)
+    try:
+        return int(sum(model.get_env().get_attr("total_oracle_calls")))
+    except Exception:  # noqa: BLE001 - a best-effort count for logging only
+        return 0
+
+
+# ---------------------------------------------------------------------- PPO
+def make_env(problem: common.Problem, seed: int) -> Any:
+    """The Gymnasium env of ``problem.spec`` (generator and oracle factory injected)."""
+    import gymnasium as gym
+
+    import placement_env  # noqa: F401 - registers the ids
+    from placement_env import generators
+
+    spec = problem.spec
+    if spec.generator == "fixed":
+        gen = generators.fixed(problem.graph, problem.cluster)
+    else:
+        gen = generators.make_generator({"kind": spec.generator, **dict(spec.generator_options)})
+    env = gym.make(
+        spec.env_id, generator=gen, oracle_factory=problem.oracle_factory, **dict(spec.env_kwargs)
+    )
+    env.reset(seed=seed)
+    return env
+
+
+def ppo_kwargs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``make_ppo`` keyword arguments from the agent's ``ppo`` block (``None`` = default)."""
+    ppo = dict(agent_cfg.get("ppo") or {})
+    extra = dict(ppo.pop("extra", None) or {})
+    return {**{k: v for k, v in ppo.items() if v is not None}, **extra}
+
+
+def search_ppo(
+    problem: common.Problem,
+    agent_cfg: Mapping[str, Any],
+    budget: Mapping[str, Any],
+    *,
+    seed: int,
+    run_dir: Path,
+    tracker: NullTracker,
+    references: Mapping[str, float],
+    log_every: int,
+    resume_state: Mapping[str, Any] | None,
+) -> SearchOutcome:
+    """Train PPO on the env; return the best feasible placement of the run's problem."""
+    import agents
+    from agents.callbacks import BestPlanTracker
+
+    policy = agent_cfg["policy"]
+    if policy == "auto":
+        policy = problem.spec.policy
+    total = int(budget["timesteps"])
+    best = BestPlanTracker()
+    extra_state: dict[str, Any] = {}
+    cb = _make_runner_callback(
+        run_dir=run_dir,
+        total=total,
+        seconds=budget.get("seconds"),
+        checkpoint_every=int(budget.get("checkpoint_every") or 0),
+        crash_after=budget.get("crash_after_updates"),
+        progress=bool(budget.get("progress", True)),
+        tracker=tracker,
+        references=references,
+        best=best,
+        log_every=log_every,
+        save_extra=lambda: dict(extra_state),
+    )
+    if resume_state is not None:
+        model = checkpoint.restore(resume_state, [cb, best])
+        remaining = max(0, total - model.num_timesteps)
+        reset = False
+    else:
+        env = make_env(problem, seed)
+        model = agents.make_ppo(env, policy=policy, seed=seed, **ppo_kwargs(agent_cfg))
+        remaining, reset = total, True
+    if remaining > 0:
+        model.learn(total_timesteps=remaining, callback=[best, cb], reset_num_timesteps=reset)
+
+    # ---- the answer on the run's problem
+    policy_path = run_dir / "policy.pt"
+    agents.export_policy(
+        model,
+        policy_path,
+        meta={"env": problem.spec.name, "policy": policy, "seed": seed, "timesteps": total},
+    )
+    placement = getattr(best, "best_placement", None)
+    step_time = _best_step_time(best)
+    calls = _oracle_calls(best, model)
+    meta: dict[str, Any] = {"policy": policy, "updates": cb.updates}
+    if problem.spec.generator != "fixed" or placement is None:
+        # Trained on other instances (or found nothing feasible): plan the problem zero-shot.
+        oracle = problem.oracle()
+        plan = agents.load_policy(policy_path).plan(
+            problem.graph,
+            problem.cluster,
+            microbatches=problem.spec.microbatches,
+            schedule=problem.spec.schedule,
+            oracle=oracle,
+        )
+        res = problem.oracle().evaluate(plan)
+        calls += int(oracle.calls) + 1
+        meta["zero_shot"] = True
+        if not res.oom and (step_time is None or res.step_time < step_time):
+            placement, step_time = np.asarray(plan.placement), float(res.step_time)
+    history = [(int(t), int(c), float(s)) for t, c, s in _history(best)]
+    return SearchOutcome(
+        None if placement is None else np.asarray(placement, dtype=np.int64),
+        step_time,
+        calls,
+        history,
+        int(model.num_timesteps),
+        policy_path,
+        meta,
+    )
+
+
+def _history(best: Any) -> list[tuple[int, int, float]]:
+    """``(timesteps, oracle_calls, best step time)`` points from the tracker's history."""
+    out = []
+    for h in getattr(best, "history", None) or []:
+        if isinstance(h, Mapping):
+            out.append(
+                (h.get("timesteps", 0), h.get("oracle_calls", 0), h.get("best_step_time", math.nan))
+            )
+        else:
+            t = tuple(h)
+            out.append((t[0], t[1] if len(t) > 2 else 0, t[-1]))
+    return out
+
+
+def search_baseline(
+    problem: common.Problem, agent_cfg: Mapping[str, Any], *, seed: int
+) -> SearchOutcome:
+    """The agent is a baseline: run it with the agent's budget and options."""
+    name = agent_cfg.get("baseline") or agent_cfg["name"]
+    o = common.run_baseline(
+        problem, name, agent_cfg.get("budget"), seed=seed, options=agent_cfg.get("options")
+    )
+    placement = None if o.plan is None or o.step_time is None else np.asarray(o.plan.placement)
+    hist = [] if o.step_time is None else [(0, o.oracle_calls, o.step_time)]
+    return SearchOutcome(
+        placement, o.step_time, o.oracle_calls, hist, 0, None, {"baseline": name, "error": o.error}
+    )
+
+
+# ------------------------------------------------------------------------ run
+def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run one training job described by ``cfg`` into ``run_dir``; return ``result.json``'s dict."""
+    t_start = time.perf_counter()
+    resume_state = None
+    if cfg.get("resume"):
+        run_dir = Path(cfg.resume)
+        saved = run_dir / "config.yaml"
+        if not saved.exists():
+            raise ValueError(f"resume={run_dir}: no config.yaml there; is it a runners.train run?")
+        crash, progress = cfg.train.crash_after_updates, cfg.train.progress
+        cfg = OmegaConf.merge(OmegaConf.structured(schema.TrainConfig), OmegaConf.load(saved))
+        cfg.train.crash_after_updates, cfg.train.progress = crash, progress
+        if checkpoint.exists(run_dir):
+            resume_state = checkpoint.load(run_dir)
+        echo(f"resuming {run_dir}" + ("" if resume_state else " (no checkpoint: from the start)"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plain = common.to_plain(cfg)
+    if resume_state is None:
+        common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
+    seed = int(cfg.seed)
+    common.seed_everything(seed)
+    spec = common.env_spec(cfg.env)
+    agent_cfg = plain["agent"]
+
+    # ---- problem
+    problem = common.build_problem(spec)
+    echo(
+        f"env {spec.name}: {problem.graph.meta.get('name', spec.model)} "
+        f"({problem.graph.num_nodes} nodes, {problem.graph.num_groups} groups) on "
+        f"{problem.cluster.name} ({problem.cluster.num_devices} devices), "
+        f"{spec.microbatches} microbatches, {spec.schedule}, oracle {spec.oracle}"
+    )
+    lower_bound = float(
+        problem.oracle().evaluate(np.zeros(problem.graph.num_nodes, np.int64)).lower_bound
+    )
+
+    # ---- logger
+    info_path = run_dir / "run_info.json"
+    resuming = bool(cfg.get("resume"))
+    info = json.loads(info_path.read_text()) if resuming and info_path.exists() else {}
+    log_opts = dict(plain["logger"])
+    if cfg.logger.kind == "wandb":
+        import secrets
+
+        info.setdefault("wandb_id", secrets.token_hex(4))
+        log_opts["run_id"] = info["wandb_id"]
+    common.write_json(info_path, info)
+    tracker = make_tracker(
+        cfg.logger.kind,
+        run_dir,
+        plain,
+        name=f"{spec.name}-{agent_cfg['name']}-s{seed}",
+        options=log_opts,
+    )
+
+    try:
+        # ---- baselines: the reference
+        bpath = run_dir / "baselines.json"
+        if resuming and bpath.exists():
+            bdata = json.loads(bpath.read_text())
+            baselines = {
+                n: common.BaselineOutcome(
+                    n, **{k: d[k] for k in ("step_time", "oracle_calls", "seconds", "oom", "error")}
+                )
+                for n, d in bdata.items()
+            }
+        elif cfg.run_baselines and spec.baselines:
+            baselines = common.run_baselines(
+                problem, spec.baselines, spec.baseline_budget, seed=seed, echo=echo
+            )
+            common.write_json(bpath, {n: o.to_dict() for n, o in baselines.items()})
+        else:
+            baselines = {}
+        references = {n: o.step_time for n, o in baselines.items() if o.step_time is not None}
+
+        # ---- the agent's search
+        if agent_cfg["kind"] == "baseline":
+            outcome = search_baseline(problem, agent_cfg, seed=seed)
+        elif agent_cfg["kind"] == "ppo":
+            outcome = search_ppo(
+                problem,
+                agent_cfg,
+                plain["train"],
+                seed=seed,
+                run_dir=run_dir,
+                tracker=tracker,
+                references=references,
+                log_every=int(cfg.logger.log_every),
+                resume_state=resume_state,
+            )
+        else:
+            raise ValueError(
+                f"agent {agent_cfg['name']!r}: unknown kind {agent_cfg['kind']!r}; "
+                "expected 'ppo' or 'baseline'"
+            )
+
+        # ---- files
+        oom = outcome.placement is None
+        sim_lb = lower_bound
+        if not oom:
+            plan = problem.plan(
+                outcome.placement,
+                algorithm=agent_cfg["name"],
+                step_time=outcome.step_time,
+                oracle_calls=outcome.oracle_calls,
+                env=spec.name,
+                seed=seed,
+            )
+            res = common.write_plan_artifacts(problem, plan, run_dir)
+            oom, sim_lb = bool(res.oom), float(res.lower_bound)
+            outcome.step_time = float(res.step_time)
+        best = outcome.step_time
+        result = {
+            "env": spec.name,
+            "agent": agent_cfg["name"],
+            "seed": seed,
+            "best_step_time": best,
+            "lower_bound": sim_lb,
+            "oom": oom,
+            "baselines": {n: o.step_time for n, o in baselines.items()},
+            "speedup_vs": common.speedups(best, baselines),
+            "oracle_calls": outcome.oracle_calls,
+            "timesteps": outcome.timesteps,
+            "wall_seconds": time.perf_counter() - t_start + float(info.get("wall_before", 0.0)),
+            "history": outcome.history,
+            "meta": outcome.meta,
+        }
+        common.write_json(run_dir / "result.json", result)
+        _log_final(tracker, result, run_dir, outcome)
+    except BaseException:
+        info["wall_before"] = float(info.get("wall_before", 0.0)) + time.perf_counter() - t_start
+        common.write_json(info_path, info)
+        raise
+    finally:
+        tracker.finish()
+    echo(summary_line(result, run_dir))
+    return result
+
+
+def _log_final(
+    tracker: NullTracker, result: Mapping[str, Any], run_dir: Path, outcome: SearchOutcome
+) -> None:
+    rows = [[result["agent"], result["best_step_time"], 1.0]]
+    rows += [[n, st, result["speedup_vs"].get(n)] for n, st in result["baselines"].items()]
+    tracker.log_table("results", ["agent", "step_time_s", "speedup_of_agent"], rows)
+    gantt = run_dir / "best_plan_gantt.png"
+    if gantt.exists():
+        tracker.log_image("plots/gantt", gantt, result["timesteps"])
+    if outcome.policy_path is not None and outcome.policy_path.exists():
+        tracker.log_artifact(outcome.policy_path, f"policy-{result['env']}", "model")
+    tracker.summary(
+        {
+            k: result[k]
+            for k in ("best_step_time", "lower_bound", "oom", "oracle_calls", "wall_seconds")
+        }
+    )
+
+
+def summary_line(result: Mapping[str, Any], run_dir: Path) -> str:
+    """The one-line summary printed last."""
+    sp = result["speedup_vs"]
+    vs = " ".join(f"{n} x{v:.2f}" for n, v in sp.items()) or "no baselines"
+    return (
+        f"{result['env']} {result['agent']} seed={result['seed']}: best {common.ms(result['best_step_time'])}"
+        f"{' (OOM)' if result['oom'] else ''} | lower bound {common.ms(result['lower_bound'])} | "
+        f"speed-up vs {vs} | {result['oracle_calls']} oracle calls | "
+        f"{result['wall_seconds']:.0f} s | {run_dir}"
+    )
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="train")
+def _hydra_main(cfg: DictConfig) -> None:
+    common.require_env(cfg, "train") if not cfg.get("resume") else None
+    run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
+    train(cfg, run_dir)
+
+
+def main() -> None:
+    """Entry point: check the command-line keys against the schema, then run hydra."""
+    try:
+        schema.check_overrides(schema.TrainConfig, sys.argv[1:])
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
