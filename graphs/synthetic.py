@@ -136,6 +136,7 @@ class _Scale:
     tokens: float
     width: float
     seq: int
+    batch: int
 
     @staticmethod
     def draw(rng: np.random.Generator, domain: str | None = None) -> _Scale:
@@ -151,11 +152,11 @@ class _Scale:
                     p=[0.1, 0.15, 0.2, 0.2, 0.15, 0.12, 0.08],
                 )
             )
-            return _Scale(domain, float(seq * batch), width, seq)
+            return _Scale(domain, float(seq * batch), width, seq, batch)
         side = int(rng.choice([14, 28, 56]))  # feature-map side inside a CNN
         batch = int(rng.choice([16, 32, 64, 128]))
         width = float(rng.choice([64, 128, 256, 512]))
-        return _Scale(domain, float(batch * side * side), width, 0)
+        return _Scale(domain, float(batch * side * side), width, 0, batch)
 
 
 def _costed_graph(
@@ -241,6 +242,7 @@ def _costed_graph(
         "domain": scale.domain,
         "tokens": scale.tokens,
         "width": scale.width,
+        "batch": scale.batch,
         **meta,
     }
     return CompGraph.build(
@@ -325,7 +327,7 @@ def layered_dag(
         gen,
         layer=layer,
         module=[f"layer{li}" for li in layer],
-        meta={"name": f"layered_{n_layers}x{max(widths)}", "generator": "layered_dag", "batch": 1},
+        meta={"name": f"layered_{n_layers}x{max(widths)}", "generator": "layered_dag"},
     )
     return _finish(fwd, training)
 
@@ -384,7 +386,7 @@ def series_parallel(
         gen,
         layer=depth,
         module=[f"depth{d}" for d in depth],
-        meta={"name": f"series_parallel_{n}", "generator": "series_parallel", "batch": 1},
+        meta={"name": f"series_parallel_{n}", "generator": "series_parallel"},
     )
     return _finish(fwd, training)
 
@@ -426,7 +428,9 @@ def nasnet_cells(
     # image side (CIFAR-sized to ImageNet-sized input), batch and NASNet-A filter counts
     side = int(gen.choice([32, 64, 128, 224]))
     batch = int(gen.choice([16, 32, 64]))
-    scale = _Scale("vision", float(batch * side * side), float(gen.choice([32, 44, 64, 96])), 0)
+    scale = _Scale(
+        "vision", float(batch * side * side), float(gen.choice([32, 44, 64, 96])), 0, batch
+    )
 
     def structure() -> list[tuple[int, str, int, str]]:
         # per block: (input a, op a, input b, op b); inputs 0, 1 = cell inputs, 2 + b = block b
@@ -498,7 +502,6 @@ def nasnet_cells(
         meta={
             "name": f"nasnet_{n_cells}x{blocks}",
             "generator": "nasnet_cells",
-            "batch": 1,
         },
         out_channels=chans,
         stride=stride,

@@ -43,6 +43,7 @@ def test_training_graph_structure(gen):
         j, k = g.index("bwd:" + g.name[i]), g.index("opt:" + g.name[i])
         assert g.group[i] == g.group[j] == g.group[k]
     assert g.meta["bytes_per_param"] == 16.0
+    assert g.meta["batch"] >= 1 and g.meta["name"] and g.meta["tokens"] >= g.meta["batch"]
     for arr in (g.flops, g.bytes_accessed, g.out_bytes, g.param_bytes, g.act_bytes):
         assert np.isfinite(arr).all() and (arr >= 0).all()
     assert g.total_flops(FWD) > 0
