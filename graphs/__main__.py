@@ -1,0 +1,131 @@
+"""Command line: ``python -m graphs info NAME_OR_FILE`` prints a summary of a training graph."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from graphs.compgraph import BWD, FWD, OPT, CompGraph
+
+
+def critical_path(graph: CompGraph, cost: np.ndarray) -> float:
+    """Longest path through the DAG where each node costs ``cost[i]`` and edges are free."""
+    finish = np.zeros(graph.num_nodes)
+    start = np.zeros(graph.num_nodes)
+    preds: list[list[int]] = [[] for _ in range(graph.num_nodes)]
+    for s, d in zip(graph.src.tolist(), graph.dst.tolist()):
+        preds[d].append(s)
+    for i in graph.topo_order.tolist():
+        start[i] = max((finish[p] for p in preds[i]), default=0.0)
+        finish[i] = start[i] + cost[i]
+    return float(finish.max()) if graph.num_nodes else 0.0
+
+
+def node_seconds(
+    graph: CompGraph, peak_flops: float, mem_bw: float, efficiency: float, launch: float = 0.0
+) -> np.ndarray:
+    """Roofline time per node: ``max(flops / (peak * eff), bytes / mem_bw) + launch``."""
+    return (
+        np.maximum(graph.flops / (peak_flops * efficiency), graph.bytes_accessed / mem_bw) + launch
+    )
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(b) < 1024 or unit == "TB":
+            return f"{b:.2f} {unit}" if unit != "B" else f"{b:.0f} B"
+        b /= 1024
+    return f"{b:.2f} TB"
+
+
+def summary(graph: CompGraph, device: str | None = None, cluster: str | None = None) -> str:
+    """Multi-line text summary; critical path in seconds on ``device`` kind of ``cluster``, else FLOPs."""
+    lines = [
+        f"graph            {graph.meta.get('name', '?')}  (hash {graph.content_hash()})",
+        f"nodes            {graph.num_nodes}  (fwd {(graph.kind == FWD).sum()}, "
+        f"bwd {(graph.kind == BWD).sum()}, opt {(graph.kind == OPT).sum()})",
+        f"edges            {graph.num_edges}  ({_fmt_bytes(float(graph.edge_bytes.sum()))} moved if all cut)",
+        f"groups           {graph.num_groups}",
+        f"TFLOPs           {graph.total_flops() / 1e12:.3f}  (fwd {graph.total_flops(FWD) / 1e12:.3f}, "
+        f"bwd {graph.total_flops(BWD) / 1e12:.3f}, opt {graph.total_flops(OPT) / 1e12:.3f})",
+        f"parameters       {graph.num_params / 1e6:.2f} M  ({graph.bytes_per_param:g} bytes/param)",
+        f"parameter state  {_fmt_bytes(float(graph.param_bytes.sum()))}",
+        f"activations      {_fmt_bytes(float(graph.act_bytes.sum()))} kept for backward",
+    ]
+    if "batch" in graph.meta:
+        lines.insert(1, f"batch            {graph.meta['batch']}")
+    if device is not None or cluster is not None:
+        from graphs import clusters
+
+        cl = clusters.load(cluster or "dgx1_v100_8")
+        devs = [d for d in cl.devices if device is None or d.kind == device]
+        if not devs:
+            raise SystemExit(
+                f"graphs info: no device of kind {device!r} in cluster {cluster!r}; "
+                f"kinds there: {sorted({d.kind for d in cl.devices})}"
+            )
+        d = devs[0]
+        t = node_seconds(graph, d.peak_flops, d.mem_bw, d.efficiency, d.launch_overhead)
+        if d.kind in graph.times:
+            measured = graph.times[d.kind]
+            t = np.where(np.isnan(measured), t, measured * 1e-6)
+        lines.append(
+            f"critical path    {critical_path(graph, t) * 1e3:.3f} ms on one {d.kind} "
+            f"(sum of work {float(t.sum()) * 1e3:.3f} ms)"
+        )
+    else:
+        lines.append(
+            f"critical path    {critical_path(graph, graph.flops) / 1e12:.3f} TFLOPs "
+            "(use --device/--cluster for seconds)"
+        )
+    return "\n".join(lines)
+
+
+def _load(args: argparse.Namespace) -> CompGraph:
+    from graphs import zoo
+
+    target = args.target
+    if Path(target).suffix == ".json" or Path(target).exists():
+        from graphs import io
+
+        graph = io.load(target)
+        if args.max_groups is not None:
+            from graphs.coarsen import coarsen
+
+            graph = coarsen(graph, args.max_groups)
+        return graph
+    if target not in zoo.names():
+        raise SystemExit(
+            f"graphs info: {target!r} is neither a file nor a zoo model; "
+            f"zoo models: {', '.join(zoo.names())}"
+        )
+    return zoo.build(
+        target, batch=args.batch, seq=args.seq, max_groups=args.max_groups, cache=not args.no_cache
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m graphs", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="summarise a zoo model or a graph JSON file")
+    info.add_argument("target", help="zoo model name (e.g. gpt2-xl) or path to a graph .json")
+    info.add_argument("--max-groups", type=int, default=None, help="coarsen to at most K groups")
+    info.add_argument("--batch", type=int, default=None, help="global batch (zoo models)")
+    info.add_argument("--seq", type=int, default=None, help="sequence length (zoo models)")
+    info.add_argument("--device", default=None, help="device kind for the critical path in seconds")
+    info.add_argument(
+        "--cluster", default=None, help="cluster preset holding --device (default dgx1_v100_8)"
+    )
+    info.add_argument("--no-cache", action="store_true", help="rebuild, bypassing the graph cache")
+    args = parser.parse_args(argv)
+    graph = _load(args)
+    print(summary(graph, device=args.device, cluster=args.cluster))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
