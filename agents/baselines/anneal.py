@@ -23,13 +23,13 @@ import numpy as np
 from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
-    device_chain,
     evaluate_units,
     finish,
     make_problem,
     oracle_calls_start,
     result_ok,
 )
+from agents.baselines.pipedream import dp_placement
 from agents.baselines.simple import random_feasible
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
@@ -39,14 +39,8 @@ from placement_env.oracles.base import Oracle
 
 def initial_placement(prob: Problem, rng: np.random.Generator) -> np.ndarray:
     """The pipeline DP's placement, else a random memory-feasible one."""
-    from agents.baselines.pipedream import dp_stages
-
-    chain = device_chain(prob.cluster)
     try:
-        _, stage_pos = dp_stages(prob, chain)
-        up = np.empty(prob.num_units, dtype=np.int64)
-        up[prob.order] = np.asarray(chain)[stage_pos]
-        return up
+        return dp_placement(prob)
     except InfeasiblePlanError:
         pass
     for _ in range(100):

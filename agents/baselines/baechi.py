@@ -33,6 +33,7 @@ from agents.baselines.common import (
     device_chain,
     finish,
     make_problem,
+    mean_finite,
     oracle_calls_start,
 )
 from graphs.cluster import Cluster
@@ -90,8 +91,7 @@ def _in_csr(prob: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def bottom_levels(prob: Problem) -> np.ndarray:
     """Longest path (mean compute time) from each node to an exit, for tie-breaking."""
     g = prob.graph
-    t = np.where(np.isfinite(prob.node_time), prob.node_time, np.nan)
-    w = np.nan_to_num(np.nanmean(np.where(np.isnan(t).all(1, keepdims=True), 0.0, t), axis=1))
+    w = mean_finite(prob.node_time)
     bl = w.copy()
     succ: list[list[int]] = [[] for _ in range(g.num_nodes)]
     for s, d in zip(g.src.tolist(), g.dst.tolist()):
@@ -202,8 +202,7 @@ def favourite_children(prob: Problem) -> tuple[np.ndarray, np.ndarray, dict]:
     """
     g = prob.graph
     n, E = g.num_nodes, g.num_edges
-    t = np.where(np.isfinite(prob.node_time), prob.node_time, np.nan)
-    p = np.nan_to_num(np.nanmean(np.where(np.isnan(t).all(1, keepdims=True), 0.0, t), axis=1))
+    p = mean_finite(prob.node_time)
     D = prob.num_devices
     off = ~np.eye(D, dtype=bool)
     if D > 1:

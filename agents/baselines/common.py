@@ -126,6 +126,13 @@ class Problem:
         return load
 
 
+def mean_finite(t: np.ndarray) -> np.ndarray:
+    """Row means of ``t`` over its finite entries (0 for a row with none): a device-neutral cost."""
+    fin = np.isfinite(t)
+    cnt = fin.sum(axis=1)
+    return np.where(cnt > 0, np.where(fin, t, 0.0).sum(axis=1) / np.maximum(cnt, 1), 0.0)
+
+
 def roofline_times(graph: CompGraph, cluster: Cluster, microbatches: int = 1) -> np.ndarray:
     """``(n, D)`` seconds per node per device, per microbatch, by the simulator's rule.
 

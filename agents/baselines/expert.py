@@ -20,6 +20,7 @@ from agents.baselines.common import (
     device_chain,
     finish,
     make_problem,
+    mean_finite,
     oracle_calls_start,
 )
 from graphs.cluster import Cluster
@@ -30,9 +31,7 @@ from placement_env.oracles.base import Oracle
 
 def unit_weights(prob: Problem) -> np.ndarray:
     """Reference compute cost of each unit: its mean finite time over the devices."""
-    t = np.where(np.isfinite(prob.time), prob.time, np.nan)
-    w = np.nanmean(np.where(np.isnan(t).all(axis=1, keepdims=True), 0.0, t), axis=1)
-    return np.nan_to_num(w)
+    return mean_finite(prob.time)
 
 
 def layer_cuts(prob: Problem) -> np.ndarray:

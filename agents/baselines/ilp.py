@@ -32,11 +32,11 @@ import scipy.sparse as sp
 from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
-    device_chain,
     finish,
     make_problem,
     oracle_calls_start,
 )
+from agents.baselines.pipedream import dp_placement
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
@@ -47,16 +47,10 @@ MAX_VARIABLES = 250_000
 
 
 def _warm_start(prob: Problem) -> np.ndarray | None:
-    from agents.baselines.pipedream import dp_stages
-
-    chain = device_chain(prob.cluster)
     try:
-        _, stage_pos = dp_stages(prob, chain)
+        return dp_placement(prob)
     except InfeasiblePlanError:
         return None
-    up = np.empty(prob.num_units, dtype=np.int64)
-    up[prob.order] = np.asarray(chain)[stage_pos]
-    return up
 
 
 def solve_max_load(

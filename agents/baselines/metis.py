@@ -22,6 +22,7 @@ from agents.baselines.common import (
     device_chain,
     finish,
     make_problem,
+    mean_finite,
     oracle_calls_start,
     repair_memory,
 )
@@ -55,13 +56,11 @@ def metis_parts(prob: Problem, nparts: int, tpwgts: list[float] | None, seed: in
     src, dst = uniq // U, uniq % U
     xadj = np.zeros(U + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=U), out=xadj[1:])
-    t = np.where(np.isfinite(prob.time), prob.time, np.nan)
-    vw = np.nan_to_num(np.nanmean(np.where(np.isnan(t).all(1, keepdims=True), 0.0, t), axis=1))
+    vw = mean_finite(prob.time)
     opts = pymetis.Options(seed=seed)
     _, parts = pymetis.part_graph(
         nparts,
-        xadj=xadj.tolist(),
-        adjncy=dst.tolist(),
+        adjacency=pymetis.CSRAdjacency(xadj.tolist(), dst.tolist()),
         vweights=_int_weights(vw).tolist(),
         eweights=_int_weights(wsum).tolist(),
         tpwgts=tpwgts,

@@ -112,6 +112,15 @@ def dp_stages(
     return best, stage
 
 
+def dp_placement(prob: Problem) -> np.ndarray:
+    """The DP's per-unit placement on the device chain (raises :class:`InfeasiblePlanError`)."""
+    chain = device_chain(prob.cluster)
+    _, stage_pos = dp_stages(prob, chain)
+    up = np.empty(prob.num_units, dtype=np.int64)
+    up[prob.order] = np.asarray(chain)[stage_pos]
+    return up
+
+
 def pipedream_dp(
     graph: CompGraph,
     cluster: Cluster,

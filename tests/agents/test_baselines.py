@@ -1,0 +1,342 @@
+"""Tests of agents.baselines: registry, hand-checked optima, memory/colocation properties."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agents.baselines as B
+from agents.baselines.baechi import favourite_children
+from agents.baselines.common import InfeasiblePlanError, device_chain, make_problem
+from agents.baselines.pipedream import boundary_bytes
+from graphs.cluster import Cluster, Device, Link
+from graphs.compgraph import CompGraph
+from graphs.training import with_backward
+from placement_env.oracles.simulator import Simulator
+
+ALL = [
+    "anneal",
+    "expert",
+    "ilp",
+    "m_etf",
+    "m_sct",
+    "m_topo",
+    "metis",
+    "pipedream_dp",
+    "random",
+    "round_robin",
+    "single",
+]
+#: Small budgets/time limits so the whole file stays fast.
+FAST = {"ilp": {"time_limit": 2.0}}
+BUDGET = {"anneal": 12, "random": 8}
+
+
+def uniform_cluster(D: int, memory: float = 1e12, bw: float = 10.0, lat: float = 0.0) -> Cluster:
+    """D identical 1 FLOP/s devices, all-to-all links of ``bw`` bytes/s: times equal flops."""
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, memory) for i in range(D))
+    links = tuple(Link(a, b, bw, lat) for a in range(D) for b in range(D) if a != b)
+    return Cluster(f"u{D}", devs, links)
+
+
+def chain6(param: float = 10.0) -> CompGraph:
+    """1 -> 2 -> ... -> 6 with compute 1..6 s and 1 byte per edge (0.1 s at 10 B/s)."""
+    return CompGraph.build(
+        6,
+        [(i, i + 1) for i in range(5)],
+        flops=[1, 2, 3, 4, 5, 6],
+        out_bytes=1.0,
+        param_bytes=param,
+        layer=range(6),
+        meta={"name": "chain6"},
+    )
+
+
+def run(name: str, graph: CompGraph, cluster: Cluster, oracle, budget=None):
+    return B.get(name)(graph, cluster, oracle, BUDGET.get(name, budget), **FAST.get(name, {}))
+
+
+# ---------------------------------------------------------------- registry
+def test_names_and_unknown_name():
+    assert B.names() == ALL
+    with pytest.raises(ValueError, match="valid names.*'anneal'"):
+        B.get("simulated_annealing")
+    with pytest.raises(ValueError, match="already registered"):
+        B.register("ilp", "agents.baselines.ilp:ilp")
+
+
+def test_infeasible_error_is_value_error():
+    assert issubclass(B.InfeasiblePlanError, ValueError)
+
+
+# ------------------------------------------------------- hand-checked optima
+def test_pipedream_dp_chain_optimum_by_hand():
+    g, c = chain6(), uniform_cluster(3)
+    plan = run("pipedream_dp", g, c, Simulator(g, c))
+    # stages {1,2,3} = 6 + 0.1 out, {4,5} = 9 + 0.1 in + 0.1 out, {6} = 6 + 0.1 in
+    assert plan.meta["dp_objective"] == pytest.approx(9.2)
+    assert plan.placement.tolist() == [0, 0, 0, 1, 1, 2]
+    assert plan.stage.tolist() == [0, 0, 0, 1, 1, 2]
+    assert plan.stage_device == (0, 1, 2)
+
+
+def _contiguous_optimum(times, cap_units: int, bw: float, D: int) -> float:
+    """Exhaustive bottleneck over all contiguous splits of a chain into <= D stages."""
+    n, best = len(times), np.inf
+    for S in range(1, D + 1):
+        for cuts in itertools.combinations(range(1, n), S - 1):
+            bounds = [0, *cuts, n]
+            worst = 0.0
+            for k in range(S):
+                lo, hi = bounds[k], bounds[k + 1]
+                if hi - lo > cap_units:
+                    worst = np.inf
+                t = sum(times[lo:hi]) + (1 / bw if k > 0 else 0) + (1 / bw if k < S - 1 else 0)
+                worst = max(worst, t)
+            best = min(best, worst)
+    return best
+
+
+@pytest.mark.parametrize("memory,cap_units,expected", [(1e12, 6, 9.2), (25.0, 2, 11.1)])
+def test_pipedream_dp_matches_exhaustive_contiguous_search(memory, cap_units, expected):
+    g, c = chain6(), uniform_cluster(3, memory=memory)
+    plan = run("pipedream_dp", g, c, Simulator(g, c))
+    assert _contiguous_optimum([1, 2, 3, 4, 5, 6], cap_units, 10.0, 3) == pytest.approx(expected)
+    assert plan.meta["dp_objective"] == pytest.approx(expected)
+
+
+def test_ilp_chain_optimum_matches_exhaustive_simulator_search():
+    g, c = chain6(), uniform_cluster(3)
+    sim = Simulator(g, c, objective="max_load")
+    plan = run("ilp", g, c, sim)
+    best = min(sim.evaluate(np.array(p)).step_time for p in itertools.product(range(3), repeat=6))
+    # by hand: [0 1 2 2 1 0] gives loads 7.2, 7.4, 7.2 (1+6, 2+5, 3+4 plus 0.1 per crossing edge end)
+    assert best == pytest.approx(7.4)
+    assert plan.meta["step_time"] == pytest.approx(best)
+    assert plan.meta["ilp_objective"] == pytest.approx(best)
+    assert plan.meta["mip_gap"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_ilp_respects_memory_on_chain():
+    g, c = chain6(param=10.0), uniform_cluster(3, memory=15.0)  # one unit per device at most
+    with pytest.raises(InfeasiblePlanError):
+        run("ilp", g, c, Simulator(g, c, objective="max_load"))
+    c = uniform_cluster(3, memory=25.0)  # two units per device
+    sim = Simulator(g, c, objective="max_load")
+    plan = run("ilp", g, c, sim)
+    best = min(
+        r.step_time
+        for r in (sim.evaluate(np.array(p)) for p in itertools.product(range(3), repeat=6))
+        if not r.oom
+    )
+    assert np.bincount(plan.placement, minlength=3).max() <= 2
+    assert plan.meta["step_time"] == pytest.approx(best)
+
+
+def test_ilp_refuses_large_models():
+    g, c = chain6(), uniform_cluster(3)
+    with pytest.raises(ValueError, match="max_variables=10"):
+        B.get("ilp")(g, c, Simulator(g, c), None, max_variables=10)
+
+
+# ------------------------------------------------------------------ single
+def test_single_infeasible_when_nothing_fits():
+    g, c = chain6(param=10.0), uniform_cluster(2, memory=50.0)  # 60 B of state
+    with pytest.raises(InfeasiblePlanError, match="fits on no single device"):
+        run("single", g, c, Simulator(g, c))
+
+
+def test_single_picks_fastest_device_that_fits():
+    g = chain6(param=10.0)
+    devs = (
+        Device("small_fast", "x", 4.0, 1e30, 30.0),
+        Device("slow", "x", 1.0, 1e30, 1e6),
+        Device("mid", "x", 2.0, 1e30, 1e6),
+    )
+    links = tuple(Link(a, b, 1.0, 0.0) for a in range(3) for b in range(3) if a != b)
+    c = Cluster("het", devs, links)
+    plan = run("single", g, c, Simulator(g, c))
+    assert plan.placement.tolist() == [2] * 6
+    assert plan.meta["step_time"] == pytest.approx(21.0 / 2)
+
+
+# ---------------------------------------------------------- other behaviour
+def test_search_baselines_spend_exactly_their_budget():
+    g, c = chain6(), uniform_cluster(3)
+    for name, budget in (("anneal", 17), ("random", 9)):
+        sim = Simulator(g, c)
+        plan = B.get(name)(g, c, sim, budget)
+        assert sim.calls == budget
+        assert plan.meta["oracle_calls"] == budget
+        assert plan.meta["step_time"] == pytest.approx(sim.evaluate(plan).step_time)
+
+
+def test_anneal_never_worse_than_its_start():
+    g, c = chain6(), uniform_cluster(3)
+    plan = B.get("anneal")(g, c, Simulator(g, c, microbatches=4, schedule="1f1b"), 40)
+    assert plan.meta["step_time"] <= plan.meta["initial_step_time"]
+
+
+def test_metis_cuts_the_thin_edge():
+    # two 4-cliques (heavy edges) joined by one light edge
+    e = [(a, b) for a in range(4) for b in range(a + 1, 4)]
+    e += [(a + 4, b + 4) for a, b in e] + [(3, 4)]
+    eb = [100.0] * 12 + [1.0]
+    g = CompGraph.build(8, e, flops=1.0, edge_bytes=eb)
+    c = uniform_cluster(2)
+    plan = run("metis", g, c, Simulator(g, c))
+    p = plan.placement
+    assert len(set(p[:4])) == 1 and len(set(p[4:])) == 1 and p[0] != p[4]
+    assert plan.meta["cut_bytes"] == pytest.approx(1.0)
+
+
+def test_expert_equal_cost_split_by_hand():
+    g, c = chain6(), uniform_cluster(3)
+    plan = run("expert", g, c, Simulator(g, c))
+    # prefix costs 1,3,6,10,15,21; targets 7 and 14 -> cuts after 6 (node 3) and 15 (node 5)
+    assert plan.placement.tolist() == [0, 0, 0, 1, 1, 2]
+    assert plan.meta["rule"] == "equal_cost_layers"
+
+
+def test_m_etf_keeps_a_chain_on_one_device():
+    # with transfers as slow as compute, ETF never gains by moving a chain
+    g, c = chain6(), uniform_cluster(3, bw=1.0)
+    plan = run("m_etf", g, c, Simulator(g, c))
+    assert len(set(plan.placement.tolist())) == 1
+    assert plan.meta["model_makespan"] == pytest.approx(21.0)
+
+
+def test_m_sct_favourite_children_fork():
+    # 0 -> {1, 2}: at most one favourite child of 0; 1 and 2 each have one parent
+    g = CompGraph.build(4, [(0, 1), (0, 2), (1, 3), (2, 3)], flops=1.0, out_bytes=5.0)
+    c = uniform_cluster(2)
+    fav, saving, info = favourite_children(make_problem(g, c, Simulator(g, c)))
+    assert info["lp_status"] == "optimal"
+    assert sum(fav[[1, 2]] == 0) <= 1
+    assert fav[3] in (-1, 1, 2)
+    assert (saving[fav >= 0] > 0).all()
+
+
+def test_boundary_bytes_by_hand():
+    # order 0,1,2 with edges 0->1 (1 B), 0->2 (2 B), 2->1 (4 B)
+    g = CompGraph.build(3, [(0, 1), (0, 2), (2, 1)], edge_bytes=[1.0, 2.0, 4.0])
+    c = uniform_cluster(2)
+    prob = make_problem(g, c, Simulator(g, c))
+    IN, OUT = boundary_bytes(prob)
+    order = prob.order.tolist()
+    assert order == [0, 2, 1]  # topological: 0, 2, 1
+    # stage = position 1 only (node 2): in from node 0 (2 B), out to node 1 (4 B)
+    assert IN[1, 1] == pytest.approx(2.0) and OUT[1, 1] == pytest.approx(4.0)
+    # stage = positions 1..2 (nodes 2, 1): in 1 + 2 B, nothing after
+    assert IN[1, 2] == pytest.approx(3.0) and OUT[1, 2] == 0.0
+
+
+def test_device_chain_dgx1_uses_bonded_nvlinks():
+    from graphs import clusters
+
+    c = clusters.load("dgx1_v100_8")
+    chain = device_chain(c)
+    bw = c.bandwidth_matrix()
+    assert sorted(chain) == list(range(8))
+    assert min(bw[a, b] for a, b in itertools.pairwise(chain)) == pytest.approx(50e9)
+
+
+def test_oracle_for_another_graph_is_refused():
+    g, c = chain6(), uniform_cluster(2)
+    other = chain6(param=1.0)
+    with pytest.raises(ValueError, match="another graph"):
+        run("round_robin", g, c, Simulator(other, c))
+
+
+# ------------------------------------------------------ property: every plan
+@st.composite
+def instances(draw):
+    n = draw(st.integers(2, 7))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    edges = [(a, b) for a in range(n) for b in range(a + 1, n) if rng.random() < 0.4]
+    fwd = CompGraph.build(
+        n,
+        edges,
+        flops=rng.uniform(1e9, 1e11, n),
+        bytes_accessed=rng.uniform(1e6, 1e8, n),
+        out_bytes=rng.uniform(1e5, 1e8, n),
+        param_bytes=rng.uniform(0, 4e8, n) * (rng.random(n) < 0.7),
+        act_bytes=rng.uniform(0, 2e8, n),
+        meta={"name": "rand", "bytes_per_param": 16},
+    )
+    g = with_backward(fwd)
+    D = draw(st.integers(2, 4))
+    state = float(g.param_bytes.sum() + g.act_bytes.sum())
+    mem_scale = draw(st.sampled_from([0.3, 0.5, 0.8, 100.0]))
+    devs = tuple(
+        Device(f"g{i}", "x", float(rng.uniform(5e12, 2e13)), 5e11, state * mem_scale + 1e7)
+        for i in range(D)
+    )
+    links = tuple(
+        Link(a, b, float(rng.uniform(5e9, 5e10)), 1e-6)
+        for a in range(D)
+        for b in range(D)
+        if a != b
+    )
+    M = draw(st.sampled_from([1, 2]))
+    sched = draw(st.sampled_from(["gpipe", "1f1b"]))
+    return g, Cluster("rc", devs, links), M, sched, mem_scale
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(instances())
+def test_every_plan_respects_colocation_and_memory(inst):
+    g, c, M, sched, mem_scale = inst
+    for name in ALL:
+        sim = Simulator(g, c, microbatches=M, schedule=sched)
+        try:
+            plan = run(name, g, c, sim)
+        except InfeasiblePlanError:
+            # allowed when memory is tight, never when it is plentiful
+            assert mem_scale < 100.0, f"{name}: infeasible although memory is plentiful"
+            if name == "ilp":  # the exact model is complete: nothing fits the memory model
+                prob = make_problem(g, c, sim)
+                U, D = prob.num_units, c.num_devices
+                assert not any(
+                    prob.fits(np.array(up)) for up in itertools.product(range(D), repeat=U)
+                )
+            continue
+        plan.check(g, c)
+        assert plan.colocation_violations(g) == []
+        res = Simulator(g, c, microbatches=M, schedule=sched).evaluate(plan)
+        assert not res.oom
+        assert np.all(res.peak_memory <= c.memory)
+        assert np.isfinite(res.step_time)
+        assert plan.meta["algorithm"] == name
+        assert plan.meta["step_time"] == pytest.approx(res.step_time)
+        assert plan.meta["oracle_calls"] >= 1
+        assert plan.meta["search_seconds"] >= 0
+        assert plan.microbatches == M and plan.schedule == sched
+
+
+# ------------------------------------------------------- default experiment
+@pytest.mark.slow
+def test_every_baseline_on_gpt2_xl_dgx1():
+    import graphs
+
+    g = graphs.zoo.build("gpt2-xl", max_groups=256)
+    c = graphs.clusters.load("dgx1_v100_8")
+    for name in ALL:
+        sim = Simulator(g, c, microbatches=8, schedule="1f1b")
+        if name == "single":
+            with pytest.raises(InfeasiblePlanError):
+                run(name, g, c, sim)
+            continue
+        kw = {"ilp": {"time_limit": 20.0}}.get(name, {})
+        plan = B.get(name)(g, c, sim, {"anneal": 30, "random": 10}.get(name), **kw)
+        assert plan.colocation_violations(g) == []
+        res = Simulator(g, c, microbatches=8, schedule="1f1b").evaluate(plan)
+        assert not res.oom and np.isfinite(res.step_time), name
