@@ -1,0 +1,170 @@
+"""Launch one process per rank on this host; if one rank fails, kill the rest and re-raise its error."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from runtime.dist import free_port
+
+
+class RankFailure(RuntimeError):
+    """A rank of a distributed job failed; carries that rank's error.
+
+    Attributes:
+        rank: the rank that failed first.
+        error_type: the exception class name raised there (or ``"exit"``/``"timeout"``).
+        remote_traceback: the formatted traceback from that rank, if any.
+        exit_codes: exit code of every rank (negative = killed by that signal).
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        error_type: str,
+        message: str,
+        remote_traceback: str = "",
+        exit_codes: Sequence[int | None] = (),
+    ) -> None:
+        super().__init__(f"rank {rank} failed with {error_type}: {message}")
+        self.rank = rank
+        self.error_type = error_type
+        self.message = message
+        self.remote_traceback = remote_traceback
+        self.exit_codes = list(exit_codes)
+
+
+def write_error_file(
+    path: str | Path, rank: int, exc: BaseException, when: float | None = None
+) -> None:
+    """Record ``exc`` raised on ``rank`` at time ``when`` as JSON (read by the launcher)."""
+    Path(path).write_text(
+        json.dumps(
+            {
+                "rank": rank,
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": traceback.format_exc(),
+                "time": time.time() if when is None else when,
+            }
+        )
+    )
+
+
+def read_error_files(folder: str | Path) -> list[dict[str, Any]]:
+    """All error records in ``folder`` (``error_rank*.json``), earliest first."""
+    out = []
+    for p in sorted(Path(folder).glob("error_rank*.json")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return sorted(out, key=lambda r: r.get("time", 0.0))
+
+
+def _child(
+    fn: Callable[..., Any],
+    rank: int,
+    world_size: int,
+    env: Mapping[str, str],
+    folder: str,
+    args: tuple[Any, ...],
+) -> None:
+    os.environ.update(env)
+    os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size)})
+    try:
+        result = fn(*args)
+        Path(folder, f"result_rank{rank}.json").write_text(json.dumps(result))
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
+        write_error_file(Path(folder, f"error_rank{rank}.json"), rank, exc, time.time())
+        raise SystemExit(1) from None
+
+
+def spawn(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple[Any, ...] = (),
+    *,
+    timeout_s: float = 120.0,
+    grace_s: float = 1.0,
+    env: Mapping[str, str] | None = None,
+) -> list[Any]:
+    """Run ``fn(*args)`` in ``world_size`` fresh processes (spawn) and return their results.
+
+    Each process gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and a
+    free ``MASTER_PORT``; ``fn`` must be importable (a module-level function) and
+    return a JSON-serialisable value. If a rank exits non-zero, the survivors get
+    ``grace_s`` seconds, then are terminated (SIGTERM, then SIGKILL) and
+    :class:`RankFailure` is raised with the first failing rank's error. If the job
+    runs past ``timeout_s`` every rank is killed and ``RankFailure`` (type
+    ``"timeout"``) is raised.
+    """
+    if world_size < 1:
+        raise ValueError(f"spawn: world_size must be >= 1, got {world_size}")
+    ctx = mp.get_context("spawn")
+    base_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    base_env.update(env or {})
+    with tempfile.TemporaryDirectory(prefix="devplace_spawn_") as folder:
+        procs = [
+            ctx.Process(
+                target=_child,
+                args=(fn, r, world_size, base_env, folder, args),
+                name=f"devplace-rank{r}",
+            )
+            for r in range(world_size)
+        ]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout_s
+        failed_at: float | None = None
+        timed_out = False
+        try:
+            while True:
+                codes = [p.exitcode for p in procs]
+                if all(c == 0 for c in codes):
+                    break
+                if failed_at is None and any(c not in (None, 0) for c in codes):
+                    failed_at = time.monotonic()
+                if failed_at is not None and (
+                    all(c is not None for c in codes) or time.monotonic() - failed_at > grace_s
+                ):
+                    break
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                time.sleep(0.02)
+        finally:
+            _kill(procs)
+        codes = [p.exitcode for p in procs]
+        errors = read_error_files(folder)
+        if errors:
+            e = errors[0]
+            raise RankFailure(e["rank"], e["type"], e["message"], e["traceback"], codes)
+        if timed_out:
+            raise RankFailure(-1, "timeout", f"job did not finish within {timeout_s} s", "", codes)
+        if any(c != 0 for c in codes):
+            r = next(i for i, c in enumerate(codes) if c != 0)
+            raise RankFailure(r, "exit", f"process exited with code {codes[r]}", "", codes)
+        return [
+            json.loads(Path(folder, f"result_rank{r}.json").read_text()) for r in range(world_size)
+        ]
+
+
+def _kill(procs: Sequence[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    t0 = time.monotonic()
+    for p in procs:
+        p.join(timeout=max(0.0, 3.0 - (time.monotonic() - t0)))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()

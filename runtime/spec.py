@@ -1,0 +1,207 @@
+"""RunSpec: a plan resolved against its graph into what each rank executes (plain JSON, checked before launch)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphs.cluster import Cluster
+from graphs.compgraph import FWD, CompGraph
+from graphs.plan import Plan
+
+MODES = ("oplevel", "pipeline", "tp")
+
+
+@dataclass
+class RunSpec:
+    """Everything a rank needs; JSON-serialisable.
+
+    Attributes:
+        mode: ``"oplevel"`` (any DAG split by device), ``"pipeline"`` (stages) or ``"tp"``.
+        world_size: number of processes, one per device of the plan.
+        devices: cluster device index of each rank.
+        device_of: forward (FX) node name -> rank (op-level plans).
+        stage_of: forward (FX) node name -> stage (pipeline plans).
+        stage_rank: rank of each stage.
+        tp_degree: tensor-parallel degree (1 = none); ``tp_modules`` the module paths to shard.
+        model: the model spec (see :func:`runtime.model.load_model`).
+    """
+
+    mode: str
+    world_size: int
+    devices: list[int]
+    model: dict[str, Any]
+    device_of: dict[str, int] = field(default_factory=dict)
+    stage_of: dict[str, int] = field(default_factory=dict)
+    stage_rank: list[int] = field(default_factory=list)
+    tp_degree: int = 1
+    tp_modules: list[str] = field(default_factory=list)
+    microbatches: int = 1
+    schedule: str = "1f1b"
+    steps: int = 5
+    warmup: int = 2
+    seed: int = 0
+    backend: str | None = None
+    timeout_s: float = 60.0
+    lr: float = 1e-3
+    optimizer: str = "sgd"
+    threads: int = 1
+    plan_hash: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        d = json.loads(text)
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"RunSpec: unknown keys {sorted(unknown)}")
+        return cls(**d)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` unless the fields are consistent."""
+        if self.mode not in MODES:
+            raise ValueError(f"RunSpec.mode {self.mode!r} is unknown; expected one of {MODES}")
+        if self.world_size != len(self.devices):
+            raise ValueError(
+                f"RunSpec: world_size {self.world_size} != number of devices {len(self.devices)}"
+            )
+        bad = {k: r for k, r in self.device_of.items() if not 0 <= r < self.world_size}
+        if bad:
+            k = next(iter(bad))
+            raise ValueError(
+                f"RunSpec: node {k!r} is on rank {bad[k]}, outside [0, {self.world_size})"
+            )
+        if self.mode == "pipeline":
+            if not self.stage_rank:
+                raise ValueError("RunSpec: a pipeline plan needs stage_rank")
+            if any(not 0 <= r < self.world_size for r in self.stage_rank):
+                raise ValueError(
+                    f"RunSpec: stage_rank {self.stage_rank} has ranks outside [0, {self.world_size})"
+                )
+        if self.steps < 1 or self.warmup < 0:
+            raise ValueError(
+                f"RunSpec: steps must be >= 1 and warmup >= 0, got {self.steps}, {self.warmup}"
+            )
+
+
+def plan_hash(plan: Plan) -> str:
+    """SHA-256 (16 hex chars) of the plan's JSON form without its free-form ``meta``."""
+    d = plan.to_dict()
+    d.pop("meta", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def forward_names(graph: CompGraph) -> list[tuple[int, list[str]]]:
+    """``(node index, FX names)`` of every forward node; coarse nodes expand through ``meta['members']``."""
+    members = graph.meta.get("members")
+    out = []
+    for i in np.flatnonzero(graph.kind == FWD):
+        names = [str(m) for m in members[i]] if members is not None else [graph.name[i]]
+        names = [m for m in names if not m.startswith(("bwd:", "opt:"))]
+        out.append((int(i), names))
+    return out
+
+
+def make_run_spec(
+    plan: Plan,
+    graph: CompGraph,
+    cluster: Cluster,
+    model: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> RunSpec:
+    """Check ``plan`` against ``graph`` and ``cluster`` and resolve it into a :class:`RunSpec`.
+
+    Refuses (``ValueError``) a plan made for another graph or cluster, a device index
+    out of range, a pipeline plan whose stages are not one per rank (unless the
+    schedule is ``interleaved``), and non-uniform tensor-parallel degrees.
+    ``model`` defaults to ``plan.meta["model"]``; ``options`` set the other
+    :class:`RunSpec` fields (steps, warmup, seed, backend, ...).
+    """
+    plan.check(graph, cluster)
+    model = dict(model if model is not None else plan.meta.get("model") or {})
+    if not model:
+        raise ValueError(
+            "plan names no model: set plan.meta['model'] = {'name': zoo_name, 'config': {...}} "
+            "or pass model="
+        )
+    fwd = forward_names(graph)
+    degrees = {d for d in plan.tp_degree.values() if d > 1}
+    if len(degrees) > 1:
+        raise ValueError(f"Plan.tp_degree: all degrees must be equal, got {sorted(degrees)}")
+    tp = degrees.pop() if degrees else 1
+    tp_modules: list[str] = []
+    if tp > 1:
+        groups = {g for g, d in plan.tp_degree.items() if d > 1}
+        tp_modules = sorted(
+            {graph.module[i] for i, _ in fwd if int(graph.group[i]) in groups and graph.module[i]}
+        )
+        if not tp_modules:
+            raise ValueError(
+                "Plan.tp_degree names groups whose forward nodes have no module path to shard"
+            )
+    common = dict(
+        model=model,
+        microbatches=int(plan.microbatches),
+        schedule=plan.schedule,
+        tp_degree=tp,
+        tp_modules=tp_modules,
+        plan_hash=plan_hash(plan),
+        **options,
+    )
+    if plan.stage is not None and plan.stage_device is not None:
+        sdev = list(plan.stage_device)
+        used = sorted(set(sdev))
+        rank_of = {d: r for r, d in enumerate(used)}
+        stage_rank = [rank_of[d] for d in sdev]
+        per_rank = np.bincount(stage_rank, minlength=len(used))
+        if plan.schedule != "interleaved" and (per_rank > 1).any():
+            raise ValueError(
+                f"pipeline plan puts {int(per_rank.max())} stages on one device with schedule "
+                f"{plan.schedule!r}; use schedule 'interleaved' or one stage per device"
+            )
+        if plan.schedule == "interleaved":
+            R = len(used)
+            if any(r != k % R for k, r in enumerate(stage_rank)):
+                raise ValueError(
+                    "interleaved pipeline plans must place stage k on the (k mod devices)-th device "
+                    f"(looped layout); got stage devices {sdev}"
+                )
+        stage_of = {m: int(plan.stage[i]) for i, names in fwd for m in names}
+        if tp > 1:
+            raise ValueError(
+                "pipeline plans with tensor parallelism (stage and tp_degree together) are not "
+                "supported by this runtime yet; drop tp_degree or the stages"
+            )
+        devices = used
+        spec = RunSpec(
+            mode="pipeline",
+            world_size=len(devices),
+            devices=devices,
+            stage_of=stage_of,
+            stage_rank=stage_rank,
+            **common,
+        )
+    elif tp > 1:
+        used = sorted(set(plan.placement.tolist()))
+        devices = used if len(used) == tp else list(range(tp))
+        if len(devices) > cluster.num_devices:
+            raise ValueError(
+                f"tensor-parallel degree {tp} needs {tp} devices, cluster {cluster.name!r} has {cluster.num_devices}"
+            )
+        spec = RunSpec(mode="tp", world_size=tp, devices=devices, **common)
+    else:
+        used = sorted(set(plan.placement.tolist()))
+        rank_of = {d: r for r, d in enumerate(used)}
+        device_of = {m: rank_of[int(plan.placement[i])] for i, names in fwd for m in names}
+        spec = RunSpec(
+            mode="oplevel", world_size=len(used), devices=used, device_of=device_of, **common
+        )
+    spec.validate()
+    return spec

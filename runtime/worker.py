@@ -1,0 +1,181 @@
+"""One rank of a plan execution: ``python -m runtime.worker --spec SPEC.json --out DIR`` under torchrun."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from runtime.dist import init_distributed, seed_everything, teardown
+from runtime.launch import write_error_file
+from runtime.model import load_model
+from runtime.spec import RunSpec
+from runtime.timers import StepTimer
+
+OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+
+
+def build_runner(
+    spec: RunSpec, rank: int, device: torch.device, timer: StepTimer
+) -> tuple[Any, tuple]:
+    """Build the model (seeded) and the runner for ``spec.mode``; returns ``(runner, inputs)``."""
+    seed_everything(spec.seed)
+    zm = load_model(spec.model)
+    module = zm.module.to(device)
+    inputs = tuple(x.to(device) for x in zm.example_inputs)
+    for x in inputs:  # the same batch on every rank, whatever the factory did
+        dist.broadcast(x, src=0)
+    M = spec.microbatches
+    if spec.mode == "tp":
+        from runtime.tensor_parallel import TensorParallelRunner
+
+        return (
+            TensorParallelRunner(
+                module,
+                zm.loss_fn,
+                spec.tp_modules,
+                rank=rank,
+                world_size=spec.world_size,
+                microbatches=M,
+                timer=timer,
+                device=device,
+            ),
+            inputs,
+        )
+    from runtime.program import export_with_loss
+
+    if inputs[0].shape[0] % M:
+        raise ValueError(
+            f"batch of {inputs[0].shape[0]} cannot be split into {M} equal microbatches"
+        )
+    gm = export_with_loss(module, tuple(x.chunk(M, dim=0)[0] for x in inputs), zm.loss_fn)
+    known = spec.device_of if spec.mode == "oplevel" else spec.stage_of
+    names = {n.name for n in gm.graph.nodes if n.op == "call_function"}
+    if known and not names & set(known):
+        raise ValueError(
+            "plan does not match the model: none of its forward node names "
+            f"(e.g. {sorted(known)[:3]}) is an op of the exported program (e.g. {sorted(names)[:3]})"
+        )
+    if spec.mode == "oplevel":
+        from runtime.oplevel import OpLevelRunner
+
+        runner: Any = OpLevelRunner(
+            gm,
+            spec.device_of,
+            rank=rank,
+            world_size=spec.world_size,
+            microbatches=M,
+            timer=timer,
+            device=device,
+        )
+    else:
+        from runtime.pipeline import PipelineRunner
+
+        runner = PipelineRunner(
+            gm,
+            spec.stage_of,
+            spec.stage_rank,
+            rank=rank,
+            world_size=spec.world_size,
+            microbatches=M,
+            schedule=spec.schedule,
+            timer=timer,
+            device=device,
+        )
+    return runner, inputs
+
+
+def local_grads(runner: Any) -> dict[str, list]:
+    """Gradients of the parameters this rank holds (gathered for tensor parallel), as lists."""
+    if hasattr(runner, "full_grads"):
+        grads = runner.full_grads()
+    else:
+        grads = {n: runner.gm.get_parameter("model." + n).grad for n in runner.param_names}
+    return {n: g.detach().cpu().tolist() for n, g in grads.items() if g is not None}
+
+
+def run_rank(
+    spec_json: str, out_dir: str | None = None, capture_grads: bool = False
+) -> dict[str, Any]:
+    """Run the plan on this rank: ``warmup`` then ``steps`` timed steps; returns this rank's record.
+
+    Each step starts after a barrier; its time is this rank's wall time to finish
+    forward, backward and optimizer step. With ``capture_grads`` the gradients of
+    the first step (before the optimizer) are included. On error the error is
+    written to ``out_dir/error_rank{r}.json`` and re-raised.
+    """
+    rank = -1
+    try:
+        spec = RunSpec.from_json(spec_json)
+        spec.validate()
+        info = init_distributed(spec.backend, timeout_s=spec.timeout_s)
+        rank = info.rank
+        if info.device.type == "cpu":
+            torch.set_num_threads(max(1, spec.threads))
+        if info.world_size != spec.world_size:
+            raise ValueError(
+                f"plan needs {spec.world_size} processes (one per device {spec.devices}), "
+                f"but WORLD_SIZE={info.world_size}"
+            )
+        timer = StepTimer(info.device)
+        runner, inputs = build_runner(spec, rank, info.device, timer)
+        opt = OPTIMIZERS[spec.optimizer](runner.parameters(), lr=spec.lr)
+        rec: dict[str, Any] = {"rank": rank, "device": spec.devices[rank], "steps": []}
+        for i in range(spec.warmup + spec.steps):
+            dist.barrier()
+            timer.reset()
+            t0 = time.perf_counter()
+            loss = runner.forward_backward(inputs)
+            if i == 0:
+                lt = torch.tensor([loss], dtype=torch.float64)
+                dist.all_reduce(lt)
+                rec["loss"] = float(lt.item())
+                if capture_grads:
+                    rec["grads"] = local_grads(runner)
+            with timer.timed("compute"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            wall = time.perf_counter() - t0
+            if i >= spec.warmup:
+                rec["steps"].append(
+                    {
+                        "wall": wall,
+                        "compute": timer.compute,
+                        "comm": timer.comm,
+                        "idle": max(0.0, wall - timer.compute - timer.comm),
+                    }
+                )
+        dist.barrier()
+        if out_dir:
+            Path(out_dir, f"rank{rank}.json").write_text(json.dumps(rec))
+        return rec
+    except BaseException as exc:
+        if out_dir:
+            import os
+
+            r = rank if rank >= 0 else int(os.environ.get("RANK", "0"))
+            write_error_file(Path(out_dir, f"error_rank{r}.json"), r, exc, time.time())
+        raise
+    finally:
+        teardown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--spec", required=True, help="RunSpec JSON file")
+    ap.add_argument("--out", required=True, help="folder for rank{r}.json / error_rank{r}.json")
+    args = ap.parse_args(argv)
+    run_rank(Path(args.spec).read_text(), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    sys.exit(record(main)())
