@@ -138,31 +138,34 @@ def oracle_factory(spec: EnvSpec) -> OracleFactory:
     """``(graph, cluster) -> Oracle`` for the env's ``oracle`` (``simulator`` or ``profiled``)."""
     opts = dict(spec.oracle_options)
     if spec.oracle == "simulator":
-        from placement_env.oracles.simulator import Simulator
+        from placement_env.envs.base import SimulatorFactory
 
-        def make_sim(graph: CompGraph, cluster: Cluster) -> Any:
-            return Simulator(
-                graph,
-                cluster,
-                microbatches=spec.microbatches,
-                schedule=spec.schedule,
-                objective=spec.objective,
-                **opts,
+        if opts:
+            raise ValueError(
+                f"env {spec.name!r}: oracle_options {sorted(opts)} are for the profiled oracle; "
+                "the simulator takes microbatches, schedule and objective only"
             )
-
-        return make_sim
+        return SimulatorFactory(spec.microbatches, spec.schedule, spec.objective)
     if spec.oracle == "profiled":
-        from placement_env.oracles.profiled import ProfiledOracle
-
-        model = {"name": spec.model, "config": dict(spec.model_config)}
-
-        def make_prof(graph: CompGraph, cluster: Cluster) -> Any:
-            return ProfiledOracle(graph, cluster, model=model, **opts)
-
-        return make_prof
+        return ProfiledFactory(spec.model or "", dict(spec.model_config), opts)
     raise ValueError(
         f"env {spec.name!r}: unknown oracle {spec.oracle!r}; expected 'simulator' or 'profiled'"
     )
+
+
+@dataclass(frozen=True)
+class ProfiledFactory:
+    """``(graph, cluster) -> ProfiledOracle`` for zoo model ``model`` (picklable, for checkpoints)."""
+
+    model: str
+    model_config: Mapping[str, Any]
+    options: Mapping[str, Any]
+
+    def __call__(self, graph: CompGraph, cluster: Cluster) -> Any:
+        from placement_env.oracles.profiled import ProfiledOracle
+
+        model = {"name": self.model, "config": dict(self.model_config)}
+        return ProfiledOracle(graph, cluster, model=model, **dict(self.options))
 
 
 def build_problem(spec: EnvSpec) -> Problem:

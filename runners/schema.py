@@ -224,9 +224,13 @@ def check_overrides(schema: type, overrides: list[str]) -> None:
     left to hydra, which already lists the valid options of a group.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
 
     candidates = [o for o in overrides if "=" in o and not o.startswith("-")]
-    parsed = OverridesParser.create().parse_overrides(candidates)
+    try:
+        parsed = OverridesParser.create().parse_overrides(candidates)
+    except OverrideParseException:
+        return  # hydra reports syntax errors itself
     for ov in parsed:
         key = ov.key_or_group
         if key in GROUPS or key.startswith("hydra") or ov.is_delete():

@@ -8,6 +8,7 @@ logger's files. ``resume=RUN_DIR`` continues a killed run from its last checkpoi
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -162,11 +163,16 @@ def _oracle_calls(tracker: Any, model: Any) -> int:
 
 
 # ---------------------------------------------------------------------- PPO
-def make_env(problem: common.Problem, seed: int) -> Any:
-    """The Gymnasium env of ``problem.spec`` (generator and oracle factory injected)."""
+def _make_env(env_id: str, generator: Any, oracle_factory: Any, env_kwargs: dict[str, Any]) -> Any:
     import gymnasium as gym
 
     import placement_env  # noqa: F401 - registers the ids
+
+    return gym.make(env_id, generator=generator, oracle_factory=oracle_factory, **env_kwargs)
+
+
+def env_factory(problem: common.Problem) -> Callable[[], Any]:
+    """A picklable ``() -> gym.Env`` for ``problem.spec`` (generator and oracle injected)."""
     from placement_env import generators
 
     spec = problem.spec
@@ -174,11 +180,9 @@ def make_env(problem: common.Problem, seed: int) -> Any:
         gen = generators.fixed(problem.graph, problem.cluster)
     else:
         gen = generators.make_generator({"kind": spec.generator, **dict(spec.generator_options)})
-    env = gym.make(
-        spec.env_id, generator=gen, oracle_factory=problem.oracle_factory, **dict(spec.env_kwargs)
+    return functools.partial(
+        _make_env, spec.env_id, gen, problem.oracle_factory, dict(spec.env_kwargs)
     )
-    env.reset(seed=seed)
-    return env
 
 
 def ppo_kwargs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -228,8 +232,9 @@ def search_ppo(
         remaining = max(0, total - model.num_timesteps)
         reset = False
     else:
-        env = make_env(problem, seed)
-        model = agents.make_ppo(env, policy=policy, seed=seed, **ppo_kwargs(agent_cfg))
+        model = agents.make_ppo(
+            env_factory(problem), policy=policy, seed=seed, **ppo_kwargs(agent_cfg)
+        )
         remaining, reset = total, True
     if remaining > 0:
         model.learn(total_timesteps=remaining, callback=[best, cb], reset_num_timesteps=reset)
@@ -241,11 +246,12 @@ def search_ppo(
         policy_path,
         meta={"env": problem.spec.name, "policy": policy, "seed": seed, "timesteps": total},
     )
-    placement = getattr(best, "best_placement", None)
-    step_time = _best_step_time(best)
+    fixed = problem.spec.generator == "fixed"
+    placement = getattr(best, "best_placement", None) if fixed else None
+    step_time = _best_step_time(best) if fixed else None
     calls = _oracle_calls(best, model)
     meta: dict[str, Any] = {"policy": policy, "updates": cb.updates}
-    if problem.spec.generator != "fixed" or placement is None:
+    if placement is None:
         # Trained on other instances (or found nothing feasible): plan the problem zero-shot.
         oracle = problem.oracle()
         plan = agents.load_policy(policy_path).plan(

@@ -1,0 +1,212 @@
+"""``python -m runners.evaluate``: a suite of envs x agents x seeds to results.md/.csv and a bar chart."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from runners import common, schema
+from runners.train import train
+
+schema.register()
+
+COLUMNS = (
+    "env",
+    "agent",
+    "seed",
+    "step_time_ms",
+    "lower_bound_ms",
+    "oom",
+    "oracle_calls",
+    "wall_seconds",
+)
+
+
+@contextmanager
+def _hydra_ready() -> Iterator[None]:
+    """Use the running hydra app's config search path, or initialise one on ``conf/``."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        yield
+    else:
+        with initialize_config_dir(config_dir=str(common.CONF_DIR), version_base=None):
+            yield
+
+
+def compose_train(overrides: Sequence[str]) -> DictConfig:
+    """The ``runners.train`` config for ``overrides`` (hydra's compose API)."""
+    from hydra import compose
+
+    with _hydra_ready():
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def cell_overrides(cfg: DictConfig, env: str, agent: str, seed: int) -> list[str]:
+    """The train overrides of one cell of the suite."""
+    b = cfg.train
+    return [
+        f"+env={env}",
+        f"agent={agent}",
+        f"seed={seed}",
+        "logger=none",
+        "run_baselines=false",
+        f"train.timesteps={b.timesteps}",
+        f"train.seconds={'null' if b.seconds is None else b.seconds}",
+        f"train.checkpoint_every={b.checkpoint_every}",
+        f"train.progress={str(bool(b.progress)).lower()}",
+        *cfg.overrides,
+    ]
+
+
+def evaluate(
+    cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """Run every cell into ``RUN_DIR/ENV/AGENT/sSEED``; write results.{md,csv,png}; return rows."""
+    for group, names in (("env", cfg.envs), ("agent", cfg.agents)):
+        unknown = sorted(set(names) - set(common.available(group)))
+        if unknown:
+            raise ValueError(
+                f"evaluate: unknown {group}s {unknown}; available: {common.available(group)}"
+            )
+    rows: list[dict[str, Any]] = []
+    for env in cfg.envs:
+        for agent in cfg.agents:
+            for seed in cfg.seeds:
+                sub = compose_train(cell_overrides(cfg, env, agent, int(seed)))
+                cell = run_dir / env / agent / f"s{seed}"
+                res = train(sub, cell, echo=lambda s: None)
+                row = {
+                    "env": env,
+                    "agent": agent,
+                    "seed": int(seed),
+                    "step_time_ms": _ms(res["best_step_time"]),
+                    "lower_bound_ms": _ms(res["lower_bound"]),
+                    "oom": bool(res["oom"]),
+                    "oracle_calls": int(res["oracle_calls"]),
+                    "wall_seconds": round(float(res["wall_seconds"]), 2),
+                }
+                rows.append(row)
+                echo(
+                    f"{env:<16} {agent:<13} seed {seed}: {row['step_time_ms']} ms "
+                    f"({row['oracle_calls']} calls, {row['wall_seconds']:.1f} s)"
+                )
+    write_tables(rows, run_dir)
+    plot_bars(rows, run_dir / "results.png")
+    echo(f"evaluate: {len(rows)} runs -> {run_dir / 'results.md'}")
+    return rows
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None or not math.isfinite(seconds) else round(seconds * 1e3, 3)
+
+
+def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and std of the step time over seeds, per (env, agent), in first-seen order."""
+    keys: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        keys.setdefault((r["env"], r["agent"]), []).append(r)
+    out = []
+    for (env, agent), rs in keys.items():
+        ts = [r["step_time_ms"] for r in rs if r["step_time_ms"] is not None]
+        out.append(
+            {
+                "env": env,
+                "agent": agent,
+                "runs": len(rs),
+                "feasible": len(ts),
+                "mean_ms": float(np.mean(ts)) if ts else None,
+                "std_ms": float(np.std(ts)) if ts else None,
+                "lower_bound_ms": rs[0]["lower_bound_ms"],
+                "oracle_calls": float(np.mean([r["oracle_calls"] for r in rs])),
+                "wall_seconds": float(np.mean([r["wall_seconds"] for r in rs])),
+            }
+        )
+    return out
+
+
+def write_tables(rows: Sequence[dict[str, Any]], run_dir: Path) -> None:
+    """``results.csv`` (one row per run) and ``results.md`` (mean ± std over seeds)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(COLUMNS))
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
+    common.write_bytes_atomic(run_dir / "results.csv", buf.getvalue().encode())
+
+    lines = [
+        "| env | agent | step time (ms) | lower bound (ms) | feasible runs | oracle calls | wall (s) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for a in aggregate(rows):
+        st = "no plan" if a["mean_ms"] is None else f"{a['mean_ms']:.2f} ± {a['std_ms']:.2f}"
+        lb = "" if a["lower_bound_ms"] is None else f"{a['lower_bound_ms']:.2f}"
+        lines.append(
+            f"| {a['env']} | {a['agent']} | {st} | {lb} | {a['feasible']}/{a['runs']} | "
+            f"{a['oracle_calls']:.0f} | {a['wall_seconds']:.1f} |"
+        )
+    common.write_bytes_atomic(run_dir / "results.md", ("\n".join(lines) + "\n").encode())
+
+
+def plot_bars(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """One panel per env, one bar per agent (mean step time, std as error bar, lower bound dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agg = aggregate(rows)
+    envs = list(dict.fromkeys(a["env"] for a in agg))
+    fig, axes = plt.subplots(1, len(envs), figsize=(4.0 * len(envs), 3.6), squeeze=False)
+    for ax, env in zip(axes[0], envs):
+        cells = [a for a in agg if a["env"] == env]
+        x = np.arange(len(cells))
+        means = [a["mean_ms"] if a["mean_ms"] is not None else 0.0 for a in cells]
+        stds = [a["std_ms"] or 0.0 for a in cells]
+        ax.bar(x, means, yerr=stds, color="tab:blue", capsize=3)
+        for xi, a in zip(x, cells):
+            if a["mean_ms"] is None:
+                ax.text(xi, 0, "no plan", rotation=90, ha="center", va="bottom", fontsize=8)
+        lb = cells[0]["lower_bound_ms"]
+        if lb is not None:
+            ax.axhline(lb, color="k", ls="--", lw=1, label="lower bound")
+            ax.legend(fontsize=8)
+        ax.set_xticks(x, [a["agent"] for a in cells], rotation=45, ha="right", fontsize=8)
+        ax.set_title(env)
+        ax.set_ylabel("step time (ms)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="evaluate")
+def _hydra_main(cfg: DictConfig) -> None:
+    run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
+    common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
+    evaluate(cfg, run_dir)
+
+
+def main() -> None:
+    """Entry point: check the command-line keys against the schema, then run hydra."""
+    try:
+        schema.check_overrides(schema.EvaluateConfig, sys.argv[1:])
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""``python -m runners.plan policy=PATH +env=NAME``: zero-shot planning with an exported policy.
+
+Writes ``plan.json`` (with its Gantt PNG and Chrome trace) and ``result.json`` (simulated
+step time, lower bound, OOM flag, planning seconds) into the hydra run directory.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
+
+from runners import common, schema
+
+schema.register()
+
+
+def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Plan ``cfg.env``'s problem with the policy file ``cfg.policy``; return result.json's dict."""
+    import agents
+
+    policy_path = Path(cfg.policy)
+    if not policy_path.exists():
+        raise ValueError(f"policy={policy_path}: no such file (expected a file from export_policy)")
+    common.seed_everything(int(cfg.seed))
+    spec = common.env_spec(cfg.env)
+    problem = common.build_problem(spec)
+    policy = agents.load_policy(policy_path)
+    oracle = problem.oracle()
+    t0 = time.perf_counter()
+    the_plan = policy.plan(
+        problem.graph,
+        problem.cluster,
+        microbatches=spec.microbatches,
+        schedule=spec.schedule,
+        greedy=bool(cfg.greedy),
+        samples=int(cfg.samples),
+        oracle=oracle,
+    )
+    seconds = time.perf_counter() - t0
+    res = common.write_plan_artifacts(problem, the_plan, run_dir, stem="plan")
+    result = {
+        "env": spec.name,
+        "policy": str(policy_path),
+        "step_time": float(res.step_time),
+        "lower_bound": float(res.lower_bound),
+        "oom": bool(res.oom),
+        "planning_seconds": seconds,
+        "oracle_calls": int(oracle.calls),
+        "devices_used": the_plan.num_devices_used,
+    }
+    common.write_json(run_dir / "result.json", result)
+    echo(
+        f"{spec.name}: zero-shot plan {common.ms(result['step_time'])}"
+        f"{' (OOM)' if result['oom'] else ''} | lower bound {common.ms(result['lower_bound'])} | "
+        f"{result['devices_used']} devices used | planned in {seconds:.2f} s | {run_dir}"
+    )
+    return result
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="plan")
+def _hydra_main(cfg: DictConfig) -> None:
+    common.require_env(cfg, "plan")
+    plan(cfg, common.run_dir_from_hydra(cfg.get("output_dir")))
+
+
+def main() -> None:
+    """Entry point: check the command-line keys against the schema, then run hydra."""
+    try:
+        schema.check_overrides(schema.PlanConfig, sys.argv[1:])
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
