@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from graphs.compgraph import BWD, FWD, OPT, CompGraph
 
@@ -103,8 +104,19 @@ def _load(args: argparse.Namespace) -> CompGraph:
             f"graphs info: {target!r} is neither a file nor a zoo model; "
             f"zoo models: {', '.join(zoo.names())}"
         )
+    config = {}
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"graphs info: --config expects KEY=VALUE, got {item!r}")
+        config[key] = yaml.safe_load(value)
     return zoo.build(
-        target, batch=args.batch, seq=args.seq, max_groups=args.max_groups, cache=not args.no_cache
+        target,
+        batch=args.batch,
+        seq=args.seq,
+        max_groups=args.max_groups,
+        cache=not args.no_cache,
+        **config,
     )
 
 
@@ -119,6 +131,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     info.add_argument("--device", default=None, help="device kind for the critical path in seconds")
     info.add_argument(
         "--cluster", default=None, help="cluster preset holding --device (default dgx1_v100_8)"
+    )
+    info.add_argument(
+        "-c",
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model config override, e.g. -c n_layer=2 (repeatable)",
     )
     info.add_argument("--no-cache", action="store_true", help="rebuild, bypassing the graph cache")
     args = parser.parse_args(argv)

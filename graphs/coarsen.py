@@ -19,7 +19,7 @@ def _unit_order(graph: CompGraph, unit: np.ndarray, n_units: int) -> tuple[np.nd
 
     Returns ``(super_of_unit, order)``: the super-unit of each unit and the
     super-units in a topological order of the forward edges (ties broken by
-    the earliest original topological position of a member).
+    the lowest node index of a member, i.e. the graph's own order).
     """
     fwd_edge = (graph.kind[graph.src] == FWD) & (graph.kind[graph.dst] == FWD)
     us, ud = unit[graph.src[fwd_edge]], unit[graph.dst[fwd_edge]]
@@ -28,10 +28,8 @@ def _unit_order(graph: CompGraph, unit: np.ndarray, n_units: int) -> tuple[np.nd
     adj = coo_matrix((np.ones(len(us)), (us, ud)), shape=(n_units, n_units)).tocsr()
     n_super, sup = connected_components(adj, directed=True, connection="strong")
     sup = sup.astype(np.int64)
-    pos = np.empty(graph.num_nodes, dtype=np.int64)
-    pos[graph.topo_order] = np.arange(graph.num_nodes)
     first = np.full(n_super, np.iinfo(np.int64).max)
-    np.minimum.at(first, sup[unit], pos)
+    np.minimum.at(first, sup[unit], np.arange(graph.num_nodes))
     ss, sd = sup[us], sup[ud]
     keep = ss != sd
     pairs = (
@@ -192,7 +190,7 @@ def coarsen(graph: CompGraph, max_groups: int) -> CompGraph:
     nc = len(present)
     ckind, cseg = (present // n_seg).astype(np.int8), present % n_seg
     members: list[list[str]] = [[] for _ in range(nc)]
-    for i in graph.topo_order.tolist():
+    for i in np.lexsort((np.arange(n), pos_of_node)).tolist():
         members[cidx[i]].append(graph.name[i])
     fwd_name: dict[int, str] = {}
     for c in range(nc):

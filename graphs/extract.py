@@ -361,7 +361,9 @@ def extract(
             act = sum(src_of[a][2] for a in inputs if a.name not in param_of)
         else:
             act = act_in
-        if op not in SAVES_NOTHING and op not in SAVES_OUTPUT:
+        if op in SAVES_OUTPUT and act > 0:
+            saved.add(node)
+        elif op not in SAVES_NOTHING and act > 0:
             saved.update(a for a in inputs if src_of[a][0] >= 0)
         actb.append(act)
         bwd_factor.append(2.0 if reads_param or op in ATTENTION_OPS else 1.0)

@@ -1,0 +1,116 @@
+"""Tests for graphs.coarsen: hand-checked merges, conservation, acyclicity, colocation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphs.coarsen import coarsen
+from graphs.compgraph import BWD, FWD, OPT, CompGraph
+from graphs.training import with_backward
+
+FIELDS = ("flops", "bytes_accessed", "param_bytes", "act_bytes")
+
+
+def _chain4() -> CompGraph:
+    # a -> b -> c -> d in layers 0,0,1,1; b and c own one parameter each
+    fwd = CompGraph.build(
+        4,
+        [(0, 1), (1, 2), (2, 3)],
+        flops=[4.0, 1.0, 1.0, 4.0],
+        out_bytes=[4.0, 2.0, 3.0, 1.0],
+        act_bytes=[1.0, 1.0, 1.0, 1.0],
+        param_bytes=[0.0, 16.0, 16.0, 0.0],
+        layer=[0, 0, 1, 1],
+        name=["a", "b", "c", "d"],
+        module=["l.0.x", "l.0.y", "l.1.x", "l.1.y"],
+        meta={"name": "chain4", "bytes_per_param": 16.0},
+    )
+    return with_backward(fwd)
+
+
+def test_chain_into_two_groups_follows_layers() -> None:
+    # weights (flops share + 0.5 param share): a .22, b .53, c .53, d .22; merging b+c crosses
+    # the layer boundary (x4), so a+b and c+d merge
+    g = coarsen(_chain4(), 2)
+    assert g.name == ("a+1", "c+1", "bwd:a+1", "bwd:c+1", "opt:a+1", "opt:c+1")
+    assert g.meta["members"][:2] == [["a", "b"], ["c", "d"]]
+    assert g.meta["members"][2] == ["bwd:a", "bwd:b"]
+    assert g.kind.tolist() == [FWD, FWD, BWD, BWD, OPT, OPT]
+    assert g.group.tolist() == [0, 1, 0, 1, 0, 1]
+    assert g.meta["members"][4] == ["opt:b"]
+    np.testing.assert_allclose(g.flops, [5, 5, 10, 10, 12, 12])
+    np.testing.assert_allclose(g.param_bytes, [16, 16, 0, 0, 0, 0])
+    np.testing.assert_allclose(g.act_bytes, [2, 2, 0, 0, 0, 0])
+    edges = {(g.name[s], g.name[d]): b for s, d, b in zip(g.src, g.dst, g.edge_bytes)}
+    assert edges[("a+1", "c+1")] == 2.0  # b's output crosses the cut
+    assert edges[("bwd:c+1", "bwd:a+1")] == 2.0
+    assert edges[("a+1", "bwd:a+1")] == 2.0  # saved activations of a and b
+    assert g.module[0] == "l.0" and g.layer.tolist()[:2] == [0, 1]
+
+
+def test_one_group_and_identity() -> None:
+    g = coarsen(_chain4(), 1)
+    assert g.num_nodes == 3 and g.num_edges == 2  # fwd -> bwd -> opt
+    same = coarsen(_chain4(), 100)
+    assert same.num_groups == 4 and same.meta["members"][0] == ["a"]
+    assert same.name[:4] == ("a", "b", "c", "d")
+
+
+def test_tensor_to_one_group_moves_once() -> None:
+    # x feeds y and z; y, z in one coarse node: x's tensor crosses once
+    fwd = CompGraph.build(
+        4, [(0, 1), (0, 2), (1, 3), (2, 3)], flops=[100.0, 1.0, 1.0, 1.0], out_bytes=[8, 1, 1, 1]
+    )
+    g = coarsen(fwd, 2)
+    assert g.meta["members"] == [["n0"], ["n1", "n2", "n3"]]
+    assert g.edge_bytes.tolist() == [8.0]
+
+
+def test_colocated_groups_stay_whole() -> None:
+    # a and c share a colocation group around b: the three must end together
+    fwd = CompGraph.build(4, [(0, 1), (1, 2), (2, 3)], flops=1.0, group=[0, 1, 0, 2])
+    g = coarsen(with_backward(fwd), 3)
+    owner = {m: k for k, ms in enumerate(g.meta["members"]) for m in ms}
+    assert owner["n0"] == owner["n1"] == owner["n2"]
+
+
+def test_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="max_groups must be an integer >= 1"):
+        coarsen(_chain4(), 0)
+    bad = CompGraph.build(2, [(0, 1)], kind=["fwd", "bwd"])
+    with pytest.raises(ValueError, match="has no forward node"):
+        coarsen(bad, 1)
+
+
+@st.composite
+def training_graphs(draw: st.DrawFn) -> CompGraph:
+    n = draw(st.integers(1, 25))
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, min(n, i + 5))]
+    edges = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=40)) if pairs else []
+    floats = st.lists(st.floats(0, 100), min_size=n, max_size=n)
+    groups = draw(st.lists(st.integers(0, n), min_size=n, max_size=n))
+    fwd = CompGraph.build(
+        n, edges, flops=draw(floats), bytes_accessed=draw(floats), out_bytes=draw(floats),
+        act_bytes=draw(floats), param_bytes=draw(floats), group=groups,
+        layer=draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n)),
+    )  # fmt: skip
+    return with_backward(fwd)
+
+
+@settings(max_examples=60, deadline=None)
+@given(training_graphs(), st.integers(1, 12))
+def test_random_dags_conserve_and_stay_acyclic(g: CompGraph, k: int) -> None:
+    c = coarsen(g, k)  # construction validates acyclicity
+    assert c.num_groups <= k
+    for f in FIELDS:
+        assert np.isclose(getattr(c, f).sum(), getattr(g, f).sum())
+    for grp in np.unique(c.group):  # at most one node of each kind per group
+        kinds = c.kind[c.group == grp]
+        assert len(kinds) == len(set(kinds.tolist()))
+    owner = {m: c.group[i] for i, ms in enumerate(c.meta["members"]) for m in ms}
+    assert sorted(owner) == sorted(g.name)
+    for grp in np.unique(g.group):  # input colocation respected
+        assert len({owner[g.name[i]] for i in np.flatnonzero(g.group == grp)}) == 1
