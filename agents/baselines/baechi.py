@@ -51,7 +51,8 @@ def m_topo(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | Non
     start = oracle_calls_start(oracle)
     prob = make_problem(graph, cluster, oracle)
     chain = device_chain(cluster)
-    allowed = prob.allowed
+    cm = prob.chain_memory(chain)  # the fill is a pipeline along the chain
+    allowed = np.isfinite(prob.time) & (cm <= prob.capacity[None, :])
     share = prob.mem.sum() / len(chain)
     if share <= 0:  # nothing occupies memory: balance compute instead
         weight, share = prob.time.mean(axis=1), prob.time.mean(axis=1).sum() / len(chain)
@@ -67,15 +68,15 @@ def m_topo(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | Non
         ):
             k += 1
         d = chain[k]
-        if not (allowed[u, d] and use[d] + prob.mem[u] <= prob.capacity[d]):
-            room = [t for t in chain if allowed[u, t] and use[t] + prob.mem[u] <= prob.capacity[t]]
+        if not (allowed[u, d] and use[d] + cm[u, d] <= prob.capacity[d]):
+            room = [t for t in chain if allowed[u, t] and use[t] + cm[u, t] <= prob.capacity[t]]
             if not room:
                 raise InfeasiblePlanError(
                     f"m_topo: the group of node {_unit_name(prob, u)!r} fits on no device with room left"
                 )
             d = max(room, key=lambda t: prob.capacity[t] - use[t])
         up[u] = d
-        use[d] += prob.mem[u]
+        use[d] += cm[u, d]
         filled[d] += weight[u]
     return finish(prob, up, "m_topo", start, device_chain=chain)
 

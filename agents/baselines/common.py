@@ -69,6 +69,29 @@ class Problem:
     ubytes: np.ndarray
     bw: np.ndarray
     lat: np.ndarray
+    param: np.ndarray | None = None
+    act: np.ndarray | None = None
+    schedule: str = "gpipe"
+    objective: str = "makespan"
+
+    def stage_act_fraction(self, k: int, num_stages: int) -> float:
+        """Share of a stage's activations held at once for stage ``k`` of a contiguous pipeline.
+
+        1F1B (PipeDream-flush) keeps ``min(M, S - k)`` microbatches in flight on
+        stage ``k`` of ``S``; GPipe keeps all ``M``; max-load counts no activations.
+        """
+        if self.objective == "max_load":
+            return 0.0
+        if self.schedule == "1f1b":
+            return min(self.microbatches, max(num_stages - k, 1)) / self.microbatches
+        return 1.0
+
+    def stage_memory(self, units: np.ndarray, k: int, num_stages: int) -> float:
+        """Static bytes of ``units`` as stage ``k`` of an ``num_stages``-stage pipeline."""
+        assert self.param is not None and self.act is not None
+        return float(
+            self.param[units].sum() + self.stage_act_fraction(k, num_stages) * self.act[units].sum()
+        )
 
     @property
     def num_units(self) -> int:
@@ -77,6 +100,26 @@ class Problem:
     @property
     def num_devices(self) -> int:
         return self.cluster.num_devices
+
+    def chain_memory(self, chain: list[int]) -> np.ndarray:
+        """``float64[U, D]``: a unit's static bytes on each device when the devices form a
+        pipeline in ``chain`` order (device ``chain[k]`` is stage ``k`` of ``len(chain)``)."""
+        assert self.param is not None and self.act is not None
+        frac = np.ones(self.num_devices)
+        for k, d in enumerate(chain):
+            frac[d] = self.stage_act_fraction(k, len(chain))
+        return self.param[:, None] + self.act[:, None] * frac[None, :]
+
+    def fits_pipeline(self, stage_pos: np.ndarray, chain: list[int]) -> bool:
+        """True when the contiguous stages (stage of each order position on ``chain``) fit memory."""
+        S = int(stage_pos.max()) + 1 if len(stage_pos) else 0
+        for k in range(S):
+            units = self.order[stage_pos == k]
+            if self.stage_memory(units, k, S) > self.capacity[chain[k]]:
+                return False
+            if not np.isfinite(self.time[units, chain[k]]).all():
+                return False
+        return True
 
     @property
     def allowed(self) -> np.ndarray:
@@ -204,9 +247,9 @@ def make_problem(
     D = cluster.num_devices
     time_u = np.zeros((U, D))
     np.add.at(time_u, unit_of, node_time)
-    mem = np.bincount(
-        unit_of, weights=graph.param_bytes + act_fraction * graph.act_bytes, minlength=U
-    )
+    param = np.bincount(unit_of, weights=graph.param_bytes, minlength=U)
+    act = np.bincount(unit_of, weights=graph.act_bytes, minlength=U)
+    mem = param + act_fraction * act
     reserve = float(graph.out_bytes.max(initial=0.0)) / M
     capacity = np.maximum(cluster.memory - reserve, 0.0)
     pos = np.empty(graph.num_nodes, dtype=np.int64)
@@ -228,6 +271,10 @@ def make_problem(
         node_time=node_time,
         time=time_u,
         mem=mem,
+        param=param,
+        act=act,
+        schedule=str(getattr(oracle, "schedule", "gpipe")),
+        objective=str(getattr(oracle, "objective", "makespan")),
         capacity=capacity,
         order=order,
         usrc=(uniq // max(U, 1)).astype(np.int64),

@@ -55,6 +55,7 @@ def split_contiguous(
     """Greedy contiguous fill along ``chain``: each stage takes units while its time stays within
     ``bottleneck`` and its memory fits; returns the stage index of each position, or None."""
     stage = np.zeros(prob.num_units, dtype=np.int64)
+    cm = prob.chain_memory(chain)
     k, t, m = 0, 0.0, 0.0
     for i, u in enumerate(prob.order):
         while True:
@@ -62,14 +63,14 @@ def split_contiguous(
                 return None
             d = chain[k]
             tu = prob.time[u, d]
-            if np.isfinite(tu) and t + tu <= bottleneck and m + prob.mem[u] <= prob.capacity[d]:
+            if np.isfinite(tu) and t + tu <= bottleneck and m + cm[u, d] <= prob.capacity[d]:
                 break
             if t == 0.0 and m == 0.0:
                 return None  # this unit alone does not fit this device
             k, t, m = k + 1, 0.0, 0.0
         stage[i] = k
         t += tu
-        m += prob.mem[u]
+        m += cm[u, chain[k]]
     return stage
 
 
@@ -94,7 +95,7 @@ def expert(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | Non
     rule = "equal_cost_layers"
     up = np.empty(U, dtype=np.int64)
     up[prob.order] = np.asarray(chain)[stage_pos]
-    if not prob.fits(up):
+    if not prob.fits_pipeline(stage_pos, chain):
         rule = "memory_balanced"
         lo, hi = float(w.sum()) / D, float(np.where(np.isfinite(prob.time), prob.time, 0).sum())
         best = split_contiguous(prob, chain, hi * 1.0000001 + 1e-12, w)

@@ -15,9 +15,12 @@ where ``in`` (``out``) is the per-microbatch bytes on unit edges, in either
 direction (activations forward, gradients backward), joining the stage to units
 before (after) it. Edges that skip stages are charged at the neighbouring
 stage's link, as PipeDream's chain model does. A stage whose static memory
-exceeds its device's capacity costs ``inf``. The recurrence
+(persistent state + its share of activations in flight) exceeds its device's
+capacity costs ``inf``. The recurrence
 ``F[k][i] = min_j max(F[k-1][j-1], stage_time(k, j..i))`` is exact for this
-objective in ``O(D U^2)``.
+objective; it is solved for every stage count ``S`` (``O(D^2 U^2)``) because
+under 1F1B stage ``k`` of ``S`` keeps ``min(M, S - k)`` microbatches of
+activations (PipeDream-flush), so its memory limit depends on ``S``.
 """
 
 from __future__ import annotations
@@ -64,51 +67,69 @@ def boundary_bytes(prob: Problem) -> tuple[np.ndarray, np.ndarray]:
 def dp_stages(
     prob: Problem, chain: list[int], max_stages: int | None = None
 ) -> tuple[float, np.ndarray]:
-    """Solve the DP: ``(bottleneck seconds, stage index of each order position)``."""
-    U, D = prob.num_units, len(chain)
-    S = D if max_stages is None else min(int(max_stages), D)
+    """Solve the DP: ``(bottleneck seconds, stage index of each order position)``.
+
+    Runs once per stage count ``S`` because a stage's activation memory depends
+    on its distance to the end of the pipeline (:meth:`Problem.stage_act_fraction`);
+    the best ``S`` wins (ties: fewer stages).
+    """
+    D = len(chain)
+    top = D if max_stages is None else max(1, min(int(max_stages), D))
     IN, OUT = boundary_bytes(prob)
+    best: tuple[float, np.ndarray] | None = None
+    for S in range(1, top + 1):
+        val, stage = _dp_fixed(prob, chain, S, IN, OUT)
+        if stage is not None and (best is None or val < best[0] - 1e-15 * max(val, 1.0)):
+            best = (val, stage)
+    if best is None:
+        raise InfeasiblePlanError(
+            f"pipedream_dp: no contiguous split of {prob.graph.meta.get('name', '?')!r} into at most "
+            f"{top} stages fits in memory (or every split puts a node where it cannot run)"
+        )
+    return best
+
+
+def _dp_fixed(
+    prob: Problem, chain: list[int], S: int, IN: np.ndarray, OUT: np.ndarray
+) -> tuple[float, np.ndarray | None]:
+    """Exactly ``S`` non-empty stages on ``chain[:S]``: ``(bottleneck, stage per position)``."""
+    U = prob.num_units
     order = prob.order
-    INF = np.inf
-    F = np.full((S, U), INF)
+    param = prob.param if prob.param is not None else prob.mem
+    act = prob.act if prob.act is not None else np.zeros(U)
+    pc = np.concatenate([[0.0], np.cumsum(param[order])])
+    ac = np.concatenate([[0.0], np.cumsum(act[order])])
+    F = np.full((S, U), np.inf)
     arg = np.zeros((S, U), dtype=np.int64)
     for k in range(S):
         d = chain[k]
         tc = np.concatenate([[0.0], np.cumsum(prob.time[order, d])])
-        mc = np.concatenate([[0.0], np.cumsum(prob.mem[order])])
-        prv, nxt = chain[max(k - 1, 0)], chain[min(k + 1, D - 1)]
-        for i in range(U):
-            js = np.arange(0, i + 1) if k > 0 else np.array([0])
+        frac = prob.stage_act_fraction(k, S)
+        prv, nxt = chain[max(k - 1, 0)], chain[min(k + 1, S - 1)]
+        # stage k holds positions j..i; it needs k stages before it and S-1-k after it
+        for i in range(k, U - (S - 1 - k)):
+            js = np.arange(k, i + 1) if k > 0 else np.zeros(1, dtype=np.int64)
+            cost = tc[i + 1] - tc[js]
             if k > 0:
-                js = js[js >= 1]
-                if not len(js):
-                    continue
-            comp = tc[i + 1] - tc[js]
-            inb, outb = IN[js, i], OUT[js, i]
-            cost = comp.copy()
-            if k > 0:
-                cost += np.where(inb > 0, prob.lat[prv, d] + inb / prob.bw[prv, d], 0.0)
-            if nxt != d:
-                cost += np.where(outb > 0, prob.lat[d, nxt] + outb / prob.bw[d, nxt], 0.0)
-            elif i < U - 1:
-                cost[:] = INF  # a stage with later units needs a next device
-            cost[mc[i + 1] - mc[js] > prob.capacity[d]] = INF
+                inb = IN[js, i]
+                cost = cost + np.where(inb > 0, prob.lat[prv, d] + inb / prob.bw[prv, d], 0.0)
+            if k < S - 1:
+                outb = OUT[js, i]
+                cost = cost + np.where(outb > 0, prob.lat[d, nxt] + outb / prob.bw[d, nxt], 0.0)
+            mem = (pc[i + 1] - pc[js]) + frac * (ac[i + 1] - ac[js])
+            cost[mem > prob.capacity[d]] = np.inf
             val = np.maximum(F[k - 1, js - 1], cost) if k > 0 else cost
             b = int(np.argmin(val))
             F[k, i], arg[k, i] = val[b], js[b]
-    k = int(np.argmin(F[:, U - 1]))
-    best = float(F[k, U - 1])
+    best = float(F[S - 1, U - 1])
     if not np.isfinite(best):
-        raise InfeasiblePlanError(
-            f"pipedream_dp: no contiguous split of {prob.graph.meta.get('name', '?')!r} into at most "
-            f"{S} stages fits in memory (or every split puts a node where it cannot run)"
-        )
+        return best, None
     stage = np.zeros(U, dtype=np.int64)
     i = U - 1
-    while k >= 0:
+    for k in range(S - 1, -1, -1):
         j = int(arg[k, i])
         stage[j : i + 1] = k
-        i, k = j - 1, k - 1
+        i = j - 1
     return best, stage
 
 
