@@ -111,7 +111,7 @@ def inflight_cap(p, M, D, kind, topo, sptr, sidx):
 
 
 # ------------------------------------------------------- makespan kernel
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def simulate_makespan(
     p,  # int64[n] placement
     M,  # microbatches
@@ -284,11 +284,21 @@ def simulate_makespan(
             h = 2 * p[i] + (1 if gated[t] else 0)
             hsz[h] = _iheap_push(rkeys, rvals, hoff[h], hsz[h], pkey[t], t)
 
+    # resources whose state changed since they were last dispatched
+    dd_list = np.arange(D)
+    dd_flag = np.ones(D, np.bool_)
+    ndd = D
+    ld_list = np.empty(max(L, 1), np.int64)
+    ld_flag = np.zeros(max(L, 1), np.bool_)
+    nld = 0
+
     now = 0.0
     lift = False
     while True:
         # ---- dispatch idle links (FIFO)
-        for lk in range(L):
+        for u in range(nld):
+            lk = ld_list[u]
+            ld_flag[lk] = False
             if not link_busy[lk] and qhead[lk] >= 0:
                 x = qhead[lk]
                 qhead[lk] = x_next[x]
@@ -304,8 +314,11 @@ def simulate_makespan(
                     rec_s[nrec] = now
                     rec_e[nrec] = now + cost
                     nrec += 1
+        nld = 0
         # ---- dispatch idle devices (priority order, schedule gates)
-        for d in range(D):
+        for u in range(ndd):
+            d = dd_list[u]
+            dd_flag[d] = False
             if dev_busy[d]:
                 continue
             hA = 2 * d
@@ -342,12 +355,17 @@ def simulate_makespan(
                     infl[d] += 1
                     if infl[d] > peak[d]:
                         peak[d] = infl[d]
+        ndd = 0
         lift = False
         if esz == 0:
             if done == T:
                 break
             # the schedule's gates stall every resource: lift them for one round
             lift = True
+            for d in range(D):
+                dd_list[d] = d
+                dd_flag[d] = True
+            ndd = D
             anyready = False
             for h in range(2 * D):
                 if hsz[h] > 0:
@@ -381,6 +399,10 @@ def simulate_makespan(
                 i = inst_node[t]
                 a = p[i]
                 dev_busy[a] = False
+                if not dd_flag[a]:
+                    dd_flag[a] = True
+                    dd_list[ndd] = a
+                    ndd += 1
                 done += 1
                 if now > makespan:
                     makespan = now
@@ -406,6 +428,7 @@ def simulate_makespan(
                         if pending[tj] == 0:
                             h = 2 * a + (1 if gated[tj] else 0)
                             hsz[h] = _iheap_push(rkeys, rvals, hoff[h], hsz[h], pkey[tj], tj)
+                            # device a is already marked (it just finished a task)
                 # remote consumers: one transfer per destination device
                 for g in range(gptr[i], gptr[i + 1]):
                     x = nx
@@ -431,6 +454,10 @@ def simulate_makespan(
                     r0 = rptr[a * D + b]
                     lk = rlink[r0 + x_hop[x]]
                     link_busy[lk] = False
+                    if not ld_flag[lk]:
+                        ld_flag[lk] = True
+                        ld_list[nld] = lk
+                        nld += 1
                     x_hop[x] += 1
                     if r0 + x_hop[x] < rptr[a * D + b + 1]:
                         arr_l[na] = rlink[r0 + x_hop[x]]
@@ -452,6 +479,10 @@ def simulate_makespan(
                             if pending[tj] == 0:
                                 h = 2 * b + (1 if gated[tj] else 0)
                                 hsz[h] = _iheap_push(rkeys, rvals, hoff[h], hsz[h], pkey[tj], tj)
+                                if not dd_flag[b]:
+                                    dd_flag[b] = True
+                                    dd_list[ndd] = b
+                                    ndd += 1
         # ---- this round's link arrivals join their FIFO queues in (link, key) order
         for u in range(1, na):  # insertion sort: rounds are small
             lk, kk, xx = arr_l[u], arr_k[u], arr_x[u]
@@ -473,6 +504,10 @@ def simulate_makespan(
             else:
                 x_next[qtail[lk]] = x
             qtail[lk] = x
+            if not ld_flag[lk]:
+                ld_flag[lk] = True
+                ld_list[nld] = lk
+                nld += 1
 
     return makespan, busy, peak, link_bytes, tstart, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev
 
