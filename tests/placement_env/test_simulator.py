@@ -375,3 +375,38 @@ def test_dgx1_pipeline_placement_runs_and_respects_bound() -> None:
     r = sim.evaluate(np.array(list(range(8)) * 2))
     assert r.lower_bound <= r.step_time
     assert r.step_time >= (8 + 7) * 300 * US
+
+
+def test_fiddle_file_evaluates_like_the_reference_tool(tmp_path) -> None:
+    # the rules of msr-fiddle/dnn-partitioning computeLoadForResultOrg, applied by hand
+    io = pytest.importorskip("graphs.io")
+    doc = {
+        "maxSizePerFPGA": 10.0,
+        "maxFPGAs": 2,
+        "maxCPUs": 1,
+        "nodes": [
+            {"id": 7, "supportedOnFpga": 1, "cpuLatency": 9.5, "fpgaLatency": 1.25,
+             "isBackwardNode": 0, "size": 4.0},
+            {"id": 8, "supportedOnFpga": 1, "cpuLatency": 8.0, "fpgaLatency": 2.5,
+             "isBackwardNode": 0, "size": 7.0},
+            {"id": 9, "supportedOnFpga": 0, "cpuLatency": 3.0, "fpgaLatency": 0.0,
+             "isBackwardNode": 0, "size": 0.0},
+        ],
+        "edges": [
+            {"sourceId": 7, "destId": 8, "cost": 0.75},
+            {"sourceId": 7, "destId": 9, "cost": 0.75},
+            {"sourceId": 8, "destId": 9, "cost": 0.5},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "w.json"
+    path.write_text(__import__("json").dumps(doc))
+    g, c = io.read_fiddle(path)
+    sim = Simulator(g, c, objective="max_load")
+    # devices: fpga0, fpga1, cpu0. 7 on fpga0, 8 on fpga1, 9 on the cpu:
+    # fpga0 = 1.25 + 0.75 (7 sends) ; fpga1 = 2.5 + 0.75 (receives 7) + 0.5 (8 sends) ; cpu = 3
+    r = sim.evaluate(np.array([0, 1, 2]))
+    assert r.extra["loads"].tolist() == [2.0, 3.75, 3.0]
+    assert r.extra["load"] == 3.75 and not r.oom
+    both = sim.evaluate(np.array([0, 0, 2]))  # 11 bytes on a 10-byte accelerator
+    assert both.extra["loads"].tolist() == [1.25 + 2.5 + 0.75 + 0.5, 0.0, 3.0] and both.oom
+    assert not sim.evaluate(np.array([0, 1, 0])).feasible  # node 9 is not supported on FPGA
