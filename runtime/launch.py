@@ -58,15 +58,34 @@ def write_error_file(
     )
 
 
+#: Messages that are symptoms of a peer's death rather than a cause.
+PEER_FAILURE_PATTERNS = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "remote worker crashing",
+    "broken pipe",
+    "timed out",
+    "timeout",
+)
+
+
+def is_peer_symptom(message: str) -> bool:
+    """True when an error message only says that another rank went away."""
+    m = message.lower()
+    return any(p in m for p in PEER_FAILURE_PATTERNS)
+
+
 def read_error_files(folder: str | Path) -> list[dict[str, Any]]:
-    """All error records in ``folder`` (``error_rank*.json``), earliest first."""
+    """All error records in ``folder`` (``error_rank*.json``): root causes first, then
+    errors that are symptoms of a dead peer (see :func:`is_peer_symptom`), each group
+    earliest first."""
     out = []
     for p in sorted(Path(folder).glob("error_rank*.json")):
         try:
             out.append(json.loads(p.read_text()))
         except (OSError, json.JSONDecodeError):
             continue
-    return sorted(out, key=lambda r: r.get("time", 0.0))
+    return sorted(out, key=lambda r: (is_peer_symptom(r.get("message", "")), r.get("time", 0.0)))
 
 
 def _child(
