@@ -1,1 +1,24 @@
-"""devplace runtime."""
+"""devplace runtime: execute a Plan with torch.distributed (pipeline, op-level DAG, tensor parallel) and measure it."""
+
+from runtime.dist import DistInfo, init_distributed, seed_everything, teardown
+from runtime.execute import ExecResult, execute, run_spec
+from runtime.launch import RankFailure, spawn
+from runtime.model import RuntimeModel, load_model
+from runtime.spec import RunSpec, make_run_spec, plan_hash
+
+__all__ = [
+    "DistInfo",
+    "ExecResult",
+    "RankFailure",
+    "RunSpec",
+    "RuntimeModel",
+    "execute",
+    "init_distributed",
+    "load_model",
+    "make_run_spec",
+    "plan_hash",
+    "run_spec",
+    "seed_everything",
+    "spawn",
+    "teardown",
+]

@@ -1,0 +1,195 @@
+"""runtime.execute: run a Plan with torchrun (one process per device) and measure it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+from graphs.plan import Plan
+from runtime.launch import RankFailure, read_error_files
+from runtime.spec import RunSpec, make_run_spec
+
+
+@dataclass
+class ExecResult:
+    """Measured execution of a plan.
+
+    Attributes:
+        step_time: median over timed steps of the slowest rank's step wall time, seconds.
+        step_times: per timed step, the slowest rank's wall time.
+        compute, comm, idle: per rank, mean seconds per step (see ``runtime.timers``).
+        loss: loss of the first step.
+        devices: cluster device of each rank.
+        mode, world_size, microbatches, schedule, plan_hash: what ran.
+    """
+
+    step_time: float
+    step_times: list[float]
+    compute: list[float]
+    comm: list[float]
+    idle: list[float]
+    loss: float
+    devices: list[int]
+    mode: str
+    world_size: int
+    microbatches: int
+    schedule: str
+    plan_hash: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def from_ranks(cls, spec: RunSpec, records: list[dict[str, Any]]) -> ExecResult:
+        """Combine the per-rank records written by :func:`runtime.worker.run_rank`."""
+        records = sorted(records, key=lambda r: r["rank"])
+        if len(records) != spec.world_size:
+            raise ValueError(f"expected {spec.world_size} rank records, got {len(records)}")
+        walls = np.array([[s["wall"] for s in r["steps"]] for r in records])
+        per_step = walls.max(axis=0)
+
+        def mean(key: str) -> list[float]:
+            return [float(np.mean([s[key] for s in r["steps"]])) for r in records]
+
+        return cls(
+            step_time=float(np.median(per_step)),
+            step_times=[float(x) for x in per_step],
+            compute=mean("compute"),
+            comm=mean("comm"),
+            idle=mean("idle"),
+            loss=float(records[0].get("loss", float("nan"))),
+            devices=list(spec.devices),
+            mode=spec.mode,
+            world_size=spec.world_size,
+            microbatches=spec.microbatches,
+            schedule=spec.schedule,
+            plan_hash=spec.plan_hash,
+        )
+
+
+def torchrun_command(nproc: int, spec_path: Path, out_dir: Path) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc-per-node=N -m runtime.worker ...``."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "--monitor-interval=0.1",
+        "-m",
+        "runtime.worker",
+        "--spec",
+        str(spec_path),
+        "--out",
+        str(out_dir),
+    ]
+
+
+def run_spec(
+    spec: RunSpec, *, timeout_s: float = 600.0, out_dir: str | Path | None = None
+) -> ExecResult:
+    """Launch ``spec`` with torchrun and collect the result; raises :class:`RankFailure` on error.
+
+    If any rank fails, torchrun terminates the others; the first root-cause error
+    written by a rank is re-raised here. The whole job is killed after ``timeout_s``.
+    """
+    spec.validate()
+    with tempfile.TemporaryDirectory(prefix="devplace_exec_") as tmp:
+        folder = Path(out_dir) if out_dir else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        spec_path = folder / "spec.json"
+        spec_path.write_text(spec.to_json())
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("OMP_NUM_THREADS", str(spec.threads))
+        proc = subprocess.Popen(
+            torchrun_command(spec.world_size, spec_path, folder),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
+        )
+        try:
+            log, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            log, _ = proc.communicate()
+            raise RankFailure(
+                -1, "timeout", f"plan execution did not finish within {timeout_s} s"
+            ) from None
+        (folder / "torchrun.log").write_text(log or "")
+        if proc.returncode != 0:
+            errors = read_error_files(folder)
+            if errors:
+                e = errors[0]
+                raise RankFailure(e["rank"], e["type"], e["message"], e["traceback"])
+            raise RankFailure(
+                -1, "exit", f"torchrun exited with {proc.returncode}:\n{(log or '')[-3000:]}"
+            )
+        records = [
+            json.loads((folder / f"rank{r}.json").read_text()) for r in range(spec.world_size)
+        ]
+        result = ExecResult.from_ranks(spec, records)
+        if out_dir:
+            result.save(folder / "result.json")
+        return result
+
+
+def execute(
+    plan: Plan,
+    graph: CompGraph,
+    cluster: Cluster,
+    *,
+    model: dict[str, Any] | None = None,
+    steps: int = 5,
+    warmup: int = 2,
+    seed: int = 0,
+    backend: str | None = None,
+    nproc: int | None = None,
+    timeout_s: float = 600.0,
+    out_dir: str | Path | None = None,
+    **options: Any,
+) -> ExecResult:
+    """Execute ``plan`` for ``graph`` on ``cluster``: ``warmup`` then ``steps`` timed steps.
+
+    The plan is checked before anything is launched: made for this graph and
+    cluster (hashes), device indices in range, and ``nproc`` (if given) equal to the
+    number of devices the plan uses. ``model`` defaults to ``plan.meta["model"]``.
+    One process per device runs under ``torchrun --standalone``; gloo on CPU,
+    nccl on CUDA. With ``out_dir`` the spec, per-rank records, the torchrun log and
+    ``result.json`` are kept there.
+    """
+    spec = make_run_spec(
+        plan,
+        graph,
+        cluster,
+        model,
+        steps=steps,
+        warmup=warmup,
+        seed=seed,
+        backend=backend,
+        **options,
+    )
+    if nproc is not None and nproc != spec.world_size:
+        raise ValueError(
+            f"plan uses {spec.world_size} devices {spec.devices} but {nproc} processes were requested; "
+            "the world size must equal the number of devices in the plan"
+        )
+    return run_spec(spec, timeout_s=timeout_s, out_dir=out_dir)

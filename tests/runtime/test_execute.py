@@ -1,0 +1,111 @@
+"""runtime.execute: plans are refused before launch when they do not fit; a torchrun run is measured."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from graphs.cpu_cluster import cpu_cluster
+from graphs.extract import extract
+from graphs.plan import Plan
+from runtime.dist import seed_everything
+from runtime.execute import ExecResult, execute
+from runtime.spec import RunSpec, make_run_spec
+from runtime.toy import branchy
+
+pytestmark = pytest.mark.timeout(150)
+
+MODEL = {"factory": "runtime.toy:branchy", "config": {"batch": 8}}
+
+
+@pytest.fixture(scope="module")
+def graph():
+    seed_everything(0)
+    zm = branchy(batch=8)
+    return extract(zm.module, zm.example_inputs, loss_fn=zm.loss_fn, name="branchy")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return cpu_cluster(3, calibration={})
+
+
+def ping_pong(graph, cluster, **kw) -> Plan:
+    return Plan.for_graph(graph.group % 2, graph, cluster, meta={"model": MODEL}, **kw)
+
+
+def test_spec_from_plan(graph, cluster):
+    spec = make_run_spec(ping_pong(graph, cluster), graph, cluster)
+    assert spec.mode == "oplevel" and spec.world_size == 2 and spec.devices == [0, 1]
+    assert spec.device_of["linear"] == 0 and spec.device_of["relu"] == 1
+    assert "bwd:linear" not in spec.device_of  # backward follows its forward op
+    # devices 0 and 2 used: two ranks, rank 1 is cluster device 2
+    plan = Plan.for_graph(
+        np.where(graph.group % 2 == 1, 2, 0), graph, cluster, meta={"model": MODEL}
+    )
+    spec = make_run_spec(plan, graph, cluster)
+    assert spec.devices == [0, 2] and spec.device_of["relu"] == 1
+    assert RunSpec.from_json(spec.to_json()) == spec
+
+
+def test_refuses_plan_for_another_graph(graph, cluster):
+    other = graph.replace(flops=graph.flops + 1.0)
+    plan = ping_pong(other, cluster)
+    with pytest.raises(ValueError, match="made for graph"):
+        execute(plan, graph, cluster)
+
+
+def test_refuses_device_out_of_range(graph, cluster):
+    plan = Plan(
+        np.full(graph.num_nodes, 3),
+        graph.content_hash(),
+        cluster.content_hash(),
+        meta={"model": MODEL},
+    )
+    with pytest.raises(ValueError, match="on device 3"):
+        execute(plan, graph, cluster)
+
+
+def test_refuses_world_size_mismatch(graph, cluster):
+    with pytest.raises(ValueError, match="world size must equal"):
+        execute(ping_pong(graph, cluster), graph, cluster, nproc=3)
+
+
+def test_refuses_plan_without_model(graph, cluster):
+    plan = Plan.for_graph(graph.group % 2, graph, cluster)
+    with pytest.raises(ValueError, match="names no model"):
+        execute(plan, graph, cluster)
+
+
+def test_refuses_multiple_stages_per_device_without_interleaving(graph, cluster):
+    stage = np.arange(graph.num_nodes) % 2
+    plan = Plan.for_graph(
+        np.zeros(graph.num_nodes, int),
+        graph,
+        cluster,
+        stage=stage,
+        stage_device=(0, 0),
+        meta={"model": MODEL},
+    )
+    with pytest.raises(ValueError, match="interleaved"):
+        make_run_spec(plan, graph, cluster)
+
+
+def test_execute_with_torchrun(graph, cluster, tmp_path):
+    plan = ping_pong(graph, cluster, microbatches=2)
+    res = execute(plan, graph, cluster, steps=2, warmup=1, out_dir=tmp_path)
+    assert isinstance(res, ExecResult)
+    assert res.world_size == 2 and res.mode == "oplevel" and len(res.step_times) == 2
+    assert res.step_time > 0 and all(c > 0 for c in res.compute) and all(c > 0 for c in res.comm)
+    for r in range(2):
+        assert res.compute[r] + res.comm[r] + res.idle[r] <= max(res.step_times) * 1.001
+    seed_everything(0)
+    zm = branchy(batch=8)
+    with torch.no_grad():
+        ref = zm.loss_fn(zm.module(*zm.example_inputs), *zm.example_inputs).item()
+    assert res.loss == pytest.approx(ref, abs=1e-5)
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["plan_hash"] == res.plan_hash and (tmp_path / "rank1.json").exists()
