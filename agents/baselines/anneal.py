@@ -63,7 +63,7 @@ def propose(
     for _ in range(32):
         u = int(rng.integers(U))
         d = int(up[u])
-        ok = np.flatnonzero(allowed[u] & (use + prob.mem[u] <= prob.capacity))
+        ok = np.flatnonzero(allowed[u] & (use + prob.umem[u] <= prob.capacity))
         ok = ok[ok != d]
         if len(ok):
             new = up.copy()
@@ -75,8 +75,8 @@ def propose(
         if a == b or not (allowed[u, b] and allowed[v, a]):
             continue
         if (
-            use[a] - prob.mem[u] + prob.mem[v] <= prob.capacity[a]
-            and use[b] - prob.mem[v] + prob.mem[u] <= prob.capacity[b]
+            use[a] - prob.umem[u, a] + prob.umem[v, a] <= prob.capacity[a]
+            and use[b] - prob.umem[v, b] + prob.umem[u, b] <= prob.capacity[b]
         ):
             new = up.copy()
             new[u], new[v] = b, a

@@ -149,7 +149,7 @@ def list_schedule(
             if unit_dev[u] >= 0:
                 mask = np.arange(D) != unit_dev[u]
             else:
-                mask = ~(allowed[u] & (use + prob.mem[u] <= prob.capacity))
+                mask = ~(allowed[u] & (use + prob.umem[u] <= prob.capacity))
                 if mask.all():
                     raise InfeasiblePlanError(
                         f"list scheduling: the group of node {g.name[v]!r} fits on no device with room left"
@@ -176,7 +176,7 @@ def list_schedule(
         u = prob.unit_of[v]
         if unit_dev[u] < 0:
             unit_dev[u] = d
-            use[d] += prob.mem[u]
+            use[d] += prob.umem[u, d]
         node_dev[v] = d
         finish_t[v] = est[r, d] + prob.node_time[v, d]
         dev_free[d] = finish_t[v]

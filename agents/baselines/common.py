@@ -31,6 +31,12 @@ def fmt_bytes(x: float) -> str:
 class Problem:
     """A placement problem seen at the level of colocation units (the graph's groups).
 
+    Under a 1F1B oracle the activation share is per device: device ``chain[k]``
+    of the topology-aware chain (:func:`device_chain`) is charged as stage ``k``
+    of a ``D``-stage PipeDream-flush pipeline, ``min(M, D - k) / M`` of its
+    units' activations (``umem``); exact for contiguous pipelines along the
+    chain, and the oracle's own OOM check has the last word for other plans.
+
     Everything is in the oracle's per-microbatch units: compute times come from
     ``oracle.node_times()`` when the oracle has it (else the roofline rule of the
     simulator, batch quantities divided by ``M``), and transfers move
@@ -69,6 +75,7 @@ class Problem:
     ubytes: np.ndarray
     bw: np.ndarray
     lat: np.ndarray
+    umem: np.ndarray | None = None  # (U, D) static bytes of a unit on each device
     param: np.ndarray | None = None
     act: np.ndarray | None = None
     schedule: str = "gpipe"
@@ -124,7 +131,7 @@ class Problem:
     @property
     def allowed(self) -> np.ndarray:
         """``bool[U, D]``: the unit can run on the device (finite time, fits alone)."""
-        return np.isfinite(self.time) & (self.mem[:, None] <= self.capacity[None, :])
+        return np.isfinite(self.time) & (self.umem <= self.capacity[None, :])
 
     def comm(self, a: int, b: int, nbytes: float) -> float:
         """Uncontended transfer time (s) of ``nbytes`` from device a to b (0 on one device)."""
@@ -138,7 +145,10 @@ class Problem:
 
     def memory_use(self, unit_place: np.ndarray) -> np.ndarray:
         """``float64[D]`` static bytes per device under a per-unit placement."""
-        return np.bincount(unit_place, weights=self.mem, minlength=self.num_devices)
+        up = np.asarray(unit_place, dtype=np.int64)
+        return np.bincount(
+            up, weights=self.umem[np.arange(len(up)), up], minlength=self.num_devices
+        )
 
     def fits(self, unit_place: np.ndarray) -> bool:
         """True when every unit may run where it is and no device is over capacity."""
@@ -228,6 +238,7 @@ def make_problem(
         raise ValueError("baseline: the oracle was built for another graph than the one given")
     if oracle.cluster is not cluster and oracle.cluster.content_hash() != cluster.content_hash():
         raise ValueError("baseline: the oracle was built for another cluster than the one given")
+    pipeline_memory = act_fraction is None and getattr(oracle, "schedule", "") == "1f1b"
     if act_fraction is None:
         act_fraction = default_act_fraction(oracle, cluster.num_devices)
     if not (0.0 <= act_fraction <= 1.0):
@@ -250,6 +261,13 @@ def make_problem(
     param = np.bincount(unit_of, weights=graph.param_bytes, minlength=U)
     act = np.bincount(unit_of, weights=graph.act_bytes, minlength=U)
     mem = param + act_fraction * act
+    umem = np.repeat(mem[:, None], cluster.num_devices, axis=1)
+    if pipeline_memory and getattr(oracle, "objective", "makespan") != "max_load":
+        # 1F1B: device chain[k] is treated as stage k of D and keeps min(M, D - k) microbatches
+        frac = np.empty(cluster.num_devices)
+        for k, d in enumerate(device_chain(cluster)):
+            frac[d] = min(M, cluster.num_devices - k) / M
+        umem = param[:, None] + act[:, None] * frac[None, :]
     reserve = float(graph.out_bytes.max(initial=0.0)) / M
     capacity = np.maximum(cluster.memory - reserve, 0.0)
     pos = np.empty(graph.num_nodes, dtype=np.int64)
@@ -271,6 +289,7 @@ def make_problem(
         node_time=node_time,
         time=time_u,
         mem=mem,
+        umem=umem,
         param=param,
         act=act,
         schedule=str(getattr(oracle, "schedule", "gpipe")),
@@ -342,7 +361,7 @@ def repair_memory(prob: Problem, unit_place: np.ndarray) -> np.ndarray:
         room = [
             t
             for t in range(prob.num_devices)
-            if allowed[u, t] and use[t] + prob.mem[u] <= prob.capacity[t]
+            if allowed[u, t] and use[t] + prob.umem[u, t] <= prob.capacity[t]
         ]
         if not room:
             raise InfeasiblePlanError(
@@ -350,8 +369,8 @@ def repair_memory(prob: Problem, unit_place: np.ndarray) -> np.ndarray:
                 "and hold it"
             )
         t = min(room, key=lambda t, u=u: sum(b * (up[v] != t) for v, b in nbrs[u]))
-        use[up[u]] -= prob.mem[u]
-        use[t] += prob.mem[u]
+        use[up[u]] -= prob.umem[u, up[u]]
+        use[t] += prob.umem[u, t]
         up[u] = t
     for _ in range(prob.num_units * prob.num_devices + 1):
         over = use - prob.capacity
@@ -361,7 +380,7 @@ def repair_memory(prob: Problem, unit_place: np.ndarray) -> np.ndarray:
         best: tuple[float, float, int, int] | None = None
         for u in np.flatnonzero(up == d):
             for t in range(prob.num_devices):
-                if t == d or not allowed[u, t] or use[t] + prob.mem[u] > prob.capacity[t]:
+                if t == d or not allowed[u, t] or use[t] + prob.umem[u, t] > prob.capacity[t]:
                     continue
                 delta = sum(b * (int(up[v] == d) - int(up[v] == t)) for v, b in nbrs[u])
                 cand = (delta, -prob.mem[u], int(u), t)
@@ -374,8 +393,8 @@ def repair_memory(prob: Problem, unit_place: np.ndarray) -> np.ndarray:
                 "on any device with room"
             )
         _, _, u, t = best
-        use[d] -= prob.mem[u]
-        use[t] += prob.mem[u]
+        use[d] -= prob.umem[u, d]
+        use[t] += prob.umem[u, t]
         up[u] = t
     raise InfeasiblePlanError("memory repair did not converge")
 

@@ -99,7 +99,7 @@ def solve_max_load(
     for k, d in enumerate(finite_cap):
         rows.append(np.full(U, r + k))
         cols.append(xi[:, d])
-        vals.append(prob.mem / max(cap[d], 1.0))
+        vals.append(prob.umem[:, d] / max(cap[d], 1.0))
         lo.append([-np.inf])
         hi.append([cap[d] / max(cap[d], 1.0)])
     r += len(finite_cap)
@@ -183,12 +183,15 @@ def solve_max_load(
     xv = np.asarray(h.getSolution().col_value)[:nx].reshape(U, D)
     up = np.argmax(xv, axis=1).astype(np.int64)
     obj = prob.max_load(up)
-    bound = float(info.mip_dual_bound) / scale
+    # loads are non-negative, so 0 is always a valid bound: the gap lies in [0, 1]
+    bound = (
+        max(float(info.mip_dual_bound) / scale, 0.0) if np.isfinite(info.mip_dual_bound) else 0.0
+    )
     gap = max(0.0, (obj - bound) / obj) if obj > 0 else 0.0
     return up, {
         "ilp_objective": obj,
         "ilp_bound": bound,
-        "mip_gap": float(min(gap, float(info.mip_gap))) if np.isfinite(info.mip_gap) else gap,
+        "mip_gap": float(gap),
         "ilp_status": status,
         "ilp_variables": nvar,
         "ilp_nodes": int(info.mip_node_count),

@@ -86,7 +86,7 @@ def round_robin(
     for u in prob.order:
         for k in range(D):
             d = (nxt + k) % D
-            if allowed[u, d] and use[d] + prob.mem[u] <= prob.capacity[d]:
+            if allowed[u, d] and use[d] + prob.umem[u, d] <= prob.capacity[d]:
                 break
         else:
             raise InfeasiblePlanError(
@@ -94,7 +94,7 @@ def round_robin(
                 "fits on no device with room left"
             )
         up[u] = d
-        use[d] += prob.mem[u]
+        use[d] += prob.umem[u, d]
         nxt = (d + 1) % D
     return finish(prob, up, "round_robin", start)
 
@@ -105,12 +105,12 @@ def random_feasible(prob: Problem, rng: np.random.Generator) -> np.ndarray | Non
     use = np.zeros(prob.num_devices)
     up = np.zeros(prob.num_units, dtype=np.int64)
     for u in rng.permutation(prob.num_units):
-        ok = np.flatnonzero(allowed[u] & (use + prob.mem[u] <= prob.capacity))
+        ok = np.flatnonzero(allowed[u] & (use + prob.umem[u] <= prob.capacity))
         if not len(ok):
             return None
         d = int(rng.choice(ok))
         up[u] = d
-        use[d] += prob.mem[u]
+        use[d] += prob.umem[u, d]
     return up
 
 

@@ -329,14 +329,18 @@ def test_every_baseline_on_gpt2_xl_dgx1():
 
     g = graphs.zoo.build("gpt2-xl", max_groups=256)
     c = graphs.clusters.load("dgx1_v100_8")
+    found = []
     for name in ALL:
         sim = Simulator(g, c, microbatches=8, schedule="1f1b")
-        if name == "single":
-            with pytest.raises(InfeasiblePlanError):
-                run(name, g, c, sim)
-            continue
         kw = {"ilp": {"time_limit": 20.0}}.get(name, {})
-        plan = B.get(name)(g, c, sim, {"anneal": 30, "random": 10}.get(name), **kw)
+        try:
+            plan = B.get(name)(g, c, sim, {"anneal": 30, "random": 10}.get(name), **kw)
+        except InfeasiblePlanError:
+            continue  # reported as infeasible, never returned (see docs/baselines.md)
         assert plan.colocation_violations(g) == []
         res = Simulator(g, c, microbatches=8, schedule="1f1b").evaluate(plan)
         assert not res.oom and np.isfinite(res.step_time), name
+        found.append(name)
+    # 23 GiB of state + 118 GiB of activations: only pipeline-aware planners fit it
+    assert {"pipedream_dp", "expert", "anneal", "ilp"} <= set(found)
+    assert "single" not in found
