@@ -281,6 +281,7 @@ def extract(
     # fx node -> (compute index or -1, produced bytes of the root, bytes of this view, requires_grad)
     src_of: dict[torch.fx.Node, tuple[int, float, float, bool]] = {}
     param_owner: dict[int, int] = {}
+    param_root: dict[torch.fx.Node, torch.fx.Node] = {}  # param placeholder behind a view
     shared: dict[int, list[str]] = {}
     saved: set[torch.fx.Node] = set()
     unknown: set[str] = set()
@@ -289,6 +290,8 @@ def extract(
             vals = _tensors(node.meta.get("val"))
             b = sum(nbytes(t) for t in vals)
             is_param = node.name in param_of
+            if is_param:
+                param_root[node] = node
             src_of[node] = (-1, b, b, is_param)
             continue
         if node.op != "call_function":
@@ -304,6 +307,8 @@ def extract(
                 continue
             i, rb, vb, rg = src_of[base]
             src_of[node] = (i, rb, min(vb, sum(nbytes(t) for t in out)) if out else vb, rg)
+            if base in param_root:
+                param_root[node] = param_root[base]
             continue
         k = len(names)
         names.append(node.name)
@@ -332,13 +337,14 @@ def extract(
                 per_src[i] = min(rb, per_src.get(i, 0.0) + vb)
                 if a not in saved:
                     act_in += vb
-            elif a.name in param_of:
+            elif a in param_root:
                 read += vb
                 reads_param = True
-                p = pid.get(param_of[a.name], id(a))
+                ph = param_root[a]
+                p = pid.get(param_of[ph.name], id(ph))
                 if p not in param_owner:
                     param_owner[p] = k
-                    own += _numel(_tensors(a.meta.get("val"))[0]) * bpp
+                    own += _numel(_tensors(ph.meta.get("val"))[0]) * bpp
                 shared.setdefault(p, []).append(node.name)
             else:
                 read += vb
@@ -358,7 +364,7 @@ def extract(
         elif op in ("dropout", "native_dropout"):
             act = ob / elem_bytes
         elif op == "embedding":
-            act = sum(src_of[a][2] for a in inputs if a.name not in param_of)
+            act = sum(src_of[a][2] for a in inputs if a not in param_root)
         else:
             act = act_in
         if op in SAVES_OUTPUT and act > 0:

@@ -1,0 +1,123 @@
+"""Tests for graphs.zoo: every model builds on tiny configs, modules run, the cache works."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphs import zoo
+from graphs.compgraph import BWD, FWD, OPT
+
+TINY: dict[str, dict] = {
+    "gpt2": dict(n_layer=1, d_model=32, n_head=2, vocab=50, batch=2, seq=8),
+    "gpt2-medium": dict(n_layer=1, d_model=32, n_head=2, vocab=50, batch=2, seq=8),
+    "gpt2-large": dict(n_layer=1, d_model=32, n_head=2, vocab=50, batch=2, seq=8),
+    "gpt2-xl": dict(n_layer=1, d_model=32, n_head=2, vocab=50, batch=2, seq=8),
+    "bert-base": dict(n_layer=1, d_model=32, n_head=2, d_ff=64, vocab=50, batch=2, seq=8),
+    "bert-large": dict(n_layer=1, d_model=32, n_head=2, d_ff=64, vocab=50, batch=2, seq=8),
+    "llama": dict(n_layer=1, d_model=32, n_head=4, n_kv_head=2, d_ff=64, vocab=50, batch=2, seq=8),
+    "mixtral": dict(
+        n_layer=1, d_model=32, n_head=4, n_kv_head=2, d_ff=64, vocab=50, n_expert=4, batch=2, seq=8
+    ),
+    "resnet50": dict(blocks=(1, 1), width=4, num_classes=5, image_size=32, batch=2),
+    "vit-base": dict(
+        n_layer=1, d_model=32, n_head=2, d_ff=64, image_size=16, patch=8, num_classes=5, batch=2
+    ),  # fmt: skip
+    "inception-v3": dict(width=0.0625, image_size=75, num_classes=5, batch=2),
+    "rnnlm": dict(vocab=50, d_model=16, batch=2, seq=3),
+    "nmt": dict(vocab=50, d_model=16, batch=2, seq=3),
+}
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DEVPLACE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_names_and_unknown() -> None:
+    assert sorted(zoo.names()) == sorted(TINY)
+    with pytest.raises(ValueError, match="unknown model 'gpt3'.*gpt2-xl"):
+        zoo.build("gpt3")
+    with pytest.raises(ValueError, match="no config key.*'n_layers'.*valid keys"):
+        zoo.build("gpt2", n_layers=2)
+    with pytest.raises(ValueError, match="takes images"):
+        zoo.build("resnet50", seq=3)
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_every_model_builds_a_training_graph(name: str) -> None:
+    g = zoo.build(name, cache=False, **TINY[name])
+    zm = zoo.build_module(name, **TINY[name])
+    n_params = sum(p.numel() for p in zm.module.parameters())  # parameters() dedups tied weights
+    assert g.num_params == pytest.approx(n_params)
+    assert (g.kind == FWD).sum() > 5 and (g.kind == BWD).sum() > 5 and (g.kind == OPT).sum() > 0
+    assert g.meta["name"] == name and g.meta["batch"] == TINY[name]["batch"]
+    assert g.meta["unknown_ops"] == []
+    assert g.total_flops(FWD) > 0 and g.act_bytes.sum() > 0
+    # the real module runs and trains with the same config
+    loss = zm.loss_fn(zm.module(*zm.example_inputs), *zm.example_inputs)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    loss.backward()
+
+
+def test_forward_names_match_export_of_real_module() -> None:
+    from graphs.extract import export_program
+
+    zm = zoo.build_module("gpt2", **TINY["gpt2"])
+    ep = export_program(zm.module, zm.example_inputs, zm.loss_fn)
+    fx = [n.name for n in ep.graph.nodes if n.op == "call_function"]
+    g = zoo.build("gpt2", cache=False, **TINY["gpt2"])
+    fwd = [g.name[i] for i in np.flatnonzero(g.kind == FWD)]
+    assert set(fwd) <= set(fx)
+    assert [x for x in fx if x in set(fwd)] == fwd  # same order
+
+
+def test_gpt2_flops_close_to_analytic_on_small_config() -> None:
+    # n_ctx = seq: unused position embeddings would inflate 2 * params * tokens
+    g = zoo.build(
+        "gpt2", cache=False, n_layer=2, d_model=64, n_head=4, vocab=500, n_ctx=32, batch=2, seq=32
+    )
+    ratio = g.total_flops(FWD) / zoo.analytic_flops("gpt2", g)
+    assert 0.9 < ratio < 1.1
+
+
+def test_mixtral_routes_top2_of_experts() -> None:
+    cfg = dict(TINY["mixtral"], n_expert=8, top_k=2, d_ff=128)
+    g = zoo.build("mixtral", cache=False, **cfg)
+    expert = [i for i in range(g.num_nodes) if g.kind[i] == FWD and ".experts." in g.module[i]]
+    mm = [i for i in expert if g.flops[i] > 0 and "linear" in g.name[i]]
+    tokens, cap = 16, 4  # capacity = ceil(1.0 * 2 * 16 / 8)
+    assert len(mm) == 8 * 3
+    assert sum(g.flops[i] for i in mm) == 8 * 3 * 2 * cap * 32 * 128
+    assert tokens * 2 == 8 * cap
+
+
+def test_cache_roundtrip_and_bypass(_cache: Path) -> None:
+    g1 = zoo.build("gpt2", **TINY["gpt2"])
+    files = list(_cache.glob("gpt2-*.npz"))
+    assert len(files) == 1
+    g2 = zoo.build("gpt2", **TINY["gpt2"])
+    assert g2.content_hash() == g1.content_hash() and g2.meta == g1.meta
+    assert g2.module == g1.module
+    zoo.build("gpt2", cache=False, **dict(TINY["gpt2"], seq=4))
+    assert len(list(_cache.glob("gpt2-*.npz"))) == 1
+    c = zoo.build("gpt2", max_groups=4, **TINY["gpt2"])
+    assert c.num_groups <= 4 and np.isclose(c.flops.sum(), g1.flops.sum())
+    assert len(list(_cache.glob("gpt2-*.npz"))) == 2
+
+
+@pytest.mark.slow
+def test_gpt2_xl_must_show() -> None:
+    g = zoo.build("gpt2-xl", cache=False)
+    assert g.meta["batch"] == 8 and g.meta["config"]["seq"] == 1024
+    assert abs(g.num_params / 1.56e9 - 1) < 0.01
+    assert (g.kind == FWD).sum() >= 800
+    assert abs(g.total_flops(FWD) / zoo.analytic_flops("gpt2-xl", g) - 1) < 0.10
+    c = zoo.build("gpt2-xl", max_groups=256, cache=False)
+    assert c.num_groups <= 256
+    for f in ("flops", "bytes_accessed", "param_bytes", "act_bytes"):
+        assert np.isclose(getattr(c, f).sum(), getattr(g, f).sum())
