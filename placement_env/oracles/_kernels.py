@@ -83,6 +83,25 @@ def _iheap_pop(keys, vals, off, size):
     return size
 
 
+@njit(cache=True, inline="always")
+def _notify(i, m, dev, p, sptr, sidx, base, permb, pending, gated, pkey, rkeys, rvals, hoff, hsz):
+    """Count down the runs on ``dev`` waiting for run ``m`` of node ``i``; True if one became ready."""
+    pushed = False
+    for e in range(sptr[i], sptr[i + 1]):
+        j = sidx[e]
+        if p[j] != dev:
+            continue
+        for tj in range(base[j], base[j + 1]):
+            if permb[i] and permb[j] and tj - base[j] != m:
+                continue
+            pending[tj] -= 1
+            if pending[tj] == 0:
+                h = 2 * dev + (1 if gated[tj] else 0)
+                hsz[h] = _iheap_push(rkeys, rvals, hoff[h], hsz[h], pkey[tj], tj)
+                pushed = True
+    return pushed
+
+
 # ------------------------------------------------------- 1F1B cap
 @njit(cache=True)
 def inflight_cap(p, M, D, kind, topo, sptr, sidx):
@@ -416,19 +435,24 @@ def simulate_makespan(
                             cpre[a] += 1
                     if kind[i] == 0:
                         fwd_left[a] -= 1
-                # local consumers
-                for e in range(sptr[i], sptr[i + 1]):
-                    j = sidx[e]
-                    if p[j] != a:
-                        continue
-                    for tj in range(base[j], base[j + 1]):
-                        if permb[i] and permb[j] and tj - base[j] != m:
-                            continue
-                        pending[tj] -= 1
-                        if pending[tj] == 0:
-                            h = 2 * a + (1 if gated[tj] else 0)
-                            hsz[h] = _iheap_push(rkeys, rvals, hoff[h], hsz[h], pkey[tj], tj)
-                            # device a is already marked (it just finished a task)
+                # local consumers (device a is already marked: it just finished a task)
+                _notify(
+                    i,
+                    m,
+                    a,
+                    p,
+                    sptr,
+                    sidx,
+                    base,
+                    permb,
+                    pending,
+                    gated,
+                    pkey,
+                    rkeys,
+                    rvals,
+                    hoff,
+                    hsz,
+                )
                 # remote consumers: one transfer per destination device
                 for g in range(gptr[i], gptr[i + 1]):
                     x = nx
@@ -468,21 +492,14 @@ def simulate_makespan(
                         deliver = True
                 if deliver:
                     m = t - base[i] if permb[i] else -1
-                    for e in range(sptr[i], sptr[i + 1]):
-                        j = sidx[e]
-                        if p[j] != b:
-                            continue
-                        for tj in range(base[j], base[j + 1]):
-                            if permb[i] and permb[j] and tj - base[j] != m:
-                                continue
-                            pending[tj] -= 1
-                            if pending[tj] == 0:
-                                h = 2 * b + (1 if gated[tj] else 0)
-                                hsz[h] = _iheap_push(rkeys, rvals, hoff[h], hsz[h], pkey[tj], tj)
-                                if not dd_flag[b]:
-                                    dd_flag[b] = True
-                                    dd_list[ndd] = b
-                                    ndd += 1
+                    pushed = _notify(
+                        i, m, b, p, sptr, sidx, base, permb, pending, gated, pkey, rkeys, rvals,
+                        hoff, hsz,
+                    )  # fmt: skip
+                    if pushed and not dd_flag[b]:
+                        dd_flag[b] = True
+                        dd_list[ndd] = b
+                        ndd += 1
         # ---- this round's link arrivals join their FIFO queues in (link, key) order
         for u in range(1, na):  # insertion sort: rounds are small
             lk, kk, xx = arr_l[u], arr_k[u], arr_x[u]
