@@ -1,0 +1,39 @@
+"""Tests for ``python -m graphs info`` and its critical-path helper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphs.__main__ import critical_path, main
+from graphs.compgraph import CompGraph
+
+
+def test_critical_path_on_a_diamond() -> None:
+    g = CompGraph.build(4, [(0, 1), (0, 2), (1, 3), (2, 3)], flops=[1.0, 5.0, 2.0, 1.0])
+    assert critical_path(g, g.flops) == 7.0  # 0 -> 1 -> 3
+    assert critical_path(g, np.array([1.0, 1.0, 4.0, 1.0])) == 6.0
+
+
+def test_info_on_a_tiny_zoo_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DEVPLACE_CACHE", str(tmp_path))
+    args = ["info", "gpt2", "--batch", "2", "--seq", "8", "-c", "n_layer=1", "-c", "d_model=32",
+            "-c", "n_head=2", "-c", "vocab=50", "--max-groups", "4"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "groups           4" in out and "batch            2" in out
+    assert "nodes            12  (fwd 4, bwd 4, opt 4)" in out
+    assert "critical path" in out and "TFLOPs" in out
+    assert main([*args, "--device", "v100", "--cluster", "dgx1_v100_8"]) == 0
+    assert "ms on one v100" in capsys.readouterr().out
+
+
+def test_info_rejects_unknown_name() -> None:
+    with pytest.raises(SystemExit, match="neither a file nor a zoo model"):
+        main(["info", "no-such-model"])
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        main(["info", "gpt2", "-c", "n_layer"])
