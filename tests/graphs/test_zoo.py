@@ -117,7 +117,9 @@ def test_gpt2_xl_must_show() -> None:
     assert abs(g.num_params / 1.56e9 - 1) < 0.01
     assert (g.kind == FWD).sum() >= 800
     assert abs(g.total_flops(FWD) / zoo.analytic_flops("gpt2-xl", g) - 1) < 0.10
-    c = zoo.build("gpt2-xl", max_groups=256, cache=False)
+    from graphs.coarsen import coarsen
+
+    c = coarsen(g, 256)
     assert c.num_groups <= 256
     for f in ("flops", "bytes_accessed", "param_bytes", "act_bytes"):
         assert np.isclose(getattr(c, f).sum(), getattr(g, f).sum())
