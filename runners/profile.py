@@ -1,0 +1,41 @@
+"""``python -m runners.profile``: measure this machine and write the ``cpu_N`` cluster calibration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from graphs.cpu_cluster import calibration_path
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="profile")
+def main(cfg: DictConfig) -> None:
+    from runtime.profile import measure_device, measure_ops, measure_p2p, write_calibration
+
+    out = Path(cfg.output_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    device = measure_device(threads=int(cfg.threads), n=int(cfg.matmul_n), copy_mb=int(cfg.copy_mb))
+    if cfg.model is not None:
+        ops = measure_ops(OmegaConf.to_container(cfg.model, resolve=True), threads=int(cfg.threads))
+        (out / "op_times_us.json").write_text(json.dumps(ops, indent=1))
+        # per-op overhead as the framework sees it: the median of the model's cheapest ops
+        small = np.sort(np.fromiter(ops.values(), float))[: max(1, len(ops) // 2)]
+        device["launch_overhead"] = float(np.median(small)) * 1e-6
+    link = measure_p2p(repeats=int(cfg.p2p_repeats))
+    path = Path(cfg.calibration) if cfg.calibration else calibration_path()
+    cal = write_calibration(device, link, path, memory=float(cfg.memory_gib) * 2**30)
+    (out / "calibration.json").write_text(json.dumps(cal, indent=1))
+    d, ln = cal["device"], cal["link"]
+    print(
+        f"cpu process: {d['peak_flops'] / 1e9:.1f} GFLOP/s, {d['mem_bw'] / 1e9:.1f} GB/s, "
+        f"op overhead {d['launch_overhead'] * 1e6:.1f} us; gloo p2p: latency "
+        f"{ln['latency'] * 1e6:.0f} us, {ln['bandwidth'] / 1e9:.2f} GB/s -> {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Measure this machine: compute roofline figures of one process and gloo point-to-point latency/bandwidth."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from runtime.dist import init_distributed, teardown
+from runtime.launch import spawn
+
+
+def _best_time(fn: Callable[[], Any], repeats: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_device(
+    *, threads: int = 1, n: int = 512, copy_mb: int = 64, repeats: int = 5
+) -> dict[str, float]:
+    """Roofline figures of one CPU process with ``threads`` threads.
+
+    ``peak_flops`` from an ``n x n`` float32 matmul (2 n^3 flops), ``mem_bw`` from a
+    ``copy_mb`` MiB tensor copy (read + write bytes), ``launch_overhead`` from a
+    one-element add. ``efficiency`` is 1: the matmul rate is what kernels reach here.
+    """
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    t_mm = _best_time(lambda: a @ b, repeats)
+    src = torch.empty(copy_mb * 2**20 // 4)
+    dst = torch.empty_like(src)
+    t_cp = _best_time(lambda: dst.copy_(src), repeats)
+    x = torch.ones(1)
+    t_ov = min(_best_time(lambda: x.add(x), 50) for _ in range(3))
+    return {
+        "peak_flops": 2.0 * n**3 / t_mm,
+        "mem_bw": 2.0 * src.numel() * 4 / t_cp,
+        "efficiency": 1.0,
+        "launch_overhead": t_ov,
+    }
+
+
+def _p2p_worker(sizes: Sequence[int], repeats: int) -> list[float]:
+    info = init_distributed("gloo")
+    try:
+        out = []
+        for size in sizes:
+            buf = torch.zeros(max(1, size // 4))
+            times = []
+            for _ in range(repeats + 1):
+                dist.barrier()
+                t0 = time.perf_counter()
+                if info.rank == 0:
+                    dist.send(buf, 1)
+                    dist.recv(buf, 1)
+                else:
+                    dist.recv(buf, 0)
+                    dist.send(buf, 0)
+                times.append((time.perf_counter() - t0) / 2)
+            out.append(float(np.min(times[1:])))  # first round is warm-up; min resists load
+        return out
+    finally:
+        teardown()
+
+
+def fit_latency_bandwidth(sizes: Sequence[int], times: Sequence[float]) -> tuple[float, float]:
+    """Least-squares fit of ``t = latency + bytes / bandwidth`` (both clipped positive)."""
+    x = np.asarray(sizes, dtype=float)
+    y = np.asarray(times, dtype=float)
+    A = np.stack([np.ones_like(x), x], axis=1)
+    (lat, inv_bw), *_ = np.linalg.lstsq(A, y, rcond=None)
+    lat = max(float(lat), float(y.min()) * 0.5, 1e-7)
+    inv_bw = max(float(inv_bw), 1e-15)
+    return lat, 1.0 / inv_bw
+
+
+def measure_p2p(
+    sizes: Sequence[int] = (4, 4096, 65536, 1 << 20, 4 << 20, 16 << 20), repeats: int = 10
+) -> dict[str, Any]:
+    """One-way gloo send/recv time between two processes (half the best round trip) per size, and the fit."""
+    times = spawn(_p2p_worker, 2, (list(sizes), repeats), timeout_s=300)[0]
+    lat, bw = fit_latency_bandwidth(sizes, times)
+    return {"latency": lat, "bandwidth": bw, "sizes": list(sizes), "times": times}
+
+
+def measure_ops(model: dict[str, Any], *, repeats: int = 5, threads: int = 1) -> dict[str, float]:
+    """Forward time (microseconds, best of ``repeats``) of every op of the model's exported program."""
+    from torch import fx
+
+    from runtime.dist import seed_everything
+    from runtime.model import load_model
+    from runtime.program import export_with_loss
+
+    torch.set_num_threads(threads)
+    seed_everything(0)
+    zm = load_model(model)
+    gm = export_with_loss(zm.module, zm.example_inputs, zm.loss_fn)
+    best: dict[str, float] = {}
+
+    class Timed(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            if n.op != "call_function":
+                return super().run_node(n)
+            t0 = time.perf_counter()
+            out = super().run_node(n)
+            dt = (time.perf_counter() - t0) * 1e6
+            best[n.name] = min(best.get(n.name, float("inf")), dt)
+            return out
+
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            Timed(gm).run(*zm.example_inputs)
+    return best
+
+
+def write_calibration(
+    device: dict[str, float], link: dict[str, Any], path: str | Path, memory: float | None = None
+) -> dict[str, Any]:
+    """Write the ``cpu_N`` calibration JSON read by ``graphs.cpu_cluster.cpu_cluster``."""
+    dev = dict(device)
+    if memory is not None:
+        dev["memory"] = float(memory)
+    cal = {
+        "device": dev,
+        "link": {"bandwidth": float(link["bandwidth"]), "latency": float(link["latency"])},
+        "measured": {
+            "p2p_sizes": link.get("sizes"),
+            "p2p_times": link.get("times"),
+            "time": time.time(),
+        },
+    }
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(cal, indent=1))
+    return cal

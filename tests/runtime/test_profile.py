@@ -1,0 +1,34 @@
+"""runtime.profile: the latency/bandwidth fit and the calibration file the cpu_N cluster reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphs.cpu_cluster import cpu_cluster
+from runtime.profile import fit_latency_bandwidth, measure_ops, write_calibration
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_fit_recovers_latency_and_bandwidth():
+    sizes = [0, 1000, 1_000_000, 4_000_000]
+    times = [50e-6 + s / 2e9 for s in sizes]  # 50 us + 2 GB/s
+    lat, bw = fit_latency_bandwidth(sizes, times)
+    assert lat == pytest.approx(50e-6, rel=1e-6)
+    assert bw == pytest.approx(2e9, rel=1e-6)
+
+
+def test_calibration_round_trip(tmp_path):
+    device = {"peak_flops": 8e10, "mem_bw": 1.5e10, "efficiency": 1.0, "launch_overhead": 1e-5}
+    cal = write_calibration(
+        device, {"latency": 4e-5, "bandwidth": 1.8e9}, tmp_path / "c.json", memory=2**30
+    )
+    c = cpu_cluster(3, calibration=cal)
+    assert c.devices[2].peak_flops == 8e10 and c.devices[0].memory == 2**30
+    assert c.transfer_time(0, 1, 1.8e9) == pytest.approx(4e-5 + 1.0)
+
+
+def test_measure_ops_times_every_op():
+    ops = measure_ops({"factory": "runtime.toy:branchy"}, repeats=1)
+    assert {"linear", "relu", "mean"} <= set(ops)
+    assert all(t > 0 for t in ops.values())
