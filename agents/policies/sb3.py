@@ -90,6 +90,10 @@ class GraphActorCriticPolicy(MaskableActorCriticPolicy):
             {k: int(np.prod(s.shape)) for k, s in observation_space.spaces.items()}
         )
         self.mode = action_mode(action_space, self.dims["max_nodes"], self.dims["max_devices"])
+        if kwargs.pop("use_sde", False):
+            raise ValueError(f"{type(self).__name__} has discrete actions: use_sde must be False")
+        for unused in ("log_std_init", "full_std", "use_expln", "squash_output"):
+            kwargs.pop(unused, None)  # PPO passes its continuous-action options to every policy
         kwargs.setdefault("ortho_init", False)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 

@@ -1,0 +1,125 @@
+"""Smoke tests of the PPO glue and the BestPlanTracker callback on tiny placement problems."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from sb3_contrib import MaskablePPO
+from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
+
+import placement_env  # noqa: F401  (registers the env ids)
+from agents.callbacks import BestPlanTracker
+from agents.ppo import make_ppo, make_vec_env
+from graphs.clusters import load
+from graphs.compgraph import CompGraph
+from placement_env.generators import fixed
+from placement_env.oracles.simulator import Simulator
+
+
+def _chain(n: int = 4) -> CompGraph:
+    return CompGraph.build(
+        n,
+        [(i, i + 1) for i in range(n - 1)],
+        flops=1e9,
+        out_bytes=1e6,
+        param_bytes=1e6,
+        meta={"name": f"chain{n}"},
+    )
+
+
+def _kwargs(n_devices: int = 2) -> dict[str, Any]:
+    return {"generator": fixed(_chain(), load(f"cpu_{n_devices}"))}
+
+
+class _NoMasks(gym.Wrapper):
+    """Hides ``action_masks`` so the env looks unmasked to SB3."""
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        if name == "action_masks":
+            raise AttributeError(name)
+        return super().get_wrapper_attr(name)
+
+
+@pytest.mark.parametrize(
+    "env_id,policy",
+    [
+        ("placement_env/Sweep-v0", "placeto"),
+        ("placement_env/OneShot-v0", "gdp"),
+        ("placement_env/Reassign-v0", "placeto"),
+    ],
+)
+def test_make_ppo_learns_and_tracks_the_best_plan(env_id, policy):
+    improvements: list[float] = []
+    model = make_ppo(
+        env_id, policy, env_kwargs=_kwargs(), n_steps=16, net_kwargs={"hidden": 16}, seed=1
+    )
+    assert isinstance(model, MaskablePPO) and model.n_envs == 2
+    tracker = BestPlanTracker(on_improve=lambda t: improvements.append(t.best_step_time))
+    model.learn(64, callback=tracker)
+    assert model.num_timesteps >= 64
+    assert np.isfinite(tracker.best_step_time) and tracker.best_placement is not None
+    # the tracked plan really has the tracked step time, and improvements only go down
+    sim = Simulator(_chain(), load("cpu_2"), microbatches=8, schedule="1f1b")
+    res = sim.evaluate(tracker.best_placement)
+    assert not res.oom and res.step_time == pytest.approx(tracker.best_step_time)
+    assert improvements and improvements == sorted(improvements, reverse=True)
+    assert improvements[-1] == tracker.best_step_time
+    envs_calls = sum(model.get_env().get_attr("total_oracle_calls"))
+    assert tracker.oracle_calls == envs_calls > 0
+    assert [h["event"] for h in tracker.history].count("improve") == len(improvements)
+    assert all(h["oracle_calls"] <= envs_calls for h in tracker.history)
+
+
+def test_make_ppo_uses_plain_ppo_without_masks_and_caps_the_batch():
+    def factory() -> gym.Env:
+        return _NoMasks(gym.make("placement_env/OneShot-v0", **_kwargs()))
+
+    model = make_ppo(factory, "placeto", n_envs=1, n_steps=8, net_kwargs={"hidden": 8})
+    assert type(model) is PPO
+    assert model.batch_size == 8
+    model.learn(16)
+    assert model.num_timesteps >= 16
+
+
+def test_make_ppo_errors_name_the_bad_input():
+    with pytest.raises(ValueError, match="available: \\['gdp', 'placeto'\\]"):
+        make_ppo("placement_env/Sweep-v0", "transformer", env_kwargs=_kwargs())
+    with pytest.raises(ValueError, match="vec_env 'threads' is unknown"):
+        make_vec_env("placement_env/Sweep-v0", vec_env="threads")
+    with pytest.raises(ValueError, match="n_envs must be >= 1"):
+        make_vec_env("placement_env/Sweep-v0", n_envs=0)
+    with pytest.raises(ValueError, match="env_kwargs apply to an env id only"):
+        make_vec_env(lambda: gym.make("placement_env/Sweep-v0"), env_kwargs={"init": "zeros"})
+
+
+def test_tracker_keeps_the_fastest_feasible_complete_placement():
+    model = make_ppo(
+        "placement_env/OneShot-v0", "placeto", env_kwargs=_kwargs(), n_steps=8, n_envs=1
+    )
+    model.set_logger(Logger(None, []))
+    tracker = BestPlanTracker()
+    tracker.init_callback(model)
+    full, partial = np.array([0, 1, 1, 0]), np.array([0, -1, 1, 0])
+    tracker.locals = {
+        "infos": [
+            {"step_time": 0.01, "oom": True, "placement": full},  # fastest but OOM
+            {"step_time": 0.05, "oom": False, "placement": full},
+            {"step_time": 0.02, "oom": False, "placement": partial},  # incomplete
+            {"step_time": float("nan"), "oom": False, "placement": full},  # not evaluated
+            {"step_time": 0.03, "oom": False, "placement": full[::-1]},
+        ],
+        "dones": np.array([False, False, False, False, True]),
+    }
+    assert tracker.on_step()
+    assert tracker.best_step_time == 0.03
+    assert tracker.best_placement.tolist() == [0, 1, 1, 0][::-1]
+    assert [h["event"] for h in tracker.history] == ["episode", "improve"]
+    only_other = BestPlanTracker(instance="other")
+    only_other.init_callback(model)
+    only_other.locals = tracker.locals
+    only_other.on_step()
+    assert only_other.best_placement is None and only_other.best_step_time == float("inf")
