@@ -50,8 +50,10 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 
 def callback_state(cb: Any) -> dict[str, Any]:
-    """The picklable state of an SB3 callback (references to the live run left out)."""
-    return {k: v for k, v in vars(cb).items() if k not in _LIVE_ATTRS and not k.startswith("_pbar")}
+    """The picklable state of an SB3 callback: its attributes minus references to the live
+    run (the model, envs, loggers and the names in the callback's ``live_attrs``)."""
+    live = _LIVE_ATTRS | set(getattr(cb, "live_attrs", ()))
+    return {k: v for k, v in vars(cb).items() if k not in live}
 
 
 def save(

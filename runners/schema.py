@@ -119,13 +119,19 @@ class TrainBudget:
 
 @dataclass
 class TrainConfig:
-    """``python -m runners.train``: one env, one agent, one seed."""
+    """``python -m runners.train``: one env, one agent, one seed.
+
+    ``torch_threads``: torch intra-op threads (1 by default: on small CPU machines the
+    policy's tiny matmuls lose more to thread contention than they gain; ``null`` keeps
+    torch's default).
+    """
 
     env: EnvConfig = MISSING
     agent: AgentConfig = MISSING
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     train: TrainBudget = field(default_factory=TrainBudget)
     seed: int = 0
+    torch_threads: int | None = 1
     resume: str | None = None
     run_baselines: bool = True
     output_dir: str | None = None

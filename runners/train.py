@@ -232,9 +232,9 @@ def search_ppo(
         remaining = max(0, total - model.num_timesteps)
         reset = False
     else:
-        model = agents.make_ppo(
-            env_factory(problem), policy=policy, seed=seed, **ppo_kwargs(agent_cfg)
-        )
+        from agents.ppo import make_ppo
+
+        model = make_ppo(env_factory(problem), policy=policy, seed=seed, **ppo_kwargs(agent_cfg))
         remaining, reset = total, True
     if remaining > 0:
         model.learn(total_timesteps=remaining, callback=[best, cb], reset_num_timesteps=reset)
@@ -312,7 +312,8 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
     """Run one training job described by ``cfg`` into ``run_dir``; return ``result.json``'s dict."""
     t_start = time.perf_counter()
     resume_state = None
-    if cfg.get("resume"):
+    resuming = bool(cfg.get("resume"))
+    if resuming:
         run_dir = Path(cfg.resume)
         saved = run_dir / "config.yaml"
         if not saved.exists():
@@ -328,6 +329,10 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
     if resume_state is None:
         common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
     seed = int(cfg.seed)
+    if cfg.get("torch_threads"):
+        import torch
+
+        torch.set_num_threads(int(cfg.torch_threads))
     common.seed_everything(seed)
     spec = common.env_spec(cfg.env)
     agent_cfg = plain["agent"]
@@ -346,7 +351,6 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
 
     # ---- logger
     info_path = run_dir / "run_info.json"
-    resuming = bool(cfg.get("resume"))
     info = json.loads(info_path.read_text()) if resuming and info_path.exists() else {}
     log_opts = dict(plain["logger"])
     if cfg.logger.kind == "wandb":
