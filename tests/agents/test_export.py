@@ -1,0 +1,140 @@
+"""Tests of policy export/import and zero-shot planning on other cluster sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sb3_contrib.common.maskable.utils import get_action_masks
+
+import placement_env  # noqa: F401  (registers the env ids)
+from agents import ExportedPolicy, export_policy, load_policy
+from agents.baselines import InfeasiblePlanError
+from agents.ppo import make_ppo
+from graphs.clusters import load
+from graphs.compgraph import CompGraph
+from graphs.plan import Plan
+from placement_env.generators import fixed
+from placement_env.oracles.simulator import Simulator
+
+
+def _chain(n: int = 6, param_bytes: float = 1e6) -> CompGraph:
+    return CompGraph.build(
+        n,
+        [(i, i + 1) for i in range(n - 1)],
+        flops=1e9,
+        out_bytes=1e6,
+        param_bytes=param_bytes,
+        meta={"name": f"chain{n}"},
+    )
+
+
+_MODELS: dict[tuple[str, str], object] = {}
+
+
+def _trained(env_id: str, policy: str):
+    """A policy trained (tiny budget) on 8 devices."""
+    key = (env_id, policy)
+    if key not in _MODELS:
+        model = make_ppo(
+            env_id,
+            policy,
+            env_kwargs={"generator": fixed(_chain(), load("cpu_8"))},
+            n_steps=16,
+            net_kwargs={"hidden": 16},
+            seed=3,
+        )
+        model.learn(32)
+        _MODELS[key] = model
+    return _MODELS[key]
+
+
+CASES = [("placement_env/Sweep-v0", "placeto"), ("placement_env/OneShot-v0", "gdp")]
+
+
+@pytest.mark.parametrize("env_id,policy", CASES)
+def test_export_load_gives_identical_logits_and_actions(tmp_path: Path, env_id, policy):
+    model = _trained(env_id, policy)
+    path = export_policy(model, tmp_path / "p.pt", meta={"trained_on": "chain6/cpu_8"})
+    loaded = load_policy(path)
+    assert isinstance(loaded, ExportedPolicy)
+    assert loaded.network == policy and loaded.env_id == env_id
+    assert loaded.meta == {"trained_on": "chain6/cpu_8"}
+    venv = model.get_env()
+    obs = venv.reset()
+    masks = get_action_masks(venv)
+    with torch.no_grad():
+        obs_t, _ = model.policy.obs_to_tensor(obs)
+        sb3_logits, _ = model.policy.logits_and_value(obs_t)
+    torch.testing.assert_close(loaded.logits(obs), sb3_logits)
+    for m in (None, masks):
+        expected, _ = model.predict(obs, action_masks=m, deterministic=True)
+        np.testing.assert_array_equal(loaded.predict(obs, m), expected)
+
+
+def test_export_file_is_plain_data(tmp_path: Path):
+    path = export_policy(_trained(*CASES[0]), tmp_path / "p.pt")
+    d = torch.load(path, weights_only=True)  # refuses pickled code
+    assert d["format"] == "devplace.policy" and d["version"] == 1
+    assert d["network"] == "placeto" and d["mode"] == "current_row"
+    assert d["config"]["hidden"] == 16 and isinstance(d["config"]["node_dim"], int)
+    assert d["env_options"]["init"] == "random"
+    assert all(isinstance(v, torch.Tensor) for v in d["state_dict"].values())
+    assert d["features"]["device"][0] == "speed_rel"
+
+
+@pytest.mark.parametrize("env_id,policy", CASES)
+@pytest.mark.parametrize("n_devices", [4, 16])
+def test_policy_trained_on_8_devices_plans_4_and_16(tmp_path: Path, env_id, policy, n_devices):
+    loaded = load_policy(export_policy(_trained(env_id, policy), tmp_path / "p.pt"))
+    graph, cluster = _chain(), load(f"cpu_{n_devices}")
+    plan = loaded.plan(graph, cluster, samples=2)
+    assert isinstance(plan, Plan)
+    plan.check(graph, cluster)
+    assert plan.placement.max() < n_devices
+    assert plan.microbatches == 8 and plan.schedule == "1f1b"
+    res = Simulator(graph, cluster, microbatches=8, schedule="1f1b").evaluate(plan.placement)
+    assert not res.oom and res.step_time == pytest.approx(plan.meta["step_time"])
+    assert plan.meta["oracle_calls"] >= 1 and plan.meta["algorithm"] == f"ppo-{policy}"
+
+
+def test_best_of_k_never_worse_than_greedy(tmp_path: Path):
+    loaded = load_policy(export_policy(_trained(*CASES[1]), tmp_path / "p.pt"))
+    graph, cluster = _chain(), load("cpu_4")
+    greedy = loaded.plan(graph, cluster, samples=1, seed=5)
+    best = loaded.plan(graph, cluster, samples=6, seed=5)
+    assert best.meta["step_time"] <= greedy.meta["step_time"]
+    assert best.meta["oracle_calls"] >= greedy.meta["oracle_calls"]
+
+
+def test_plan_reports_infeasible_instead_of_returning_an_oom_plan(tmp_path: Path):
+    loaded = load_policy(export_policy(_trained(*CASES[1]), tmp_path / "p.pt"))
+    huge = _chain(param_bytes=64 * 2**30)  # 64 GiB per node; cpu devices hold 4 GiB
+    with pytest.raises(InfeasiblePlanError, match="no memory-feasible placement"):
+        loaded.plan(huge, load("cpu_4"))
+    with pytest.raises(ValueError, match="samples must be >= 1"):
+        loaded.plan(_chain(), load("cpu_4"), samples=0)
+
+
+def test_load_policy_rejects_foreign_or_stale_files(tmp_path: Path):
+    bad = tmp_path / "bad.pt"
+    torch.save({"format": "something-else"}, bad)
+    with pytest.raises(ValueError, match="not a devplace policy"):
+        load_policy(bad)
+    path = export_policy(_trained(*CASES[0]), tmp_path / "p.pt")
+    d = torch.load(path, weights_only=True)
+    d["features"]["node"] = d["features"]["node"][:-1]
+    torch.save(d, bad)
+    with pytest.raises(ValueError, match="trained on node features"):
+        load_policy(bad)
+    d["version"] = 99
+    torch.save(d, bad)
+    with pytest.raises(ValueError, match="version 99"):
+        load_policy(bad)
+    (tmp_path / "junk.pt").write_text("not torch")
+    with pytest.raises(ValueError, match="not a loadable policy file"):
+        load_policy(tmp_path / "junk.pt")
+    with pytest.raises(TypeError, match="GraphActorCriticPolicy"):
+        export_policy(object(), tmp_path / "x.pt")
