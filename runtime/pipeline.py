@@ -155,9 +155,10 @@ class PipelineRunner:
         if not self.stages:
             raise ValueError(f"pipeline plan gives rank {rank} no stage")
         users: dict[str, set[int]] = {}
+        trainable = {k for k, _ in gm.named_parameters()}
         for k, m in enumerate(mods):
             for n in m.graph.nodes:
-                if n.op == "get_attr":
+                if n.op == "get_attr" and str(n.target) in trainable:
                     users.setdefault(param_name(str(n.target)), set()).add(stage_rank[k])
         self.shared_params = sorted(k for k, v in users.items() if len(v) > 1)
         self.param_names = sorted(k for k, v in users.items() if rank in v)

@@ -185,6 +185,7 @@ def split(
     for n in nodes:
         by_key.setdefault(key[n.name], []).append(n)
     lossn = loss_node(gm)
+    trainable = {k for k, _ in gm.named_parameters()}
     parts = []
     for k in sorted(by_key):
         members = by_key[k]
@@ -208,7 +209,7 @@ def split(
                 param_name(str(a.target))
                 for n in members
                 for a in n.all_input_nodes
-                if a.op == "get_attr"
+                if a.op == "get_attr" and str(a.target) in trainable
             }
         )
         devs = {device[n.name] for n in members}
