@@ -15,13 +15,15 @@ MASK_LOGIT = -1e8
 class DeviceEncoder(nn.Module):
     r"""Embeds each device from its own features and the links to the other devices.
 
-    A device's input is its features (speed, memory, free memory, ...) with the
-    mean of its link features; then ``num_layers`` rounds of message passing over
+    A device's input is its features (speed, memory, free memory, ...), the
+    mean of its link features and its position :math:`p_d = d / (D - 1)` in the
+    cluster's device order (which breaks the symmetry of identical devices, so
+    a policy can lay contiguous pipeline stages along the device chain); then ``num_layers`` rounds of message passing over
     the device graph, weighted by a learned positive function of each link:
 
     .. math::
         \mathbf{e}^{0}_d = \operatorname{MLP}\left([\mathbf{z}_d \,\|\,
-            \operatorname{mean}_{d'} \mathbf{l}_{dd'}]\right), \quad
+            \operatorname{mean}_{d'} \mathbf{l}_{dd'} \,\|\, p_d]\right), \quad
         w_{dd'} = \operatorname{softplus}(\mathbf{a}^\top \mathbf{l}_{dd'}), \quad
         \mathbf{e}^{k+1}_d = \operatorname{LN}\left(\mathbf{e}^{k}_d + \operatorname{ReLU}
             \left(\mathbf{W}_s \mathbf{e}^{k}_d + \mathbf{W}_n
@@ -48,7 +50,7 @@ class DeviceEncoder(nn.Module):
         self.link_dim = link_dim
         self.hidden = hidden
         self.num_layers = num_layers
-        self.lin_in = nn.Linear(dev_dim + link_dim, hidden)
+        self.lin_in = nn.Linear(dev_dim + link_dim + 1, hidden)
         self.lin_in2 = nn.Linear(hidden, hidden)
         self.link_weight = nn.ModuleList(nn.Linear(link_dim, 1) for _ in range(num_layers))
         self.lin_self = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(num_layers))
@@ -71,7 +73,8 @@ class DeviceEncoder(nn.Module):
         pair = mask.unsqueeze(2) & mask.unsqueeze(1)
         pair = pair & ~torch.eye(D, dtype=torch.bool, device=dev_x.device)
         link_mean = masked_mean(dev_link, pair, dim=2)  # (B, D, Fl)
-        e = self.lin_in2(F.relu(self.lin_in(torch.cat([dev_x, link_mean], dim=-1))))
+        pos = device_position(mask).unsqueeze(-1).to(dev_x.dtype)  # (B, D, 1)
+        e = self.lin_in2(F.relu(self.lin_in(torch.cat([dev_x, link_mean, pos], dim=-1))))
         for lw, ls, ln_, norm in zip(self.link_weight, self.lin_self, self.lin_nbr, self.norms):
             w = F.softplus(lw(dev_link).squeeze(-1)) * pair.to(e.dtype)  # (B, D, D)
             w = w / w.sum(-1, keepdim=True).clamp_min(1e-9)
@@ -83,6 +86,13 @@ class DeviceEncoder(nn.Module):
             f"{self.__class__.__name__}({self.dev_dim}, {self.link_dim}, {self.hidden}, "
             f"num_layers={self.num_layers})"
         )
+
+
+def device_position(dev_mask: Tensor) -> Tensor:
+    """``(B, D)`` position ``d / (D_real - 1)`` of each real device in [0, 1] (0 for padding)."""
+    m = dev_mask.to(torch.float32)
+    idx = torch.cumsum(m, dim=1) - 1.0
+    return torch.where(m > 0, idx / (m.sum(1, keepdim=True) - 1.0).clamp_min(1.0), 0.0)
 
 
 class PairScorer(nn.Module):

@@ -310,3 +310,13 @@ def test_policy_never_chooses_masked_actions(data):
             assert all(rows_ok[i, acts[:, i]].all() for i in range(BOUNDS.max_nodes))
         else:
             assert mask[0, acts.reshape(-1)].all()
+
+
+def test_device_position_spans_the_real_devices():
+    from agents.policies.device_head import device_position
+
+    m = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]).bool()
+    torch.testing.assert_close(
+        device_position(m),
+        torch.tensor([[0, 0.5, 1, 0, 0], [0, 0, 0, 0, 0], [0, 0.25, 0.5, 0.75, 1]]),
+    )
