@@ -84,6 +84,10 @@ SAVES_NOTHING = frozenset(
     "full_like new_zeros new_ones fill eq ne lt le gt ge logical_not logical_and bitwise_not "
     "topk sort argmax cumsum".split()
 )
+# binary products: the gradient of one operand needs the other (a constant scalar saves nothing)
+SAVES_OTHER_OPERAND = frozenset("mul div".split())
+# selects: backward needs only the boolean condition (a constant mask saves nothing)
+SAVES_CONDITION = frozenset("where masked_fill".split())
 SAVES_OUTPUT = frozenset(
     "softmax _softmax log_softmax _log_softmax exp sigmoid tanh relu relu_ sqrt rsqrt".split()
 )
@@ -111,6 +115,11 @@ def _is_identity_dropout(node: torch.fx.Node) -> bool:
     p = node.kwargs.get("p", args[1])
     train = node.kwargs.get("train", args[2])
     return p == 0 or train is False
+
+
+def _is_bool(node: torch.fx.Node) -> bool:
+    vals = _tensors(node.meta.get("val"))
+    return bool(vals) and all(t.dtype == torch.bool for t in vals)
 
 
 def _numel(t: torch.Tensor) -> int:
@@ -239,7 +248,10 @@ def extract(
       shared parameter are listed in ``meta["shared_params"]``.
     * ``act_bytes`` (saved for backward), for ops that need gradients: the
       output for ops in ``SAVES_OUTPUT`` (softmax, exp, tanh, relu, ...),
-      nothing for ``SAVES_NOTHING`` (add, sum, cat, ...), otherwise the
+      nothing for ``SAVES_NOTHING`` (add, sum, cat, ...), for ``mul``/``div``
+      each activation operand whose partner needs a gradient (so scaling by a
+      constant saves nothing), for ``where``/``masked_fill`` only a computed
+      boolean condition (a constant mask saves nothing), otherwise the
       activation inputs (not parameters); dropout saves a 1-byte mask per
       element, embedding its indices. A tensor saved by several ops is
       counted once, on the first.
@@ -283,7 +295,7 @@ def extract(
     param_owner: dict[int, int] = {}
     param_root: dict[torch.fx.Node, torch.fx.Node] = {}  # param placeholder behind a view
     shared: dict[int, list[str]] = {}
-    saved: set[torch.fx.Node] = set()
+    saved: set[int] = set()  # compute indices whose output is already saved for backward
     unknown: set[str] = set()
     for node in ep.graph.nodes:
         if node.op == "placeholder":
@@ -335,7 +347,7 @@ def extract(
             rg_any |= rg
             if i >= 0:
                 per_src[i] = min(rb, per_src.get(i, 0.0) + vb)
-                if a not in saved:
+                if i not in saved:
                     act_in += vb
             elif a in param_root:
                 read += vb
@@ -365,12 +377,28 @@ def extract(
             act = ob / elem_bytes
         elif op == "embedding":
             act = sum(src_of[a][2] for a in inputs if a not in param_root)
+        elif op in SAVES_OTHER_OPERAND:
+            keep = [
+                a
+                for a in inputs
+                if src_of[a][0] >= 0
+                and src_of[a][0] not in saved
+                and any(src_of[b][3] for b in inputs if b is not a)
+            ]
+            act = sum(src_of[a][2] for a in keep)
+        elif op in SAVES_CONDITION:
+            cond = [a for a in inputs if _is_bool(a)]
+            act = sum(src_of[a][2] for a in cond if src_of[a][0] >= 0 and src_of[a][0] not in saved)
         else:
             act = act_in
         if op in SAVES_OUTPUT and act > 0:
-            saved.add(node)
+            saved.add(k)
+        elif op in SAVES_OTHER_OPERAND and act > 0:
+            saved.update(src_of[a][0] for a in keep)
+        elif op in SAVES_CONDITION and act > 0:
+            saved.update(src_of[a][0] for a in inputs if _is_bool(a) and src_of[a][0] >= 0)
         elif op not in SAVES_NOTHING and act > 0:
-            saved.update(a for a in inputs if src_of[a][0] >= 0)
+            saved.update(src_of[a][0] for a in inputs if src_of[a][0] >= 0)
         actb.append(act)
         bwd_factor.append(2.0 if reads_param or op in ATTENTION_OPS else 1.0)
         src_of[node] = (k, ob, ob, rg_out or own > 0)

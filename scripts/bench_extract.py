@@ -114,9 +114,11 @@ upper bounds.
 - Activations kept for backward: the output of softmax/exp/tanh/sigmoid/relu/sqrt;
   nothing for add/sub/sum/cat; a 1-byte mask for dropout; the indices for
   embedding; otherwise the op's activation inputs. A tensor saved by several ops
-  counts once. GPT-2's `gelu_new` is written out op by op (as in the reference
-  implementation), so its intermediates are saved too; this is higher than the
-  analytic 34 s b h bytes/layer of fused kernels.
+  counts once; `mul`/`div` save only the operands whose partner needs a gradient
+  (scaling by a constant saves nothing) and `where`/`masked_fill` only a computed
+  boolean condition. GPT-2's `gelu_new` is written out op by op (as in the
+  reference implementation), so eager autograd keeps x, the tanh output and both
+  factors of the final product: ~4x the input of a fused GELU.
 - Backward: one node per op with gradient work, FLOPs x2 for ops reading
   parameters and for attention, x1 otherwise; one optimizer node per
   parameter-owning op, 12 FLOPs per parameter.

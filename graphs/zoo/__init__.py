@@ -22,7 +22,7 @@ from graphs.compgraph import CompGraph
 from graphs.zoo.cache import cache_dir, cache_key, load_npz, save_npz
 
 #: Bumped whenever extraction, coarsening or a model definition changes cached results.
-VERSION = "zoo-2"
+VERSION = "zoo-3"
 
 
 def lm_loss(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

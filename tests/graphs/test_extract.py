@@ -120,3 +120,33 @@ def test_precision_options_and_errors() -> None:
     assert g.meta["bytes_per_param"] == 12.0 and g.out_bytes[0] == 2 * 8 * 4
     with pytest.raises(ValueError, match="unsupported precision/optimizer"):
         extract(m, (x,), precision="fp8")
+
+
+class ScaledAttentionLike(nn.Module):
+    """q = fc(x); s = softmax(where(mask, q * 0.5, -inf)); y = s * q (an activation product)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("mask", torch.ones(4, 4, dtype=torch.bool).tril())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.fc(x)
+        s = torch.softmax(torch.where(self.mask, q * 0.5, float("-inf")), dim=-1)
+        return s * torch.tanh(q)
+
+
+def test_saved_activation_rules_scalar_mul_constant_mask_and_shared_save() -> None:
+    with torch.device("meta"):
+        m = ScaledAttentionLike()
+    g = extract(m, (torch.empty(4, 4, device="meta"),), name="sal", loss_fn=lambda out, x: out.sum())
+    f = np.flatnonzero(g.kind == FWD)
+    act = {g.name[i]: g.act_bytes[i] for i in f}
+    elem = 16 * 2  # a (4, 4) fp16 activation
+    assert act["linear"] == 0  # its input x is the user's input, not an activation of the graph
+    assert act["mul"] == 0  # scaling by a constant saves nothing
+    assert act["where"] == 0  # the condition is a constant buffer
+    assert act["softmax"] == elem  # softmax saves its output
+    assert act["tanh"] == elem  # tanh saves its output
+    # s * tanh(q): both operands need gradients, both are already saved by their producers
+    assert act["mul_1"] == 0
