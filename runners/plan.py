@@ -41,6 +41,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         greedy=bool(cfg.greedy),
         samples=int(cfg.samples),
         oracle=oracle,
+        seed=int(cfg.seed),
     )
     seconds = time.perf_counter() - t0
     res = common.write_plan_artifacts(problem, the_plan, run_dir, stem="plan")

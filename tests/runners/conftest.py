@@ -1,0 +1,61 @@
+"""Fixtures of the runner tests: a small graph file and composed train configs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import DictConfig
+
+from graphs import io as gio
+from graphs.compgraph import CompGraph
+from graphs.training import with_backward
+
+
+def chain_graph(n: int = 8) -> CompGraph:
+    """An ``n``-layer chain training graph (3n nodes) sized so 2 x K40 must split it."""
+    fwd = CompGraph.build(
+        n,
+        [(i, i + 1) for i in range(n - 1)],
+        flops=2e11,
+        bytes_accessed=4e9,
+        out_bytes=64e6,
+        param_bytes=np.r_[4e9, np.full(n - 1, 1.5e9)],
+        act_bytes=256e6,
+        name=[f"layer{i}" for i in range(n)],
+        meta={"name": f"chain{n}", "batch": 8, "bytes_per_param": 16},
+    )
+    return with_backward(fwd)
+
+
+@pytest.fixture(scope="session")
+def graph_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("graphs") / "chain8.json"
+    gio.save(chain_graph(), path)
+    return path
+
+
+def small_env(graph_file: Path) -> list[str]:
+    """Overrides making a small problem: the chain graph on 2 x K40, one cheap baseline."""
+    return [
+        "+env=rnnlm_k40_2",
+        f"env.graph_file={graph_file}",
+        "env.model=null",
+        "env.baselines=[single,expert]",
+        "logger=none",
+        "train.progress=false",
+        "train.seconds=null",
+    ]
+
+
+def compose(overrides: Sequence[str], config: str = "train") -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from runners import common, schema
+
+    schema.register()
+    with initialize_config_dir(config_dir=str(common.CONF_DIR), version_base=None):
+        return hydra_compose(config_name=config, overrides=list(overrides))

@@ -1,0 +1,138 @@
+"""Every conf/ file composes against its schema; bad keys, choices and a missing env are refused."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.errors import ConfigCompositionException, HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError
+
+from runners import common, schema
+from runners.train import _hydra_main  # noqa: F401 - registers the schemas like the app does
+from tests.runners.conftest import compose
+
+ENVS = common.available("env")
+AGENTS = common.available("agent")
+REQUIRED_ENVS = {
+    "gpt2_8gpu",
+    "bert_8gpu",
+    "llama_h100_16",
+    "moe_a100_8",
+    "hetero",
+    "rnnlm_k40_2",
+    "rnnlm_k40_4",
+    "nmt_k40_2",
+    "nmt_k40_4",
+    "inception_k40_2",
+    "inception_k40_4",
+    "synthetic",
+    "cpu_profiled",
+}
+
+
+def test_required_groups_present() -> None:
+    assert REQUIRED_ENVS <= set(ENVS)
+    from agents import baselines, policies
+
+    assert set(baselines.names()) | set(policies.names()) <= set(AGENTS)
+    assert set(common.available("logger")) == {"wandb", "tensorboard", "none"}
+    assert common.available("experiment")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_every_env_composes(env: str) -> None:
+    cfg = compose([f"+env={env}"])
+    spec = common.env_spec(cfg.env)
+    assert spec.name == env
+    assert (spec.model is None) != (spec.graph_file is None)
+    assert spec.microbatches >= 1 and spec.schedule in ("gpipe", "1f1b")
+    from agents import baselines
+
+    assert set(spec.baselines) <= set(baselines.names())
+    from graphs import clusters
+
+    assert spec.cluster in clusters.names() or spec.cluster.startswith("cpu_")
+    assert spec.env_id in __import__("placement_env").ENV_IDS
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_every_agent_composes(agent: str) -> None:
+    cfg = compose(["+env=gpt2_8gpu", f"agent={agent}"])
+    assert cfg.agent.name == agent
+    if cfg.agent.kind == "baseline":
+        from agents import baselines
+
+        baselines.get(cfg.agent.baseline)  # raises if unknown
+    else:
+        assert cfg.agent.kind == "ppo"
+        from agents import policies
+
+        assert cfg.agent.policy == "auto" or cfg.agent.policy in policies.names()
+
+
+def test_default_agent_takes_env_policy_and_logger_is_wandb() -> None:
+    cfg = compose(["+env=gpt2_8gpu"])
+    assert cfg.agent.name == "ppo" and cfg.agent.policy == "auto"
+    assert cfg.logger.kind == "wandb"
+
+
+@pytest.mark.parametrize("exp", [e for e in common.available("experiment")])
+def test_every_experiment_composes(exp: str) -> None:
+    if exp.startswith("eval_"):
+        cfg = compose([f"+experiment={exp}"], config="evaluate")
+        assert set(cfg.envs) <= set(ENVS) and set(cfg.agents) <= set(AGENTS)
+    else:
+        extra = [] if exp == "generalist" else ["+env=gpt2_8gpu"]
+        cfg = compose([*extra, f"+experiment={exp}"])
+        assert cfg.train.timesteps > 0
+
+
+def test_plan_and_evaluate_configs_compose() -> None:
+    cfg = compose(["policy=p.pt", "+env=nmt_k40_4"], config="plan")
+    assert cfg.env.cluster == "k40_4" and cfg.samples == 1
+    ev = compose([], config="evaluate")
+    assert set(ev.envs) <= set(ENVS) and set(ev.agents) <= set(AGENTS)
+
+
+def test_misspelt_key_in_yaml_fails_at_composition() -> None:
+    with pytest.raises((ConfigCompositionException, ConfigKeyError, HydraException)):
+        compose(["+env=gpt2_8gpu", "env.microbatch=4"])
+
+
+def test_cli_key_check_lists_valid_keys() -> None:
+    with pytest.raises(ValueError, match="'microbatch'.*valid keys:.*'microbatches'"):
+        schema.check_overrides(schema.TrainConfig, ["+env=gpt2_8gpu", "env.microbatch=4"])
+    with pytest.raises(ValueError, match="valid keys:.*'seconds'.*'timesteps'"):
+        schema.check_overrides(schema.TrainConfig, ["train.steps=5"])
+    # group choices, free-form dicts and hydra keys are left to hydra
+    schema.check_overrides(
+        schema.TrainConfig,
+        [
+            "-m",
+            "agent=gdp,placeto",
+            "seed=0,1",
+            "+env.model_config.n_layer=2",
+            "hydra.verbose=true",
+        ],
+    )
+
+
+def test_unknown_choice_names_the_options() -> None:
+    with pytest.raises(HydraException) as err:
+        compose(["+env=gpt3_8gpu"])
+    assert "gpt2_8gpu" in str(err.value) and "rnnlm_k40_2" in str(err.value)
+
+
+def test_missing_env_lists_envs(capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = compose([])
+    assert OmegaConf.is_missing(cfg, "env")
+    with pytest.raises(SystemExit) as exc:
+        common.require_env(cfg, "train")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "+env=" in err and all(e in err for e in REQUIRED_ENVS)
+
+
+def test_env_spec_refuses_unknown_keys() -> None:
+    with pytest.raises(ValueError, match="unknown keys \\['bogus'\\]"):
+        common.env_spec({"name": "x", "bogus": 1})

@@ -1,0 +1,162 @@
+"""runners.train end to end: the real entry point, sweeps, wandb offline, resume of a killed run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from runners import checkpoint
+from runners.train import CrashForTest, summary_line, train
+from tests.runners.conftest import compose, small_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(args: list[str], tmp: Path, timeout: int = 240) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "MPLBACKEND": "Agg",
+        "HYDRA_FULL_ERROR": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _finite_numbers(x: object) -> bool:
+    if isinstance(x, dict):
+        return all(_finite_numbers(v) for v in x.values())
+    if isinstance(x, float):
+        return math.isfinite(x)
+    return True
+
+
+@pytest.mark.timeout(300)
+def test_entry_point_smoke(graph_file: Path, tmp_path: Path) -> None:
+    """`python -m runners.train` with PPO, a tiny budget and offline wandb writes every file."""
+    run_dir = tmp_path / "run"
+    args = [a for a in small_env(graph_file) if a != "logger=none"]
+    p = _run(
+        [
+            "runners.train",
+            *args,
+            "logger=wandb",
+            "train.timesteps=256",
+            "agent.ppo.n_steps=64",
+            f"hydra.run.dir={run_dir}",
+        ],
+        tmp_path,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    for name in (
+        "result.json",
+        "best_plan.json",
+        "best_plan_gantt.png",
+        "best_plan_trace.json",
+        "policy.pt",
+        "config.yaml",
+        ".hydra/config.yaml",
+    ):
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "wandb").glob("offline-run-*")), "no offline wandb run"
+    res = json.loads((run_dir / "result.json").read_text())
+    for key in ("best_step_time", "lower_bound", "oracle_calls", "wall_seconds"):
+        assert isinstance(res[key], (int, float)) and math.isfinite(res[key]), key
+    assert res["oom"] is False and res["oracle_calls"] > 0
+    assert 0 < res["lower_bound"] <= res["best_step_time"]
+    assert set(res["baselines"]) == {"single", "expert"}
+    assert res["baselines"]["single"] is None  # 24 GB of state does not fit one 12 GB K40
+    assert res["speedup_vs"]["expert"] == pytest.approx(
+        res["baselines"]["expert"] / res["best_step_time"]
+    )
+    assert _finite_numbers(res["speedup_vs"])
+    trace = json.loads((run_dir / "best_plan_trace.json").read_text())
+    assert trace["traceEvents"]
+    last = p.stdout.strip().splitlines()[-1]
+    assert last == summary_line(res, run_dir)
+
+
+def test_no_env_lists_envs(tmp_path: Path) -> None:
+    p = _run(["runners.train", f"hydra.run.dir={tmp_path}"], tmp_path, timeout=120)
+    assert p.returncode == 2
+    assert "+env=" in p.stderr and "gpt2_8gpu" in p.stderr and "rnnlm_k40_2" in p.stderr
+
+
+def test_bad_key_names_valid_keys(tmp_path: Path) -> None:
+    p = _run(["runners.train", "+env=gpt2_8gpu", "train.step=3"], tmp_path, timeout=120)
+    assert p.returncode == 2
+    assert "'step'" in p.stderr and "'timesteps'" in p.stderr
+
+
+@pytest.mark.timeout(300)
+def test_multirun_sweep_one_dir_per_combination(graph_file: Path, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    p = _run(
+        [
+            "runners.train",
+            "-m",
+            *small_env(graph_file),
+            "env.baselines=[]",
+            "agent=expert,round_robin",
+            "seed=0,1",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        tmp_path,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    results = sorted(sweep.glob("*/result.json"))
+    assert len(results) == 4
+    combos = {(r["agent"], r["seed"]) for r in (json.loads(f.read_text()) for f in results)}
+    assert combos == {("expert", 0), ("expert", 1), ("round_robin", 0), ("round_robin", 1)}
+
+
+def _final_state(run_dir: Path) -> tuple[dict, dict]:
+    res = json.loads((run_dir / "result.json").read_text())
+    res.pop("wall_seconds")
+    weights = torch.load(run_dir / "policy.pt", weights_only=True)
+    return res, weights
+
+
+@pytest.mark.timeout(300)
+def test_resume_killed_run_matches_uninterrupted(graph_file: Path, tmp_path: Path) -> None:
+    """Kill a PPO run after 2 updates, resume it: same result and policy as one run straight."""
+    ov = [
+        *small_env(graph_file),
+        "env.baselines=[expert]",
+        "train.timesteps=512",
+        "train.checkpoint_every=1",
+        "agent.ppo.n_steps=64",
+        "seed=3",
+    ]
+    quiet = lambda s: None  # noqa: E731
+    train(compose(ov), tmp_path / "straight", echo=quiet)
+    killed = tmp_path / "killed"
+    with pytest.raises(CrashForTest):
+        train(compose([*ov, "train.crash_after_updates=2"]), killed, echo=quiet)
+    assert checkpoint.exists(killed) and not (killed / "result.json").exists()
+    assert checkpoint.load(killed)["model"]  # a complete file, not a partial write
+    assert not list(killed.glob(".checkpoint.pkl.*")), "temporary checkpoint left behind"
+    train(compose(["+env=rnnlm_k40_2", f"resume={killed}"]), tmp_path / "ignored", echo=quiet)
+
+    a_res, a_w = _final_state(tmp_path / "straight")
+    b_res, b_w = _final_state(killed)
+    assert a_res == b_res
+    assert a_res["timesteps"] == 512 and a_res["history"]
+    sa, sb = a_w["state_dict"], b_w["state_dict"]
+    assert sa.keys() == sb.keys()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
