@@ -209,6 +209,9 @@ def test_network_depends_on_placement_and_structure(name):
 @pytest.mark.parametrize("name", ["placeto", "gdp"])
 def test_network_gradients_reach_every_parameter(name):
     g = dense_from_obs(_obs(batch=2))
+    # 4 real devices with distinct links, so the link weights matter (2 devices: each has
+    # one neighbour, whose normalised weight is always 1)
+    g.dev_mask = torch.ones_like(g.dev_mask)
     g.dev_link = torch.rand(g.dev_link.shape, generator=torch.Generator().manual_seed(0))
     net = _net(name, g).train()
     s, v = net(g)
