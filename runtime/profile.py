@@ -144,3 +144,83 @@ def write_calibration(
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(cal, indent=1))
     return cal
+
+
+def measure_graph_times(
+    graph: Any,
+    model: dict[str, Any],
+    *,
+    microbatches: int = 1,
+    repeats: int = 5,
+    threads: int = 1,
+    kind: str = "cpu",
+) -> Any:
+    """``graph`` with ``times[kind]`` measured on this process (microseconds, whole batch).
+
+    The model runs at microbatch size in one process. Forward: every FX op is timed
+    (best of ``repeats``, autograd recording on) and summed into the graph node that
+    holds it (``meta["members"]`` for coarse graphs). Backward: the measured
+    backward pass is shared among backward nodes in proportion to their forward
+    node's time. Optimizer: the measured Adam step is shared among optimizer nodes
+    in proportion to ``param_bytes``. Times are multiplied by ``microbatches``
+    because the simulator divides a graph's times by M.
+    """
+    from torch import fx
+
+    from graphs.compgraph import BWD, FWD, OPT
+    from runtime.dist import seed_everything
+    from runtime.model import load_model
+    from runtime.program import export_with_loss
+    from runtime.spec import forward_names
+
+    torch.set_num_threads(threads)
+    seed_everything(0)
+    zm = load_model(model)
+    M = int(microbatches)
+    inputs = tuple(x.chunk(M, dim=0)[0] for x in zm.example_inputs)
+    gm = export_with_loss(zm.module, inputs, zm.loss_fn)
+    op: dict[str, float] = {}
+
+    class Timed(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            if n.op != "call_function":
+                return super().run_node(n)
+            t0 = time.perf_counter()
+            out = super().run_node(n)
+            dt = time.perf_counter() - t0
+            op[n.name] = min(op.get(n.name, float("inf")), dt)
+            return out
+
+    opt = torch.optim.Adam(gm.parameters(), lr=1e-4)
+    t_bwd, t_opt = float("inf"), float("inf")
+    for _ in range(repeats + 1):
+        loss = Timed(gm).run(*inputs)
+        t0 = time.perf_counter()
+        loss.backward()
+        t1 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t2 = time.perf_counter()
+        t_bwd, t_opt = min(t_bwd, t1 - t0), min(t_opt, t2 - t1)
+    n = graph.num_nodes
+    t = np.zeros(n)
+    fwd_of = {}
+    for i, names in forward_names(graph):
+        t[i] = sum(op.get(m, 0.0) for m in names)
+        fwd_of[graph.group[i]] = i
+    bwd = np.flatnonzero(graph.kind == BWD)
+    w = np.array([t[fwd_of.get(graph.group[j], j)] for j in bwd])
+    if len(bwd) and w.sum() > 0:
+        t[bwd] = t_bwd * w / w.sum()
+    optn = np.flatnonzero(graph.kind == OPT)
+    pb = (
+        graph.param_bytes[[fwd_of.get(graph.group[j], j) for j in optn]]
+        if len(optn)
+        else np.zeros(0)
+    )
+    if len(optn) and pb.sum() > 0:
+        t[optn] = t_opt * pb / pb.sum()
+    assert FWD == 0
+    times = dict(graph.times)
+    times[kind] = t * 1e6 * M
+    return graph.replace(times=times)
