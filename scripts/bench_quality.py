@@ -1,0 +1,372 @@
+"""Learned (PPO-Placeto, PPO-GDP) vs classic placement on one oracle; writes docs/results.md.
+
+Rows: the default experiment (gpt2-xl <= 256 groups on dgx1_v100_8) and the
+rnnlm / nmt / inception-v3 rows of Mirhoseini et al. (ICML 2017, Table 1) on
+k40_2 and k40_4. Columns: step time, search time and oracle calls of each
+method, and the simulator's lower bound. ``anneal`` gets as many oracle calls
+as the PPO run that used most. A zero-shot section trains one GDP policy on
+synthetic graphs plus zoo models (gpt2-xl and bert-large held out) and plans
+the two held-out models with it. Every budget is a CLI option and is written
+into the output.
+
+    python scripts/bench_quality.py                       # full run (tens of minutes on 2 cores)
+    python scripts/bench_quality.py --rows gpt2-xl@dgx1_v100_8 --timesteps 512 --no-zero-shot
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+import graphs  # noqa: E402
+import placement_env  # noqa: E402, F401  (registers the env ids)
+from agents import baselines  # noqa: E402
+from agents.callbacks import BestPlanTracker  # noqa: E402
+from agents.export import export_policy, load_policy  # noqa: E402
+from agents.ppo import make_ppo  # noqa: E402
+from graphs.cluster import Cluster  # noqa: E402
+from graphs.compgraph import CompGraph  # noqa: E402
+from placement_env.encoding import instance_bounds  # noqa: E402
+from placement_env.envs.base import SimulatorFactory  # noqa: E402
+from placement_env.generators import Mixture, SyntheticGenerator, ZooGenerator, fixed  # noqa: E402
+from placement_env.oracles.simulator import Simulator  # noqa: E402
+
+DEFAULT_ROWS = (
+    "gpt2-xl@dgx1_v100_8",
+    "rnnlm@k40_2",
+    "rnnlm@k40_4",
+    "nmt@k40_2",
+    "nmt@k40_4",
+    "inception-v3@k40_2",
+    "inception-v3@k40_4",
+)
+BASELINES = ("single", "expert", "metis", "m_sct", "pipedream_dp")
+COLUMNS = (*BASELINES, "anneal", "ppo-placeto", "ppo-gdp")
+HELD_OUT = ("gpt2-xl", "bert-large")
+ZERO_SHOT_TRAIN = ("gpt2", "gpt2-medium", "bert-base", "resnet50", "vit-base", "inception-v3")
+ENV_IDS = {
+    "sweep": "placement_env/Sweep-v0",
+    "reassign": "placement_env/Reassign-v0",
+    "oneshot": "placement_env/OneShot-v0",
+}
+
+
+@dataclass
+class Cell:
+    """One method on one row: step time in seconds (None = infeasible)."""
+
+    step_time: float | None
+    search_s: float
+    calls: int
+    note: str = ""
+
+
+# --------------------------------------------------------------------------- methods
+def run_baseline(
+    name: str, g: CompGraph, c: Cluster, a: argparse.Namespace, budget: int | None = None
+) -> Cell:
+    sim = Simulator(g, c, microbatches=a.microbatches, schedule=a.schedule)
+    t0 = time.perf_counter()
+    try:
+        plan = baselines.get(name)(g, c, sim, budget)
+    except baselines.InfeasiblePlanError as exc:
+        return Cell(None, time.perf_counter() - t0, sim.calls, str(exc).split(":")[0])
+    return Cell(float(plan.meta["step_time"]), time.perf_counter() - t0, sim.calls)
+
+
+def ppo_env(policy: str, a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """Env id and options the policy trains on (Placeto sweeps, GDP places in one shot)."""
+    kind = a.placeto_env if policy == "placeto" else a.gdp_env
+    options: dict[str, Any] = {}
+    if kind in ("sweep", "reassign"):
+        options["init"] = a.init
+    return ENV_IDS[kind], options
+
+
+def run_ppo(
+    policy: str, g: CompGraph, c: Cluster, a: argparse.Namespace, timesteps: int
+) -> tuple[Cell, Any]:
+    env_id, options = ppo_env(policy, a)
+    factory = SimulatorFactory(microbatches=a.microbatches, schedule=a.schedule)
+    t0 = time.perf_counter()
+    model = make_ppo(
+        env_id,
+        policy,
+        env_kwargs={"generator": fixed(g, c), "oracle_factory": factory, **options},
+        n_envs=a.n_envs,
+        n_steps=a.n_steps,
+        batch_size=a.batch_size,
+        net_kwargs={"hidden": a.hidden},
+        seed=a.seed,
+    )
+    tracker = BestPlanTracker()
+    model.learn(timesteps, callback=tracker)
+    dt = time.perf_counter() - t0
+    best = tracker.best_step_time
+    cell = Cell(
+        best if np.isfinite(best) else None,
+        dt,
+        tracker.oracle_calls,
+        "" if np.isfinite(best) else "no feasible placement sampled",
+    )
+    return cell, model
+
+
+def zero_shot(a: argparse.Namespace, per_model: dict[str, Cell]) -> list[dict[str, Any]]:
+    """Train GDP on synthetic + zoo graphs (held-out models excluded), plan the held-out ones."""
+    clusters = [graphs.clusters.load(n) for n in a.zs_clusters]
+    zoo = ZooGenerator(a.zs_models, clusters, max_groups=a.max_groups)
+    zb = zoo.bounds()
+    synth = SyntheticGenerator(
+        clusters,
+        max_nodes=max(zb.max_nodes, a.zs_synthetic_ops),
+        max_edges=max(zb.max_edges, 16 * a.zs_synthetic_ops),
+        sampler=functools.partial(graphs.synthetic.sample, max_nodes=a.zs_synthetic_ops),
+    )
+    gen = Mixture([synth, zoo], [a.zs_synthetic_weight, 1.0])
+    target = graphs.clusters.load(a.zs_target)
+    held = {m: graphs.zoo.build(m, max_groups=a.max_groups) for m in HELD_OUT}
+    b = [instance_bounds(h, target) for h in held.values()] + [gen.bounds()]
+    bounds = {
+        "max_nodes": max(x.max_nodes for x in b),
+        "max_edges": max(x.max_edges for x in b),
+        "max_devices": max(x.max_devices for x in b),
+    }
+    factory = SimulatorFactory(microbatches=a.microbatches, schedule=a.schedule)
+    t0 = time.perf_counter()
+    model = make_ppo(
+        ENV_IDS[a.gdp_env],
+        "gdp",
+        env_kwargs={"generator": gen, "oracle_factory": factory, **bounds},
+        n_envs=a.n_envs,
+        n_steps=a.n_steps,
+        batch_size=a.batch_size,
+        net_kwargs={"hidden": a.hidden},
+        seed=a.seed,
+    )
+    model.learn(a.zs_timesteps)
+    train_s = time.perf_counter() - t0
+    path = export_policy(
+        model, a.zs_policy, meta={"train_models": list(a.zs_models), "held_out": list(HELD_OUT)}
+    )
+    policy = load_policy(path)
+    out = []
+    for m, g in held.items():
+        t0 = time.perf_counter()
+        try:
+            plan = policy.plan(
+                g,
+                target,
+                microbatches=a.microbatches,
+                schedule=a.schedule,
+                samples=a.zs_samples,
+                seed=a.seed,
+            )
+            st, calls, note = float(plan.meta["step_time"]), int(plan.meta["oracle_calls"]), ""
+        except baselines.InfeasiblePlanError:
+            st, calls, note = None, a.zs_samples, "all sampled placements run out of memory"
+        ref = per_model.get(m)
+        out.append(
+            {
+                "model": m,
+                "cluster": a.zs_target,
+                "step_time": st,
+                "plan_s": time.perf_counter() - t0,
+                "oracle_calls": calls,
+                "train_s": train_s,
+                "reference": None if ref is None else asdict(ref),
+                "note": note,
+            }
+        )
+        print(f"zero-shot {m}: {out[-1]}", flush=True)
+    return out
+
+
+# --------------------------------------------------------------------------- table
+def _ms(t: float | None) -> str:
+    return "infeasible" if t is None else f"{t * 1e3:.1f}"
+
+
+def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Namespace) -> str:
+    lines = [
+        "| model @ cluster | lower bound | "
+        + " | ".join(COLUMNS)
+        + " | best baseline | best PPO | PPO / baseline |",
+        "| --- | ---: | " + " | ".join("---:" for _ in COLUMNS) + " | --- | --- | ---: |",
+    ]
+    for r in rows:
+        cells = r["cells"]
+        base = {k: v for k, v in cells.items() if not k.startswith("ppo") and v.step_time}
+        ppo = {k: v for k, v in cells.items() if k.startswith("ppo") and v.step_time}
+        bb = min(base, key=lambda k: base[k].step_time) if base else None
+        bp = min(ppo, key=lambda k: ppo[k].step_time) if ppo else None
+        ratio = f"{ppo[bp].step_time / base[bb].step_time:.3f}" if bb is not None and bp else "—"
+        lines.append(
+            f"| {r['model']} @ {r['cluster']} | {r['lower_bound'] * 1e3:.1f} | "
+            + " | ".join(_ms(cells[k].step_time) for k in COLUMNS)
+            + f" | {bb or '—'} | {bp or '—'} | {ratio} |"
+        )
+    cost = [
+        "| model @ cluster | " + " | ".join(COLUMNS) + " |",
+        "| --- | " + " | ".join("---:" for _ in COLUMNS) + " |",
+    ]
+    for r in rows:
+        cost.append(
+            f"| {r['model']} @ {r['cluster']} | "
+            + " | ".join(f"{r['cells'][k].search_s:.1f} s / {r['cells'][k].calls}" for k in COLUMNS)
+            + " |"
+        )
+    out = [
+        "Step time per training step in ms (simulator, "
+        f"{a.microbatches} microbatches, {a.schedule.upper()}); lower is better. "
+        "`infeasible` = the method returned no memory-feasible plan.",
+        "",
+        *lines,
+        "",
+        "Search cost: wall time / oracle calls.",
+        "",
+        *cost,
+    ]
+    if zs:
+        out += [
+            "",
+            f"Zero-shot GDP ({a.gdp_env} env), trained on {', '.join(a.zs_models)} and synthetic "
+            f"graphs on {', '.join(a.zs_clusters)} for {a.zs_timesteps} steps; "
+            f"planning {', '.join(HELD_OUT)} on {a.zs_target} with {a.zs_samples} sample(s).",
+            "",
+            "| held-out model | zero-shot step time (ms) | plan time (s) | oracle calls | "
+            "per-model search (ms) | gap |",
+            "| --- | ---: | ---: | ---: | --- | ---: |",
+        ]
+        for z in zs:
+            ref = z["reference"]
+            gap = "—"
+            ref_s = "—"
+            if ref is not None and ref["step_time"]:
+                ref_s = f"{ref['step_time'] * 1e3:.1f} ({ref['note'] or 'best of row'})"
+                if z["step_time"]:
+                    gap = f"{(z['step_time'] / ref['step_time'] - 1) * 100:+.1f}%"
+            out.append(
+                f"| {z['model']} | {_ms(z['step_time'])} | {z['plan_s']:.2f} | "
+                f"{z['oracle_calls']} | {ref_s} | {gap} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def best_of(cells: dict[str, Cell]) -> Cell | None:
+    ok = [(k, v) for k, v in cells.items() if v.step_time]
+    if not ok:
+        return None
+    k, v = min(ok, key=lambda kv: kv[1].step_time)  # type: ignore[arg-type,return-value]
+    return Cell(v.step_time, v.search_s, v.calls, k)
+
+
+# --------------------------------------------------------------------------- main
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", nargs="+", default=list(DEFAULT_ROWS), help="MODEL@CLUSTER ...")
+    ap.add_argument("--max-groups", type=int, default=256)
+    ap.add_argument("--microbatches", type=int, default=8)
+    ap.add_argument("--schedule", default="1f1b")
+    ap.add_argument("--timesteps", type=int, default=1024, help="PPO env steps per row and policy")
+    ap.add_argument("--n-envs", type=int, default=2)
+    ap.add_argument("--n-steps", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--placeto-env", choices=sorted(ENV_IDS), default="sweep")
+    ap.add_argument("--gdp-env", choices=sorted(ENV_IDS), default="oneshot")
+    ap.add_argument("--init", default="balanced", help="initial placement of sweep/reassign")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest here)")
+    ap.add_argument("--no-zero-shot", dest="zero_shot", action="store_false")
+    ap.add_argument("--zs-models", nargs="+", default=list(ZERO_SHOT_TRAIN))
+    ap.add_argument("--zs-clusters", nargs="+", default=["dgx1_v100_8", "k40_4"])
+    ap.add_argument("--zs-target", default="dgx1_v100_8")
+    ap.add_argument("--zs-synthetic-weight", type=float, default=1.0)
+    ap.add_argument("--zs-synthetic-ops", type=int, default=128, help="max forward ops")
+    ap.add_argument("--zs-timesteps", type=int, default=2048)
+    ap.add_argument("--zs-samples", type=int, default=4)
+    ap.add_argument("--zs-policy", default="outputs/bench_quality/gdp_zero_shot.pt")
+    ap.add_argument("--out", default="docs/results_table.md")
+    ap.add_argument("--json", default="outputs/bench_quality/results.json")
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    a = parse(argv)
+    torch.set_num_threads(a.threads)
+    rows: list[dict[str, Any]] = []
+    per_model: dict[str, Cell] = {}
+    for spec in a.rows:
+        model_name, _, cluster_name = spec.partition("@")
+        if not cluster_name:
+            raise SystemExit(f"--rows entries are MODEL@CLUSTER, got {spec!r}")
+        g = graphs.zoo.build(model_name, max_groups=a.max_groups)
+        c = graphs.clusters.load(cluster_name)
+        lb = Simulator(g, c, microbatches=a.microbatches, schedule=a.schedule).lower_bound()
+        cells: dict[str, Cell] = {n: run_baseline(n, g, c, a) for n in BASELINES}
+        for pol in ("placeto", "gdp"):
+            cells[f"ppo-{pol}"], _ = run_ppo(pol, g, c, a, a.timesteps)
+        budget = max(cells["ppo-placeto"].calls, cells["ppo-gdp"].calls, 1)
+        cells["anneal"] = run_baseline("anneal", g, c, a, budget)
+        rows.append(
+            {"model": model_name, "cluster": cluster_name, "lower_bound": lb, "cells": cells}
+        )
+        if cluster_name == a.zs_target:
+            ref = best_of(cells)
+            if ref is not None:
+                per_model[model_name] = ref
+        print(
+            f"{spec}: " + ", ".join(f"{k}={_ms(v.step_time)}" for k, v in cells.items()), flush=True
+        )
+    zs: list[dict[str, Any]] = []
+    if a.zero_shot:
+        for m in HELD_OUT:
+            if m not in per_model:  # per-model search for the comparison: DP + PPO-gdp
+                g = graphs.zoo.build(m, max_groups=a.max_groups)
+                c = graphs.clusters.load(a.zs_target)
+                cells = {n: run_baseline(n, g, c, a) for n in ("expert", "pipedream_dp")}
+                cells["ppo-gdp"], _ = run_ppo("gdp", g, c, a, a.timesteps)
+                ref = best_of(cells)
+                if ref is not None:
+                    per_model[m] = ref
+        zs = zero_shot(a, per_model)
+    table = render(rows, zs, a)
+    header = (
+        f"<!-- python scripts/bench_quality.py {' '.join(argv) if argv else ''} | "
+        f"{platform.node()} | {time.strftime('%Y-%m-%d %H:%M')} -->\n"
+    )
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(header + table)
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(
+        json.dumps(
+            {
+                "args": vars(a),
+                "rows": [
+                    {**r, "cells": {k: asdict(v) for k, v in r["cells"].items()}} for r in rows
+                ],
+                "zero_shot": zs,
+            },
+            indent=1,
+        )
+    )
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
