@@ -27,6 +27,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
     policy_path = Path(cfg.policy)
     if not policy_path.exists():
         raise ValueError(f"policy={policy_path}: no such file (expected a file from export_policy)")
+    run_dir.mkdir(parents=True, exist_ok=True)
     common.seed_everything(int(cfg.seed))
     spec = common.env_spec(cfg.env)
     problem = common.build_problem(spec)

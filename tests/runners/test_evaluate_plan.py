@@ -1,0 +1,93 @@
+"""runners.evaluate (suite -> table + chart) and runners.plan (zero-shot with an exported policy)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from runners.evaluate import aggregate, evaluate
+from runners.plan import plan
+from runners.train import train
+from tests.runners.conftest import compose, small_env
+
+
+def test_aggregate_mean_std_by_hand() -> None:
+    rows = [
+        {"env": "e", "agent": "a", "seed": 0, "step_time_ms": 10.0, "lower_bound_ms": 5.0,
+         "oom": False, "oracle_calls": 4, "wall_seconds": 1.0},
+        {"env": "e", "agent": "a", "seed": 1, "step_time_ms": 14.0, "lower_bound_ms": 5.0,
+         "oom": False, "oracle_calls": 6, "wall_seconds": 3.0},
+        {"env": "e", "agent": "b", "seed": 0, "step_time_ms": None, "lower_bound_ms": 5.0,
+         "oom": True, "oracle_calls": 0, "wall_seconds": 0.5},
+    ]  # fmt: skip
+    a, b = aggregate(rows)
+    assert (a["mean_ms"], a["std_ms"], a["feasible"], a["runs"]) == (12.0, 2.0, 2, 2)
+    assert (a["oracle_calls"], a["wall_seconds"]) == (5.0, 2.0)
+    assert b["mean_ms"] is None and b["feasible"] == 0
+
+
+@pytest.mark.timeout(240)
+def test_evaluate_suite_writes_table_and_chart(graph_file: Path, tmp_path: Path) -> None:
+    cfg = compose(
+        [
+            "envs=[rnnlm_k40_2]",
+            "agents=[expert,single,random]",
+            "seeds=[0,1]",
+            f'overrides=["env.graph_file={graph_file}","env.model=null"]',
+        ],
+        config="evaluate",
+    )
+    rows = evaluate(cfg, tmp_path, echo=lambda s: None)
+    assert len(rows) == 6
+    by = {(r["agent"], r["seed"]): r for r in rows}
+    assert by[("single", 0)]["step_time_ms"] is None  # does not fit one K40
+    assert by[("expert", 0)]["step_time_ms"] == by[("expert", 1)]["step_time_ms"] > 0
+    assert by[("random", 0)]["oracle_calls"] == 200
+    with open(tmp_path / "results.csv") as f:
+        assert len(list(csv.DictReader(f))) == 6
+    md = (tmp_path / "results.md").read_text()
+    assert "| rnnlm_k40_2 | single | no plan |" in md
+    assert (tmp_path / "results.png").stat().st_size > 1000
+    assert (tmp_path / "rnnlm_k40_2" / "expert" / "s1" / "best_plan.json").exists()
+
+
+def test_evaluate_refuses_unknown_names(tmp_path: Path) -> None:
+    cfg = compose(["envs=[nope]"], config="evaluate")
+    with pytest.raises(ValueError, match="unknown envs \\['nope'\\]; available:.*gpt2_8gpu"):
+        evaluate(cfg, tmp_path)
+
+
+@pytest.mark.timeout(240)
+def test_plan_zero_shot_with_exported_policy(graph_file: Path, tmp_path: Path) -> None:
+    ov = [*small_env(graph_file), "env.baselines=[]", "train.timesteps=128", "agent.ppo.n_steps=64"]
+    train(compose(ov), tmp_path / "train", echo=lambda s: None)
+    policy = tmp_path / "train" / "policy.pt"
+    # plan the same graph on a 4-device cluster the policy never saw
+    cfg = compose(
+        [
+            f"policy={policy}",
+            "+env=rnnlm_k40_4",
+            f"env.graph_file={graph_file}",
+            "env.model=null",
+            "samples=2",
+        ],
+        config="plan",
+    )
+    lines: list[str] = []
+    res = plan(cfg, tmp_path / "plan", echo=lines.append)
+    saved = json.loads((tmp_path / "plan" / "result.json").read_text())
+    assert saved == res
+    assert res["oom"] is False and res["step_time"] >= res["lower_bound"] > 0
+    assert res["oracle_calls"] >= 2
+    assert (tmp_path / "plan" / "plan.json").exists()
+    assert (tmp_path / "plan" / "plan_gantt.png").exists()
+    assert "zero-shot plan" in lines[-1]
+
+
+def test_plan_missing_policy_file(tmp_path: Path) -> None:
+    cfg = compose([f"policy={tmp_path / 'nope.pt'}", "+env=rnnlm_k40_2"], config="plan")
+    with pytest.raises(ValueError, match="nope.pt: no such file"):
+        plan(cfg, tmp_path)
