@@ -5,101 +5,51 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Event types, packed as ``id * 3 + type`` in the event heap payload.
+# Event types, packed as ``id * 4 + type`` in the event heap payload.
 _TASK_DONE, _HOP_DONE, _DELIVER = 0, 1, 2
 
-
-# ----------------------------------------------------------------- heaps
-@njit(cache=True, inline="always")
-def _fheap_push(keys, vals, size, key, val):
-    """Push (float key, int val) on a min-heap stored in keys[:size]; returns the new size."""
-    k = size
-    keys[k] = key
-    vals[k] = val
-    while k > 0:
-        parent = (k - 1) >> 1
-        if keys[parent] <= keys[k]:
-            break
-        keys[parent], keys[k] = keys[k], keys[parent]
-        vals[parent], vals[k] = vals[k], vals[parent]
-        k = parent
-    return size + 1
+# The hot loop calls no helper functions: numba increments and decrements the
+# (atomic) reference count of every array handed to a called or inlined function,
+# which on the heap operations of this loop cost a quarter of the run time. Each
+# heap therefore has exactly one push site and one pop site, written out in place.
 
 
-@njit(cache=True, inline="always")
-def _fheap_pop(keys, vals, size):
-    """Remove the minimum of keys[:size] (caller reads it first); returns the new size."""
-    size -= 1
-    keys[0] = keys[size]
-    vals[0] = vals[size]
-    k = 0
-    while True:
-        c = 2 * k + 1
-        if c >= size:
-            break
-        if c + 1 < size and keys[c + 1] < keys[c]:
-            c += 1
-        if keys[k] <= keys[c]:
-            break
-        keys[c], keys[k] = keys[k], keys[c]
-        vals[c], vals[k] = vals[k], vals[c]
-        k = c
-    return size
+@njit(cache=True)
+def prepare_tasks(M, sched, kind, permb, topo_pos, pend0):
+    """Placement-independent run tables of the makespan kernel.
 
-
-@njit(cache=True, inline="always")
-def _iheap_push(keys, vals, off, size, key, val):
-    """Push on the int-keyed min-heap living in keys[off:off+size]; returns the new size."""
-    k = size
-    keys[off + k] = key
-    vals[off + k] = val
-    while k > 0:
-        parent = (k - 1) >> 1
-        if keys[off + parent] <= keys[off + k]:
-            break
-        keys[off + parent], keys[off + k] = keys[off + k], keys[off + parent]
-        vals[off + parent], vals[off + k] = vals[off + k], vals[off + parent]
-        k = parent
-    return size + 1
-
-
-@njit(cache=True, inline="always")
-def _iheap_pop(keys, vals, off, size):
-    size -= 1
-    keys[off] = keys[off + size]
-    vals[off] = vals[off + size]
-    k = 0
-    while True:
-        c = 2 * k + 1
-        if c >= size:
-            break
-        if c + 1 < size and keys[off + c + 1] < keys[off + c]:
-            c += 1
-        if keys[off + k] <= keys[off + c]:
-            break
-        keys[off + c], keys[off + k] = keys[off + k], keys[off + c]
-        vals[off + c], vals[off + k] = vals[off + k], vals[off + c]
-        k = c
-    return size
-
-
-@njit(cache=True, inline="always")
-def _notify(i, m, dev, p, sptr, sidx, base, permb, pending, gated, pkey, rkeys, rvals, hoff, hsz):
-    """Count down the runs on ``dev`` waiting for run ``m`` of node ``i``; True if one became ready."""
-    pushed = False
-    for e in range(sptr[i], sptr[i + 1]):
-        j = sidx[e]
-        if p[j] != dev:
-            continue
-        for tj in range(base[j], base[j + 1]):
-            if permb[i] and permb[j] and tj - base[j] != m:
-                continue
-            pending[tj] -= 1
-            if pending[tj] == 0:
-                h = 2 * dev + (1 if gated[tj] else 0)
-                hsz[h] = _iheap_push(rkeys, rvals, hoff[h], hsz[h], pkey[tj], tj)
-                pushed = True
-    return pushed
+    Node ``i`` has runs ``base[i] .. base[i+1]-1`` (``M`` for per-microbatch nodes,
+    else one; run ``base[i]+m`` is microbatch ``m``); ``inst_node`` maps a run to its
+    node; ``pkey`` is the run's schedule priority (smaller runs first); ``gated``
+    marks the runs the schedule may hold back (gpipe backwards, 1f1b forwards);
+    ``pend`` is the number of notifications a run waits for.
+    """
+    n = kind.shape[0]
+    base = np.empty(n + 1, np.int64)
+    base[0] = 0
+    for i in range(n):
+        base[i + 1] = base[i] + (M if permb[i] else 1)
+    T = base[n]
+    inst_node = np.empty(T, np.int64)
+    pkey = np.empty(T, np.int64)
+    gated = np.zeros(T, np.bool_)
+    pend = np.empty(T, np.int64)
+    nM = n * M
+    for i in range(n):
+        k = np.int64(kind[i])
+        if k == 2:
+            cls = 2
+        elif sched == 0:
+            cls = k
+        else:
+            cls = 1 - k
+        gate = (sched == 0 and k == 1) or (sched == 1 and k == 0)
+        for t in range(base[i], base[i + 1]):
+            inst_node[t] = i
+            pkey[t] = cls * nM + (t - base[i]) * n + topo_pos[i]
+            gated[t] = gate
+            pend[t] = pend0[i]
+    return base, inst_node, pkey, gated, pend
 
 
 # ------------------------------------------------------- 1F1B cap
@@ -138,37 +88,28 @@ def simulate_makespan(
     kind,  # int8[n]
     permb,  # bool[n]: runs once per microbatch (fwd/bwd) vs once per step (opt)
     topo,  # int64[n] topological order
-    topo_pos,  # int64[n] position in topo
-    dur,  # float64[n, D] seconds per instance
+    dur,  # float64[n, D] seconds per run
     sptr,  # int64[n+1] CSR of distinct successors
     sidx,  # int64[s]
-    sbytes,  # float64[s] bytes per instance (max over parallel edges)
-    stime,  # float64[s] explicit transfer seconds per instance (NaN = link model)
-    pend0,  # int64[n] notifications each instance of a node waits for
+    sbytes,  # float64[s] bytes per run (max over parallel edges)
+    stime,  # float64[s] explicit transfer seconds per run (NaN = link model)
+    base,  # int64[n+1] first run of each node (prepare_tasks)
+    inst_node,  # int64[T] node of each run
+    pkey,  # int64[T] schedule priority of each run (smaller first)
+    gated,  # bool[T] runs the schedule may hold back
+    pend,  # int64[T] notifications each run waits for
     rptr,  # int64[D*D+1] route CSR, index a*D+b
     rlink,  # int64[r]
     lat,  # float64[L]
     bw,  # float64[L]
-    record,  # bool: also return every hop interval
+    record,  # bool: also return every run's start and every hop interval
 ):
     n = p.shape[0]
     D = dur.shape[1]
     L = lat.shape[0]
-
-    # ---- task instances
-    cnt = np.empty(n, np.int64)
-    base = np.empty(n + 1, np.int64)
-    base[0] = 0
-    for i in range(n):
-        cnt[i] = M if permb[i] else 1
-        base[i + 1] = base[i] + cnt[i]
     T = base[n]
-    inst_node = np.empty(T, np.int64)
-    for i in range(n):
-        for k in range(base[i], base[i + 1]):
-            inst_node[k] = i
 
-    # ---- remote groups: one transfer per (producer instance, destination device)
+    # ---- remote groups: one transfer per (producer run, destination device)
     ns = sidx.shape[0]
     gptr = np.zeros(n + 1, np.int64)
     gdev = np.empty(ns, np.int64)
@@ -200,11 +141,12 @@ def simulate_makespan(
                     if np.isnan(gtime[g]) or stime[e] > gtime[g]:
                         gtime[g] = stime[e]
         gptr[i + 1] = gc
-        X += cnt[i] * (gc - start)
+        runs = base[i + 1] - base[i]
+        X += runs * (gc - start)
         if record:
             for g in range(start, gc):
                 if np.isnan(gtime[g]):
-                    H += cnt[i] * (rptr[a * D + gdev[g] + 1] - rptr[a * D + gdev[g]])
+                    H += runs * (rptr[a * D + gdev[g] + 1] - rptr[a * D + gdev[g]])
 
     # ---- per-device bookkeeping
     tcount = np.zeros(D, np.int64)
@@ -212,11 +154,12 @@ def simulate_makespan(
     fwd_left = np.zeros(D, np.int64)
     for i in range(n):
         d = p[i]
-        tcount[d] += cnt[i]
+        tcount[d] += base[i + 1] - base[i]
         if permb[i]:
             nmb[d] += 1
             if kind[i] == 0:
                 fwd_left[d] += M
+    # two ready heaps per device, 2d: runs never held back, 2d+1: gated runs
     hoff = np.empty(2 * D, np.int64)
     hsz = np.zeros(2 * D, np.int64)
     acc = 0
@@ -237,104 +180,88 @@ def simulate_makespan(
             cpre[d] = M
     infl = np.zeros(D, np.int64)
     peak = np.zeros(D, np.int64)
-
     K = inflight_cap(p, M, D, kind, topo, sptr, sidx)
+    pending = pend.copy()
 
-    # ---- priority keys
-    nM = n * M
-    pkey = np.empty(T, np.int64)
-    gated = np.zeros(T, np.bool_)
-    for i in range(n):
-        k = kind[i]
-        if k == 2:
-            cls = 2
-        elif sched == 0:
-            cls = k
-        else:
-            cls = 1 - k
-        for t in range(base[i], base[i + 1]):
-            m = t - base[i]
-            pkey[t] = cls * nM + m * n + topo_pos[i]
-            gated[t] = (sched == 0 and k == 1) or (sched == 1 and k == 0)
-
-    pending = np.empty(T, np.int64)
-    for i in range(n):
-        for t in range(base[i], base[i + 1]):
-            pending[t] = pend0[i]
-
-    # ---- transfers
-    x_inst = np.empty(max(X, 1), np.int64)
-    x_dev = np.empty(max(X, 1), np.int64)
-    x_bytes = np.empty(max(X, 1), np.float64)
-    x_hop = np.zeros(max(X, 1), np.int64)
-    x_next = np.full(max(X, 1), -1, np.int64)
+    # ---- transfers: x_r is the route position of the hop in progress
+    xc = max(X, 1)
+    x_inst = np.empty(xc, np.int64)
+    x_dev = np.empty(xc, np.int64)
+    x_bytes = np.empty(xc, np.float64)
+    x_r = np.empty(xc, np.int64)
+    x_rend = np.empty(xc, np.int64)
     nx = 0
-    qhead = np.full(L, -1, np.int64)
-    qtail = np.full(L, -1, np.int64)
-    link_busy = np.zeros(L, np.bool_)
+    link_free = np.zeros(L, np.float64)  # end of the last hop reserved on each link
     link_bytes = np.zeros(L, np.float64)
-    # arrivals of the current round: (link, key, transfer)
-    arr_l = np.empty(max(X, 1), np.int64)
-    arr_k = np.empty(max(X, 1), np.int64)
-    arr_x = np.empty(max(X, 1), np.int64)
+    # link arrivals of the current round: (link, key, transfer)
+    arr_l = np.empty(xc, np.int64)
+    arr_k = np.empty(xc, np.int64)
+    arr_x = np.empty(xc, np.int64)
+    # notifications of the current round: run m of node i reached device d
+    ntc = T + X + 1
+    nt_i = np.empty(ntc, np.int64)
+    nt_m = np.empty(ntc, np.int64)
+    nt_d = np.empty(ntc, np.int64)
+    rdy = np.empty(max(T, 1), np.int64)  # runs that became ready
 
     rec_x = np.empty(H, np.int64)
     rec_l = np.empty(H, np.int64)
     rec_s = np.empty(H, np.float64)
     rec_e = np.empty(H, np.float64)
     nrec = 0
+    tstart = np.full(T if record else 0, np.nan)
 
-    # ---- events
-    ecap = T + X + 1
+    # ---- events: heap of (time, id * 4 + type); new events are staged first
+    ecap = D + X + 1  # at most one pending event per device and per transfer
     ekeys = np.empty(ecap, np.float64)
     evals = np.empty(ecap, np.int64)
     esz = 0
+    st_k = np.empty(ecap, np.float64)
+    st_v = np.empty(ecap, np.int64)
+    nst = 0
 
     dev_busy = np.zeros(D, np.bool_)
     busy = np.zeros(D, np.float64)
-    tstart = np.full(T, np.nan)
     done = 0
     makespan = 0.0
 
-    # sources
+    nrdy = 0
     for t in range(T):
         if pending[t] == 0:
-            i = inst_node[t]
-            h = 2 * p[i] + (1 if gated[t] else 0)
-            hsz[h] = _iheap_push(rkeys, rvals, hoff[h], hsz[h], pkey[t], t)
-
-    # resources whose state changed since they were last dispatched
+            rdy[nrdy] = t
+            nrdy += 1
+    # devices whose state changed since they were last dispatched
     dd_list = np.arange(D)
     dd_flag = np.ones(D, np.bool_)
     ndd = D
-    ld_list = np.empty(max(L, 1), np.int64)
-    ld_flag = np.zeros(max(L, 1), np.bool_)
-    nld = 0
 
     now = 0.0
     lift = False
     while True:
-        # ---- dispatch idle links (FIFO)
-        for u in range(nld):
-            lk = ld_list[u]
-            ld_flag[lk] = False
-            if not link_busy[lk] and qhead[lk] >= 0:
-                x = qhead[lk]
-                qhead[lk] = x_next[x]
-                if qhead[lk] < 0:
-                    qtail[lk] = -1
-                cost = lat[lk] + x_bytes[x] / bw[lk]
-                link_busy[lk] = True
-                link_bytes[lk] += x_bytes[x]
-                esz = _fheap_push(ekeys, evals, esz, now + cost, x * 3 + _HOP_DONE)
-                if record:
-                    rec_x[nrec] = x
-                    rec_l[nrec] = lk
-                    rec_s[nrec] = now
-                    rec_e[nrec] = now + cost
-                    nrec += 1
-        nld = 0
-        # ---- dispatch idle devices (priority order, schedule gates)
+        # ---- runs that became ready join their device's heap (the only ready-heap push)
+        for u in range(nrdy):
+            t = rdy[u]
+            d = p[inst_node[t]]
+            h = 2 * d + (1 if gated[t] else 0)
+            off = hoff[h]
+            k = hsz[h]
+            hsz[h] = k + 1
+            key = pkey[t]
+            while k > 0:
+                par = (k - 1) >> 1
+                if rkeys[off + par] <= key:
+                    break
+                rkeys[off + k] = rkeys[off + par]
+                rvals[off + k] = rvals[off + par]
+                k = par
+            rkeys[off + k] = key
+            rvals[off + k] = t
+            if not dd_flag[d]:
+                dd_flag[d] = True
+                dd_list[ndd] = d
+                ndd += 1
+        nrdy = 0
+        # ---- idle devices start their best eligible run (priority order, schedule gates)
         for u in range(ndd):
             d = dd_list[u]
             dd_flag[d] = False
@@ -360,13 +287,35 @@ def simulate_makespan(
                     bh = hB
             if best < 0:
                 continue
-            hsz[bh] = _iheap_pop(rkeys, rvals, hoff[bh], hsz[bh])
+            # pop heap bh (the only ready-heap pop)
+            off = hoff[bh]
+            sz = hsz[bh] - 1
+            hsz[bh] = sz
+            key = rkeys[off + sz]
+            val = rvals[off + sz]
+            k = 0
+            while True:
+                c = 2 * k + 1
+                if c >= sz:
+                    break
+                if c + 1 < sz and rkeys[off + c + 1] < rkeys[off + c]:
+                    c += 1
+                if key <= rkeys[off + c]:
+                    break
+                rkeys[off + k] = rkeys[off + c]
+                rvals[off + k] = rvals[off + c]
+                k = c
+            rkeys[off + k] = key
+            rvals[off + k] = val
             i = inst_node[best]
             dd = dur[i, d]
-            tstart[best] = now
+            if record:
+                tstart[best] = now
             busy[d] += dd
             dev_busy[d] = True
-            esz = _fheap_push(ekeys, evals, esz, now + dd, best * 3 + _TASK_DONE)
+            st_k[nst] = now + dd
+            st_v[nst] = best * 4 + _TASK_DONE
+            nst += 1
             if permb[i]:
                 m = best - base[i]
                 if not started[d * M + m]:
@@ -376,6 +325,21 @@ def simulate_makespan(
                         peak[d] = infl[d]
         ndd = 0
         lift = False
+        # ---- staged events join the event heap (the only event-heap push)
+        for u in range(nst):
+            key = st_k[u]
+            k = esz
+            esz += 1
+            while k > 0:
+                par = (k - 1) >> 1
+                if ekeys[par] <= key:
+                    break
+                ekeys[k] = ekeys[par]
+                evals[k] = evals[par]
+                k = par
+            ekeys[k] = key
+            evals[k] = st_v[u]
+        nst = 0
         if esz == 0:
             if done == T:
                 break
@@ -391,28 +355,36 @@ def simulate_makespan(
                     anyready = True
             if not anyready:
                 return (
-                    -1.0,
-                    busy,
-                    peak,
-                    link_bytes,
-                    tstart,
-                    rec_x,
-                    rec_l,
-                    rec_s,
-                    rec_e,
-                    x_inst,
+                    -1.0, busy, peak, link_bytes, tstart, rec_x, rec_l, rec_s, rec_e, x_inst,
                     x_dev,
-                )
+                )  # fmt: skip
             continue
 
-        # ---- process every event at the earliest time
+        # ---- apply every event at the earliest time (the only event-heap pop)
         now = ekeys[0]
         na = 0
+        nnt = 0
         while esz > 0 and ekeys[0] == now:
             v = evals[0]
-            esz = _fheap_pop(ekeys, evals, esz)
-            typ = v % 3
-            ident = v // 3
+            esz -= 1
+            key = ekeys[esz]
+            val = evals[esz]
+            k = 0
+            while True:
+                c = 2 * k + 1
+                if c >= esz:
+                    break
+                if c + 1 < esz and ekeys[c + 1] < ekeys[c]:
+                    c += 1
+                if key <= ekeys[c]:
+                    break
+                ekeys[k] = ekeys[c]
+                evals[k] = evals[c]
+                k = c
+            ekeys[k] = key
+            evals[k] = val
+            typ = v & 3
+            ident = v >> 2
             if typ == _TASK_DONE:
                 t = ident
                 i = inst_node[t]
@@ -435,72 +407,81 @@ def simulate_makespan(
                             cpre[a] += 1
                     if kind[i] == 0:
                         fwd_left[a] -= 1
-                # local consumers (device a is already marked: it just finished a task)
-                _notify(
-                    i,
-                    m,
-                    a,
-                    p,
-                    sptr,
-                    sidx,
-                    base,
-                    permb,
-                    pending,
-                    gated,
-                    pkey,
-                    rkeys,
-                    rvals,
-                    hoff,
-                    hsz,
-                )
+                # local consumers
+                nt_i[nnt] = i
+                nt_m[nnt] = m
+                nt_d[nnt] = a
+                nnt += 1
                 # remote consumers: one transfer per destination device
                 for g in range(gptr[i], gptr[i + 1]):
                     x = nx
                     nx += 1
+                    b = gdev[g]
                     x_inst[x] = t
-                    x_dev[x] = gdev[g]
+                    x_dev[x] = b
                     x_bytes[x] = gbytes[g]
                     if not np.isnan(gtime[g]):
-                        esz = _fheap_push(ekeys, evals, esz, now + gtime[g], x * 3 + _DELIVER)
+                        te = now + gtime[g]
+                        if te == now:  # delivered in this round
+                            nt_i[nnt] = i
+                            nt_m[nnt] = m
+                            nt_d[nnt] = b
+                            nnt += 1
+                        else:
+                            st_k[nst] = te
+                            st_v[nst] = x * 4 + _DELIVER
+                            nst += 1
                     else:
-                        arr_l[na] = rlink[rptr[a * D + gdev[g]]]
-                        arr_k[na] = t * D + gdev[g]
+                        r0 = rptr[a * D + b]
+                        x_r[x] = r0
+                        x_rend[x] = rptr[a * D + b + 1]
+                        arr_l[na] = rlink[r0]
+                        arr_k[na] = t * D + b
                         arr_x[na] = x
                         na += 1
             else:
                 x = ident
-                t = x_inst[x]
-                i = inst_node[t]
-                a = p[i]
-                b = x_dev[x]
                 deliver = typ == _DELIVER
                 if not deliver:
-                    r0 = rptr[a * D + b]
-                    lk = rlink[r0 + x_hop[x]]
-                    link_busy[lk] = False
-                    if not ld_flag[lk]:
-                        ld_flag[lk] = True
-                        ld_list[nld] = lk
-                        nld += 1
-                    x_hop[x] += 1
-                    if r0 + x_hop[x] < rptr[a * D + b + 1]:
-                        arr_l[na] = rlink[r0 + x_hop[x]]
-                        arr_k[na] = t * D + b
+                    r = x_r[x] + 1
+                    x_r[x] = r
+                    if r < x_rend[x]:
+                        arr_l[na] = rlink[r]
+                        arr_k[na] = x_inst[x] * D + x_dev[x]
                         arr_x[na] = x
                         na += 1
                     else:
                         deliver = True
                 if deliver:
-                    m = t - base[i] if permb[i] else -1
-                    pushed = _notify(
-                        i, m, b, p, sptr, sidx, base, permb, pending, gated, pkey, rkeys, rvals,
-                        hoff, hsz,
-                    )  # fmt: skip
-                    if pushed and not dd_flag[b]:
-                        dd_flag[b] = True
-                        dd_list[ndd] = b
-                        ndd += 1
-        # ---- this round's link arrivals join their FIFO queues in (link, key) order
+                    t = x_inst[x]
+                    i = inst_node[t]
+                    nt_i[nnt] = i
+                    nt_m[nnt] = t - base[i] if permb[i] else -1
+                    nt_d[nnt] = x_dev[x]
+                    nnt += 1
+        # ---- notifications count down the runs waiting on that device
+        # (a per-microbatch consumer waits for the same microbatch of a per-microbatch
+        # producer; otherwise every run of the consumer waits)
+        for u in range(nnt):
+            i = nt_i[u]
+            m = nt_m[u]
+            dv = nt_d[u]
+            for e in range(sptr[i], sptr[i + 1]):
+                j = sidx[e]
+                if p[j] != dv:
+                    continue
+                lo = base[j]
+                hi = base[j + 1]
+                if m >= 0 and permb[j]:
+                    lo += m
+                    hi = lo + 1
+                for tj in range(lo, hi):
+                    pending[tj] -= 1
+                    if pending[tj] == 0:
+                        rdy[nrdy] = tj
+                        nrdy += 1
+        # ---- this round's link arrivals, in (link, key) order, join their link's FIFO:
+        # a FIFO link serves each transfer from max(arrival, end of the one before it)
         for u in range(1, na):  # insertion sort: rounds are small
             lk, kk, xx = arr_l[u], arr_k[u], arr_x[u]
             w = u - 1
@@ -515,16 +496,20 @@ def simulate_makespan(
         for u in range(na):
             lk = arr_l[u]
             x = arr_x[u]
-            x_next[x] = -1
-            if qtail[lk] < 0:
-                qhead[lk] = x
-            else:
-                x_next[qtail[lk]] = x
-            qtail[lk] = x
-            if not ld_flag[lk]:
-                ld_flag[lk] = True
-                ld_list[nld] = lk
-                nld += 1
+            cost = lat[lk] + x_bytes[x] / bw[lk]
+            s0 = link_free[lk] if link_free[lk] > now else now
+            end = s0 + cost
+            link_free[lk] = end
+            link_bytes[lk] += x_bytes[x]
+            st_k[nst] = end
+            st_v[nst] = x * 4 + _HOP_DONE
+            nst += 1
+            if record:
+                rec_x[nrec] = x
+                rec_l[nrec] = lk
+                rec_s[nrec] = s0
+                rec_e[nrec] = end
+                nrec += 1
 
     return makespan, busy, peak, link_bytes, tstart, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev
 

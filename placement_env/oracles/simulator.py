@@ -203,6 +203,10 @@ class Simulator:
         self._topo = np.ascontiguousarray(g.topo_order, dtype=np.int64)
         self._topo_pos = np.empty(n, np.int64)
         self._topo_pos[self._topo] = np.arange(n)
+        # run tables of the makespan kernel (placement-independent)
+        self._base, self._inst_node, self._pkey, self._gated, self._pend = _kernels.prepare_tasks(
+            M, SCHEDULES[schedule], self._kind, self._permb, self._topo_pos, self._pend0
+        )
 
         # ---- routes
         rptr = np.zeros(D * D + 1, np.int64)
@@ -328,13 +332,16 @@ class Simulator:
                 self._kind,
                 self._permb,
                 self._topo,
-                self._topo_pos,
                 self._dur,
                 self._sptr,
                 self._sidx,
                 self._sbytes,
                 self._stime,
-                self._pend0,
+                self._base,
+                self._inst_node,
+                self._pkey,
+                self._gated,
+                self._pend,
                 self._rptr,
                 self._rlink,
                 self._lat,
