@@ -80,9 +80,10 @@ def assign(gm: fx.GraphModule, known: Mapping[str, int], *, default: int = 0) ->
     """Give every compute node of ``gm`` a value (device or stage) from ``known`` (by node name).
 
     Nodes missing from ``known`` (ops the graph extraction folded away, such as views)
-    take the value of their first computed input, else of their first computed user,
-    else ``default``. ``getitem`` nodes always follow their tuple-producing source, so
-    tuples never cross a boundary.
+    take the largest value of their already-valued inputs, else the smallest value of
+    their users, else ``default``; so inherited values never make a monotone
+    (pipeline-stage) assignment non-monotone. ``getitem`` nodes always follow their
+    tuple-producing source, so tuples never cross a boundary.
     """
     nodes = compute_nodes(gm)
     out: dict[str, int] = {}
@@ -95,13 +96,15 @@ def assign(gm: fx.GraphModule, known: Mapping[str, int], *, default: int = 0) ->
         if n.name in known:
             out[n.name] = int(known[n.name])
             continue
-        preds = [a for a in n.all_input_nodes if a.op == "call_function" and a.name in out]
+        preds = [
+            out[a.name] for a in n.all_input_nodes if a.op == "call_function" and a.name in out
+        ]
         if preds:
-            out[n.name] = out[preds[0].name]
+            out[n.name] = max(preds)
     for n in reversed(nodes):
         if n.name not in out:
-            users = [u for u in n.users if u.name in out]
-            out[n.name] = out[users[0].name] if users else int(default)
+            users = [out[u.name] for u in n.users if u.name in out]
+            out[n.name] = min(users) if users else int(default)
     # tuple producers and their getitems share a value (set from the producer)
     for n in nodes:
         if n.target is operator.getitem and isinstance(n.args[0], fx.Node):

@@ -125,7 +125,8 @@ def run_rank(
             )
         timer = StepTimer(info.device)
         runner, inputs = build_runner(spec, rank, info.device, timer)
-        opt = OPTIMIZERS[spec.optimizer](runner.parameters(), lr=spec.lr)
+        params = runner.parameters()
+        opt = OPTIMIZERS[spec.optimizer](params, lr=spec.lr) if params else None
         rec: dict[str, Any] = {"rank": rank, "device": spec.devices[rank], "steps": []}
         for i in range(spec.warmup + spec.steps):
             dist.barrier()
@@ -138,9 +139,10 @@ def run_rank(
                 rec["loss"] = float(lt.item())
                 if capture_grads:
                     rec["grads"] = local_grads(runner)
-            with timer.timed("compute"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            if opt is not None:  # a rank may hold only parameter-free ops
+                with timer.timed("compute"):
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
             wall = time.perf_counter() - t0
             if i >= spec.warmup:
                 rec["steps"].append(

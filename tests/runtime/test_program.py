@@ -66,7 +66,7 @@ def test_assign_inherits_and_defaults(program):
     out = assign(gm, {"relu": 1}, default=0)
     assert out["relu"] == 1
     assert out["linear"] == 1  # no placed input: takes its first user's value
-    assert out["add"] == 1  # follows its first computed input (relu)
+    assert out["add"] == 1  # the largest value among its computed inputs (relu: 1)
 
 
 @settings(max_examples=15, deadline=None)
@@ -101,3 +101,17 @@ def test_parameters_are_shared_with_the_model(program):
     assert any(k.startswith("model.") for k in params)
     w = gm.get_parameter("model.a.weight")
     assert isinstance(w, torch.nn.Parameter)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.booleans(), min_size=13, max_size=13), st.integers(1, 12))
+def test_inherited_stages_stay_monotone(program, named, cut):
+    """Ops missing from the plan never create an edge from a later stage to an earlier one."""
+    gm, _, _ = program
+    nodes = compute_nodes(gm)
+    known = {n.name: int(i >= cut) for i, n in enumerate(nodes) if named[i]}
+    stage = assign(gm, known)
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a.op == "call_function":
+                assert stage[a.name] <= stage[n.name]
