@@ -11,6 +11,7 @@ from placement_env.envs.base import INIT_CHOICES, OracleFactory, PlacementEnv, a
 from placement_env.generators import Generator
 
 ORDERS = ("topological", "reverse", "random")
+REWARD_MODES = ("dense", "final")
 
 
 class SweepEnv(PlacementEnv):
@@ -54,6 +55,11 @@ class SweepEnv(PlacementEnv):
     ``overflow = max_d(peak_d / capacity_d - 1)`` clipped at 10. The sum over
     an episode telescopes to ``cost(initial) - cost(final)``. ``lower_bound`` is
     the oracle's bound for the instance, so ``cost >= 1`` for a feasible plan.
+    With ``reward_mode="final"`` the oracle is called only at reset and at the
+    last step: every reward is 0 except the last, ``cost(initial) - cost(final)``
+    (the same return, one oracle call per episode instead of ``U``; ``step_time``
+    in the info and the observation then stay at the initial placement's value
+    until the end).
 
     ## Episode End
 
@@ -67,6 +73,7 @@ class SweepEnv(PlacementEnv):
     - ``order``: ``"topological"`` (default), ``"reverse"`` or ``"random"`` (drawn per episode).
     - ``init``: initial placement, ``"random"`` (default), ``"balanced"`` (contiguous equal-compute
       stages) or ``"zeros"`` (all on device 0).
+    - ``reward_mode``: ``"dense"`` (default, an oracle call per step) or ``"final"``.
     - ``oom_penalty``: see Rewards (default 1.0).
     - ``max_nodes``, ``max_edges``, ``max_devices``: padding (default: the generator's bounds).
     - ``render_mode``: ``None`` or ``"ansi"``.
@@ -89,6 +96,7 @@ class SweepEnv(PlacementEnv):
         *,
         order: str = "topological",
         init: str = "random",
+        reward_mode: str = "dense",
         oom_penalty: float = 1.0,
         max_nodes: int | None = None,
         max_edges: int | None = None,
@@ -97,6 +105,10 @@ class SweepEnv(PlacementEnv):
     ) -> None:
         if order not in ORDERS:
             raise ValueError(f"order {order!r} is unknown; expected one of {ORDERS}")
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(
+                f"reward_mode {reward_mode!r} is unknown; expected one of {REWARD_MODES}"
+            )
         if init not in INIT_CHOICES:
             raise ValueError(f"init {init!r} is unknown; expected one of {INIT_CHOICES}")
         super().__init__(
@@ -108,9 +120,10 @@ class SweepEnv(PlacementEnv):
             oom_penalty=oom_penalty,
             render_mode=render_mode,
         )
-        self.order, self.init = order, init
+        self.order, self.init, self.reward_mode = order, init, reward_mode
         self.action_space = spaces.Discrete(self.bounds.max_devices)
         self._order = np.zeros(0, dtype=np.int64)
+        self._start_cost = 0.0
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -126,7 +139,7 @@ class SweepEnv(PlacementEnv):
         else:
             self._order = self.np_random.permutation(U).astype(np.int64)
         st.current = int(self._order[0])
-        self._evaluate(st.placement)
+        _, self._start_cost = self._evaluate(st.placement)
         return self._get_obs(), self._get_info()
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
@@ -141,8 +154,11 @@ class SweepEnv(PlacementEnv):
         st.placement[st.current] = d
         st.visited[st.current] = True
         st.steps += 1
-        _, after = self._evaluate(st.placement)
         terminated = st.steps >= self.enc.num_units
+        after = before
+        if terminated or self.reward_mode == "dense":
+            before = self._start_cost if self.reward_mode == "final" else before
+            _, after = self._evaluate(st.placement)
         st.current = -1 if terminated else int(self._order[st.steps])
         return self._get_obs(), float(before - after), terminated, False, self._get_info()
 

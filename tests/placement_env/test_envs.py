@@ -413,3 +413,12 @@ def test_balanced_boundaries() -> None:
     assert balanced_boundaries(np.array([10.0, 0, 0, 0]), 3).tolist() == [0, 1, 2]
     with pytest.raises(ValueError):
         balanced_boundaries(np.ones(2), 3)
+
+
+def test_sweep_final_reward_mode_same_return_one_call() -> None:
+    env = _toy("placement_env/Sweep-v0", init="zeros", oom_penalty=0.0, reward_mode="final")
+    env.reset(seed=0)
+    rewards = [env.step(d)[1] for d in (0, 1, 1)]
+    # same moves as the dense test: cost 2 -> 1.5, all of it paid at the last step
+    assert rewards == pytest.approx([0.0, 0.0, 0.5])
+    assert env._get_info()["oracle_calls"] == 2  # reset + the final step

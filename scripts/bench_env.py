@@ -1,0 +1,86 @@
+"""Benchmark env steps per second on the default experiment; writes a table into docs/environments.md."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+import placement_env  # noqa: F401  (registers the ids)
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "environments.md"
+BEGIN, END = "<!-- bench_env:begin -->", "<!-- bench_env:end -->"
+
+
+def bench(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict[str, float]:
+    """Random-action steps per second of ``env_id`` (resets excluded from the step time)."""
+    env = gym.make(env_id, **kwargs)
+    t0 = time.perf_counter()
+    env.reset(seed=seed)  # first reset: instance preparation and JIT compilation
+    first_reset = time.perf_counter() - t0
+    env.action_space.seed(seed)
+    stepping = 0.0
+    done = 0
+    while done < steps:
+        t = time.perf_counter()
+        _, r, term, trunc, _ = env.step(env.action_space.sample())
+        stepping += time.perf_counter() - t
+        done += 1
+        assert np.isfinite(r)
+        if term or trunc:
+            env.reset()
+    env.close()
+    return {"steps": done, "steps_per_s": done / stepping, "first_reset_s": first_reset}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--steps", type=int, default=1024)
+    ap.add_argument("--no-write", action="store_true", help="print only, leave docs/ alone")
+    args = ap.parse_args()
+    cases = [
+        ("placement_env/Sweep-v0", {}, "dense reward (oracle call per step)"),
+        ("placement_env/Sweep-v0", {"reward_mode": "final"}, "final reward (one call per episode)"),
+        ("placement_env/OneShot-v0", {}, "one oracle call per step"),
+    ]
+    rows = []
+    for env_id, kw, note in cases:
+        res = bench(env_id, args.steps, **kw)
+        line = (
+            f"| `{env_id}` {kw or ''} | {res['steps_per_s']:.0f} | {res['steps']} | "
+            f"{res['first_reset_s']:.1f} | {note} |"
+        )
+        print(line, flush=True)
+        rows.append(line)
+    table = "\n".join(
+        [
+            BEGIN,
+            f"Measured by `python scripts/bench_env.py --steps {args.steps}` on "
+            f"{platform.processor() or platform.machine()} ({time.strftime('%Y-%m-%d')}), one "
+            "process, random actions, default experiment (gpt2-xl <= 256 groups on dgx1_v100_8, "
+            "Simulator with 8 microbatches, 1F1B). The machine's 2 cores were shared with other "
+            "jobs while measuring: treat the numbers as lower bounds.",
+            "",
+            "| env | steps/s | steps | first reset (s) | note |",
+            "| --- | --- | --- | --- | --- |",
+            *rows,
+            END,
+        ]
+    )
+    if not args.no_write:
+        text = DOC.read_text()
+        if BEGIN in text:
+            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), table, text, flags=re.S)
+        else:
+            text += "\n## Speed\n\n" + table + "\n"
+        DOC.write_text(text)
+        print(f"wrote {DOC}")
+
+
+if __name__ == "__main__":
+    main()
