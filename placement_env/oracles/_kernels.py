@@ -211,7 +211,8 @@ def simulate_makespan(
     nrec = 0
     tstart = np.full(T if record else 0, np.nan)
 
-    # ---- events: heap of (time, id * 4 + type); new events are staged first
+    # ---- events: (time, id * 4 + type) sorted by decreasing time, so the earliest
+    # is last (few are pending at once); new events are staged first
     ecap = D + X + 1  # at most one pending event per device and per transfer
     ekeys = np.empty(ecap, np.float64)
     evals = np.empty(ecap, np.int64)
@@ -325,20 +326,17 @@ def simulate_makespan(
                         peak[d] = infl[d]
         ndd = 0
         lift = False
-        # ---- staged events join the event heap (the only event-heap push)
+        # ---- staged events join the event list (the only insertion)
         for u in range(nst):
             key = st_k[u]
-            k = esz
+            w = esz
+            while w > 0 and ekeys[w - 1] < key:
+                ekeys[w] = ekeys[w - 1]
+                evals[w] = evals[w - 1]
+                w -= 1
+            ekeys[w] = key
+            evals[w] = st_v[u]
             esz += 1
-            while k > 0:
-                par = (k - 1) >> 1
-                if ekeys[par] <= key:
-                    break
-                ekeys[k] = ekeys[par]
-                evals[k] = evals[par]
-                k = par
-            ekeys[k] = key
-            evals[k] = st_v[u]
         nst = 0
         if esz == 0:
             if done == T:
@@ -360,29 +358,13 @@ def simulate_makespan(
                 )  # fmt: skip
             continue
 
-        # ---- apply every event at the earliest time (the only event-heap pop)
-        now = ekeys[0]
+        # ---- apply every event at the earliest time (the end of the list)
+        now = ekeys[esz - 1]
         na = 0
         nnt = 0
-        while esz > 0 and ekeys[0] == now:
-            v = evals[0]
+        while esz > 0 and ekeys[esz - 1] == now:
             esz -= 1
-            key = ekeys[esz]
-            val = evals[esz]
-            k = 0
-            while True:
-                c = 2 * k + 1
-                if c >= esz:
-                    break
-                if c + 1 < esz and ekeys[c + 1] < ekeys[c]:
-                    c += 1
-                if key <= ekeys[c]:
-                    break
-                ekeys[k] = ekeys[c]
-                evals[k] = evals[c]
-                k = c
-            ekeys[k] = key
-            evals[k] = val
+            v = evals[esz]
             typ = v & 3
             ident = v >> 2
             if typ == _TASK_DONE:
