@@ -130,7 +130,7 @@ def test_all_four_ids_registered() -> None:
 def test_seeded_rollouts_identical(env_id: str) -> None:
     def rollout(seed: int) -> list:
         env = make(env_id)
-        env.action_space.seed(seed)
+        env.action_space.seed(seed + 100)  # the env's own seed would replay its initial draws
         obs, info = env.reset(seed=seed)
         out = [obs, info["placement"]]
         for _ in range(30):
@@ -156,7 +156,7 @@ def test_seeded_rollouts_identical(env_id: str) -> None:
 def test_random_run_10000_steps_finite(env_id: str) -> None:
     env = make(env_id, oracle_factory=ToyOracle)
     space = env.observation_space
-    env.action_space.seed(0)
+    env.action_space.seed(1)
     obs, _ = env.reset(seed=0)
     episodes = 0
     for t in range(10_000):
@@ -422,3 +422,13 @@ def test_sweep_final_reward_mode_same_return_one_call() -> None:
     # same moves as the dense test: cost 2 -> 1.5, all of it paid at the last step
     assert rewards == pytest.approx([0.0, 0.0, 0.5])
     assert env._get_info()["oracle_calls"] == 2  # reset + the final step
+
+
+@pytest.mark.slow
+def test_default_experiment_builds() -> None:
+    env = gym.make("placement_env/Sweep-v0")
+    assert env.unwrapped.bounds.max_devices == 8 and env.unwrapped.bounds.max_nodes <= 256
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    assert info["instance"] == "gpt2-xl" and info["lower_bound"] > 0
+    assert np.isfinite(info["step_time"]) and info["step_time"] >= info["lower_bound"]
