@@ -52,6 +52,22 @@ def prepare_tasks(M, sched, kind, permb, topo_pos, pend0):
     return base, inst_node, pkey, gated, pend
 
 
+@njit(cache=True)
+def placement_sums(p, D, param_bytes, act_bytes, transient):
+    """Per device: summed param bytes and act bytes (in node order, as ``np.bincount``) and
+    the largest transient (at least 0)."""
+    params = np.zeros(D, np.float64)
+    act = np.zeros(D, np.float64)
+    trans = np.zeros(D, np.float64)
+    for i in range(p.shape[0]):
+        d = p[i]
+        params[d] += param_bytes[i]
+        act[d] += act_bytes[i]
+        if transient[i] > trans[d]:
+            trans[d] = transient[i]
+    return params, act, trans
+
+
 # ------------------------------------------------------- 1F1B cap
 @njit(cache=True)
 def inflight_cap(p, M, D, kind, topo, sptr, sidx):

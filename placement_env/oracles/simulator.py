@@ -222,7 +222,10 @@ class Simulator:
         self._capacity = c.memory
 
         # ---- memory terms per node
-        self._transient = g.out_bytes / s
+        self._transient = np.ascontiguousarray(g.out_bytes / s)
+        self._param_bytes = np.ascontiguousarray(g.param_bytes, dtype=np.float64)
+        self._act_bytes = np.ascontiguousarray(g.act_bytes, dtype=np.float64)
+        self._has_inf = bool(np.isinf(dur).any())
         self._lower_bound = self._compute_lower_bound()
 
     # ------------------------------------------------------------------ API
@@ -243,10 +246,9 @@ class Simulator:
         """
         p = self._check(placement)
         D = self.cluster.num_devices
-        params = np.bincount(p, weights=self.graph.param_bytes, minlength=D)
+        params, act, trans = self._sums(p)
         if self.objective == "max_load":
             return params
-        act = np.bincount(p, weights=self.graph.act_bytes, minlength=D)
         M = self.microbatches
         if self.schedule == "gpipe":
             inflight = np.full(D, float(M))
@@ -254,14 +256,14 @@ class Simulator:
             inflight = _kernels.inflight_cap(
                 p, M, D, self._kind, self._topo, self._sptr, self._sidx
             ).astype(float)
-        return params + act / M * inflight + self._max_transient(p)
+        return params + act / M * inflight + trans
 
     def evaluate(self, placement_or_plan: np.ndarray | Plan, *, record: bool = False) -> SimResult:
         """Score a placement (device index per node) or a :class:`Plan` for this graph."""
         p = self._check(placement_or_plan)
         self.calls += 1
-        bad = np.isinf(self._dur[np.arange(len(p)), p])
-        if bad.any():
+        bad = np.isinf(self._dur[np.arange(len(p)), p]) if self._has_inf else None
+        if bad is not None and bad.any():
             i = int(np.flatnonzero(bad)[0])
             dev = self.cluster.devices[p[i]]
             return self._infeasible(
@@ -282,10 +284,11 @@ class Simulator:
             check_placement(placement_or_plan, self.graph, self.cluster), dtype=np.int64
         )
 
-    def _max_transient(self, p: np.ndarray) -> np.ndarray:
-        out = np.zeros(self.cluster.num_devices)
-        np.maximum.at(out, p, self._transient)
-        return out
+    def _sums(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per device: param bytes, activation bytes, largest transient of the nodes there."""
+        return _kernels.placement_sums(
+            p, self.cluster.num_devices, self._param_bytes, self._act_bytes, self._transient
+        )
 
     def _compute_lower_bound(self) -> float:
         g, D = self.graph, self.cluster.num_devices
@@ -351,10 +354,8 @@ class Simulator:
         )
         if makespan < 0:  # cannot happen for a DAG; guards the kernel
             raise RuntimeError("Simulator: the schedule deadlocked (no ready task left)")
-        D = self.cluster.num_devices
-        params = np.bincount(p, weights=self.graph.param_bytes, minlength=D)
-        act = np.bincount(p, weights=self.graph.act_bytes, minlength=D)
-        mem = params + act / M * peak + self._max_transient(p)
+        params, act, trans = self._sums(p)
+        mem = params + act / M * peak + trans
         events = None
         if record:
             events = self._events(p, tstart, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev)
@@ -431,7 +432,7 @@ class Simulator:
         )
         loads = compute + comm
         load = float(loads.max()) if len(loads) else 0.0
-        mem = np.bincount(p, weights=self.graph.param_bytes, minlength=self.cluster.num_devices)
+        mem = self._sums(p)[0]
         return SimResult(
             step_time=load * 1e-6,
             lower_bound=self._lower_bound,
