@@ -346,8 +346,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     per_model[m] = ref
         zs = zero_shot(a, per_model)
     table = render(rows, zs, a)
+    args_used = " ".join(sys.argv[1:] if argv is None else argv)
     header = (
-        f"<!-- python scripts/bench_quality.py {' '.join(argv) if argv else ''} | "
+        f"<!-- python scripts/bench_quality.py {args_used} | "
         f"{platform.node()} | {time.strftime('%Y-%m-%d %H:%M')} -->\n"
     )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
