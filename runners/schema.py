@@ -75,6 +75,9 @@ class AgentConfig:
     ``policy`` names an ``agents.policies`` network; ``auto`` takes the env's ``policy``.
     ``baseline`` names an ``agents.baselines`` algorithm; ``budget`` is its number of
     oracle calls (``None`` = the algorithm's default) and ``options`` its extra keywords.
+    ``warm_start`` (PPO on a fixed problem): every episode starts from the best baseline's
+    plan, so the policy refines the reference (Placeto-style) instead of starting from a
+    random placement; ``result.json`` names the plan it started from.
     """
 
     name: str = MISSING
@@ -84,6 +87,7 @@ class AgentConfig:
     baseline: str | None = None
     budget: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    warm_start: bool = True
 
 
 @dataclass

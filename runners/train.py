@@ -171,18 +171,53 @@ def _make_env(env_id: str, generator: Any, oracle_factory: Any, env_kwargs: dict
     return gym.make(env_id, generator=generator, oracle_factory=oracle_factory, **env_kwargs)
 
 
-def env_factory(problem: common.Problem) -> Callable[[], Any]:
-    """A picklable ``() -> gym.Env`` for ``problem.spec`` (generator and oracle injected)."""
+def env_factory(
+    problem: common.Problem, *, init_placement: np.ndarray | None = None
+) -> Callable[[], Any]:
+    """A picklable ``() -> gym.Env`` for ``problem.spec`` (generator and oracle injected).
+
+    ``init_placement`` (a per-node placement of the problem's graph) warm-starts every
+    episode from that plan; only for a fixed problem.
+    """
     from placement_env import generators
 
     spec = problem.spec
+    kwargs = dict(spec.env_kwargs)
     if spec.generator == "fixed":
         gen = generators.fixed(problem.graph, problem.cluster)
+        if init_placement is not None:
+            kwargs["init"] = np.asarray(init_placement, dtype=np.int64)
     else:
         gen = generators.make_generator({"kind": spec.generator, **dict(spec.generator_options)})
-    return functools.partial(
-        _make_env, spec.env_id, gen, problem.oracle_factory, dict(spec.env_kwargs)
-    )
+    return functools.partial(_make_env, spec.env_id, gen, problem.oracle_factory, kwargs)
+
+
+def warm_start_plan(
+    baselines: Mapping[str, common.BaselineOutcome],
+) -> tuple[str, np.ndarray] | None:
+    """The best feasible baseline plan as ``(name, placement)``, or ``None``."""
+    best = [
+        (o.step_time, n)
+        for n, o in baselines.items()
+        if o.plan is not None and o.step_time is not None and not o.oom
+    ]
+    if not best:
+        return None
+    _, name = min(best)
+    return name, np.asarray(baselines[name].plan.placement, dtype=np.int64)
+
+
+def _warm_start(
+    run_dir: Path, baselines: Mapping[str, common.BaselineOutcome], resuming: bool
+) -> tuple[str, np.ndarray] | None:
+    """The warm-start plan of this run, recorded in ``warm_start.json`` so a resume keeps it."""
+    path = run_dir / "warm_start.json"
+    if resuming and path.exists():
+        name = json.loads(path.read_text()).get("name")
+        return None if name is None else (name, np.zeros(0, dtype=np.int64))
+    ws = warm_start_plan(baselines)
+    common.write_json(path, {"name": None if ws is None else ws[0]})
+    return ws
 
 
 def ppo_kwargs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -203,8 +238,12 @@ def search_ppo(
     references: Mapping[str, float],
     log_every: int,
     resume_state: Mapping[str, Any] | None,
+    warm_start: tuple[str, np.ndarray] | None = None,
 ) -> SearchOutcome:
-    """Train PPO on the env; return the best feasible placement of the run's problem."""
+    """Train PPO on the env; return the best feasible placement of the run's problem.
+
+    With ``warm_start=(name, placement)`` every episode starts from that plan.
+    """
     import agents
     from agents.callbacks import BestPlanTracker
 
@@ -234,7 +273,13 @@ def search_ppo(
     else:
         from agents.ppo import make_ppo
 
-        model = make_ppo(env_factory(problem), policy=policy, seed=seed, **ppo_kwargs(agent_cfg))
+        init = None if warm_start is None else warm_start[1]
+        model = make_ppo(
+            env_factory(problem, init_placement=init),
+            policy=policy,
+            seed=seed,
+            **ppo_kwargs(agent_cfg),
+        )
         remaining, reset = total, True
     if remaining > 0:
         model.learn(total_timesteps=remaining, callback=[best, cb], reset_num_timesteps=reset)
@@ -251,6 +296,8 @@ def search_ppo(
     step_time = _best_step_time(best) if fixed else None
     calls = _oracle_calls(best, model)
     meta: dict[str, Any] = {"policy": policy, "updates": cb.updates}
+    if warm_start is not None:
+        meta["warm_start"] = warm_start[0]
     if placement is None:
         # Trained on other instances (or found nothing feasible): plan the problem zero-shot.
         oracle = problem.oracle()
@@ -401,6 +448,9 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
                 references=references,
                 log_every=int(cfg.logger.log_every),
                 resume_state=resume_state,
+                warm_start=_warm_start(run_dir, baselines, resuming)
+                if agent_cfg.get("warm_start", True) and spec.generator == "fixed"
+                else None,
             )
         else:
             raise ValueError(

@@ -29,6 +29,27 @@ INSTANCE_CACHE = 16
 INIT_CHOICES = ("random", "balanced", "zeros")
 
 
+def check_init(init: str | np.ndarray | list[int]) -> str | np.ndarray:
+    """Validate an env's ``init``: a name in ``INIT_CHOICES`` or a per-node placement array.
+
+    A placement (device index per node of the graph, e.g. a baseline's plan) starts
+    every episode from that plan: a warm start for Placeto-style refinement.
+    """
+    if isinstance(init, str):
+        if init not in INIT_CHOICES:
+            raise ValueError(
+                f"init {init!r} is unknown; expected one of {INIT_CHOICES} or a placement array"
+            )
+        return init
+    arr = np.asarray(init)
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(
+            f"init placement must be a 1-D integer array (device per node), got shape "
+            f"{arr.shape} dtype {arr.dtype}"
+        )
+    return arr.astype(np.int64)
+
+
 @dataclass(frozen=True)
 class SimulatorFactory:
     """``(graph, cluster) -> Simulator``: the default oracle (8 microbatches, 1F1B, makespan)."""
@@ -242,8 +263,25 @@ class PlacementEnv(gym.Env[dict, Any]):
         )
         return self.state
 
-    def _initial_placement(self, init: str) -> np.ndarray:
+    def _initial_placement(self, init: str | np.ndarray) -> np.ndarray:
         U, D = self.enc.num_units, self.enc.num_devices
+        if isinstance(init, np.ndarray):
+            node_unit = self.enc.units.node_unit
+            if init.shape != node_unit.shape:
+                raise ValueError(
+                    f"init placement has {init.shape[0]} entries, but this instance has "
+                    f"{node_unit.shape[0]} nodes (one device index per node, graph order)"
+                )
+            if init.min(initial=0) < 0 or init.max(initial=0) >= D:
+                raise ValueError(f"init placement uses devices outside 0..{D - 1}")
+            unit = np.zeros(U, dtype=np.int64)
+            unit[node_unit] = init
+            if np.any(unit[node_unit] != init):
+                bad = int(node_unit[np.flatnonzero(unit[node_unit] != init)[0]])
+                raise ValueError(
+                    f"init placement splits colocation unit {bad} over several devices"
+                )
+            return unit
         if init == "random":
             return self.np_random.integers(0, D, size=U).astype(np.int64)
         if init == "zeros":

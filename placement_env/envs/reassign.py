@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from placement_env.envs.base import INIT_CHOICES, OracleFactory, PlacementEnv, as_int_action
+from placement_env.envs.base import OracleFactory, PlacementEnv, as_int_action, check_init
 from placement_env.generators import Generator
 
 
@@ -48,7 +48,8 @@ class ReassignEnv(PlacementEnv):
 
     - ``generator``, ``oracle_factory``, ``oom_penalty``, ``max_nodes``, ``max_edges``,
       ``max_devices``, ``render_mode``: as ``SweepEnv``.
-    - ``init``: initial placement, ``"random"`` (default), ``"balanced"`` or ``"zeros"``.
+    - ``init``: initial placement, ``"random"`` (default), ``"balanced"`` or ``"zeros"``, or a per-node placement array
+      (device index per node, e.g. a baseline's plan) to warm-start every episode from it.
     - ``horizon``: the step budget, used only for the ``progress`` feature (default 256,
       matching the registration's ``max_episode_steps``; ``None`` = no progress feature).
 
@@ -66,7 +67,7 @@ class ReassignEnv(PlacementEnv):
         generator: Generator | None = None,
         oracle_factory: OracleFactory | None = None,
         *,
-        init: str = "random",
+        init: str | np.ndarray = "random",
         horizon: int | None = 256,
         oom_penalty: float = 1.0,
         max_nodes: int | None = None,
@@ -74,8 +75,7 @@ class ReassignEnv(PlacementEnv):
         max_devices: int | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if init not in INIT_CHOICES:
-            raise ValueError(f"init {init!r} is unknown; expected one of {INIT_CHOICES}")
+        init = check_init(init)
         if horizon is not None and horizon < 1:
             raise ValueError(f"horizon must be >= 1 or None, got {horizon}")
         super().__init__(

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from placement_env.envs.base import INIT_CHOICES, OracleFactory, PlacementEnv, as_int_action
+from placement_env.envs.base import OracleFactory, PlacementEnv, as_int_action, check_init
 from placement_env.generators import Generator
 
 ORDERS = ("topological", "reverse", "random")
@@ -72,7 +72,8 @@ class SweepEnv(PlacementEnv):
     - ``oracle_factory``: ``(graph, cluster) -> Oracle`` (default: Simulator, 8 microbatches, 1F1B).
     - ``order``: ``"topological"`` (default), ``"reverse"`` or ``"random"`` (drawn per episode).
     - ``init``: initial placement, ``"random"`` (default), ``"balanced"`` (contiguous equal-compute
-      stages) or ``"zeros"`` (all on device 0).
+      stages) or ``"zeros"`` (all on device 0), or a per-node placement array (device index
+      per node, e.g. a baseline's plan) to warm-start every episode from it.
     - ``reward_mode``: ``"dense"`` (default, an oracle call per step) or ``"final"``.
     - ``oom_penalty``: see Rewards (default 1.0).
     - ``max_nodes``, ``max_edges``, ``max_devices``: padding (default: the generator's bounds).
@@ -95,7 +96,7 @@ class SweepEnv(PlacementEnv):
         oracle_factory: OracleFactory | None = None,
         *,
         order: str = "topological",
-        init: str = "random",
+        init: str | np.ndarray = "random",
         reward_mode: str = "dense",
         oom_penalty: float = 1.0,
         max_nodes: int | None = None,
@@ -109,8 +110,7 @@ class SweepEnv(PlacementEnv):
             raise ValueError(
                 f"reward_mode {reward_mode!r} is unknown; expected one of {REWARD_MODES}"
             )
-        if init not in INIT_CHOICES:
-            raise ValueError(f"init {init!r} is unknown; expected one of {INIT_CHOICES}")
+        init = check_init(init)
         super().__init__(
             generator,
             oracle_factory,

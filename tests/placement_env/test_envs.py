@@ -432,3 +432,34 @@ def test_default_experiment_builds() -> None:
     assert env.observation_space.contains(obs)
     assert info["instance"] == "gpt2-xl" and info["lower_bound"] > 0
     assert np.isfinite(info["step_time"]) and info["step_time"] >= info["lower_bound"]
+
+
+def test_warm_start_from_a_node_placement_and_bad_init_refused() -> None:
+    from graphs import CompGraph
+    from graphs.cluster import Cluster, Device, Link
+    from placement_env.envs.reassign import ReassignEnv
+    from placement_env.envs.sweep import SweepEnv
+    from placement_env.generators import fixed
+
+    # 2 forward nodes + their backward nodes (colocated pairs) on 2 devices
+    g = CompGraph.build(
+        4,
+        [(0, 1), (1, 3), (3, 2), (0, 2)],
+        flops=1e9,
+        out_bytes=1e6,
+        kind=[0, 0, 1, 1],
+        group=[0, 1, 0, 1],
+        name=["a", "b", "bwd:a", "bwd:b"],
+    )
+    dev = [Device(f"d{i}", "x", 1e12, 1e12, 1e12) for i in range(2)]
+    c = Cluster("two", tuple(dev), (Link(0, 1, 1e9, 0.0), Link(1, 0, 1e9, 0.0)))
+    for cls in (SweepEnv, ReassignEnv):
+        env = cls(fixed(g, c), init=np.array([1, 0, 1, 0]))
+        _, info = env.reset(seed=0)
+        assert list(env.unwrapped.state.placement[:2]) == [1, 0]
+        with pytest.raises(ValueError, match="splits colocation unit"):
+            cls(fixed(g, c), init=np.array([1, 0, 0, 0])).reset(seed=0)
+        with pytest.raises(ValueError, match="entries"):
+            cls(fixed(g, c), init=np.array([1, 0])).reset(seed=0)
+        with pytest.raises(ValueError, match="unknown"):
+            cls(fixed(g, c), init="best")
