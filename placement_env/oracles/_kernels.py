@@ -131,6 +131,7 @@ def simulate_makespan(
     gdev = np.empty(ns, np.int64)
     gbytes = np.empty(ns, np.float64)
     gtime = np.empty(ns, np.float64)
+    gh = np.zeros(ns + 1, np.int64)  # CSR of each group's hops (none for explicit times)
     mark = np.full(D, -1, np.int64)
     gc = 0
     X = 0
@@ -159,10 +160,27 @@ def simulate_makespan(
         gptr[i + 1] = gc
         runs = base[i + 1] - base[i]
         X += runs * (gc - start)
-        if record:
-            for g in range(start, gc):
-                if np.isnan(gtime[g]):
-                    H += runs * (rptr[a * D + gdev[g] + 1] - rptr[a * D + gdev[g]])
+        for g in range(start, gc):
+            if np.isnan(gtime[g]):
+                nh = rptr[a * D + gdev[g] + 1] - rptr[a * D + gdev[g]]
+                gh[g + 1] = nh
+                H += runs * nh
+    # hops of each group's route: link and time (every run of the producer sends the
+    # same bytes, so each hop's time is computed once here)
+    for g in range(gc):
+        gh[g + 1] += gh[g]
+    hlink = np.empty(gh[gc], np.int64)
+    hcost = np.empty(gh[gc], np.float64)
+    for i in range(n):
+        a = p[i]
+        for g in range(gptr[i], gptr[i + 1]):
+            r0 = rptr[a * D + gdev[g]]
+            for k in range(gh[g + 1] - gh[g]):
+                lk = rlink[r0 + k]
+                hlink[gh[g] + k] = lk
+                hcost[gh[g] + k] = lat[lk] + gbytes[g] / bw[lk]
+    if not record:
+        H = 0
 
     # ---- per-device bookkeeping
     tcount = np.zeros(D, np.int64)
@@ -199,7 +217,7 @@ def simulate_makespan(
     K = inflight_cap(p, M, D, kind, topo, sptr, sidx)
     pending = pend.copy()
 
-    # ---- transfers: x_r is the route position of the hop in progress
+    # ---- transfers: x_r is the position (in hlink/hcost) of the hop in progress
     xc = max(X, 1)
     x_inst = np.empty(xc, np.int64)
     x_dev = np.empty(xc, np.int64)
@@ -430,10 +448,9 @@ def simulate_makespan(
                             st_v[nst] = x * 4 + _DELIVER
                             nst += 1
                     else:
-                        r0 = rptr[a * D + b]
-                        x_r[x] = r0
-                        x_rend[x] = rptr[a * D + b + 1]
-                        arr_l[na] = rlink[r0]
+                        x_r[x] = gh[g]
+                        x_rend[x] = gh[g + 1]
+                        arr_l[na] = hlink[gh[g]]
                         arr_k[na] = t * D + b
                         arr_x[na] = x
                         na += 1
@@ -444,7 +461,7 @@ def simulate_makespan(
                     r = x_r[x] + 1
                     x_r[x] = r
                     if r < x_rend[x]:
-                        arr_l[na] = rlink[r]
+                        arr_l[na] = hlink[r]
                         arr_k[na] = x_inst[x] * D + x_dev[x]
                         arr_x[na] = x
                         na += 1
@@ -494,7 +511,7 @@ def simulate_makespan(
         for u in range(na):
             lk = arr_l[u]
             x = arr_x[u]
-            cost = lat[lk] + x_bytes[x] / bw[lk]
+            cost = hcost[x_r[x]]
             s0 = link_free[lk] if link_free[lk] > now else now
             end = s0 + cost
             link_free[lk] = end
