@@ -15,7 +15,6 @@ from torch import Tensor
 from agents.policies import GraphActorCriticPolicy, network_class
 from agents.policies.base import PlacementNet
 from agents.policies.dense import dense_from_obs
-from agents.policies.device_head import MASK_LOGIT
 from agents.policies.sb3 import scores_to_logits
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
@@ -30,6 +29,8 @@ MODE_ENV: dict[str, str] = {
     "flat": "placement_env/Reassign-v0",
     "per_node": "placement_env/OneShot-v0",
 }
+#: Logit of actions the env's mask forbids: sb3-contrib's value, so actions match SB3's.
+ACTION_MASK_LOGIT = -1e8
 #: Env constructor options copied from the training env into the export, when it has them.
 ENV_OPTIONS = ("init", "order", "horizon", "oom_penalty")
 
@@ -213,7 +214,7 @@ class ExportedPolicy:
             groups = logits.view(B, 1, -1)
         if action_masks is not None:
             m = torch.as_tensor(np.asarray(action_masks, dtype=bool)).view(groups.shape)
-            groups = groups.masked_fill(~m, MASK_LOGIT)
+            groups = groups.masked_fill(~m, ACTION_MASK_LOGIT)
         if deterministic:
             act = groups.argmax(-1)
         else:

@@ -8,8 +8,9 @@ from torch import Tensor, nn
 
 from agents.policies.dense import masked_mean
 
-#: Logit given to impossible (padded or masked) actions; the value sb3-contrib uses.
-MASK_LOGIT = -1e8
+#: Logit of padded (unit, device) pairs: probability 0 in float32, but above the -1e8 that
+#: sb3-contrib gives masked actions, so an action the env's mask allows always beats one it forbids.
+MASK_LOGIT = -1e4
 
 
 class DeviceEncoder(nn.Module):
