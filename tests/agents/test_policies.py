@@ -258,13 +258,13 @@ def _policy(name: str, kind: str) -> policies.GraphActorCriticPolicy:
 @pytest.mark.parametrize("name", ["placeto", "gdp"])
 def test_policy_forward_shapes_and_unmasked_padding(name, kind):
     pol = _policy(name, kind)
-    obs = _obs(batch=64)
+    obs = _obs(batch=32)
     with torch.no_grad():
         actions, values, log_prob = pol(obs)
         values2, log_prob2, entropy = pol.evaluate_actions(obs, actions)
     space = ACTION_SPACES[kind]
-    assert actions.shape == (64, *space.shape)
-    assert values.shape == (64, 1) and log_prob.shape == (64,)
+    assert actions.shape == (32, *space.shape)
+    assert values.shape == (32, 1) and log_prob.shape == (32,)
     torch.testing.assert_close(log_prob2, log_prob)
     assert entropy is not None and (entropy >= 0).all()
     a = actions.numpy()
@@ -276,7 +276,7 @@ def test_policy_forward_shapes_and_unmasked_padding(name, kind):
         assert (a[:, :4] < 2).all()
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(data=st.data())
 def test_policy_never_chooses_masked_actions(data):
     name = data.draw(st.sampled_from(["placeto", "gdp"]))
@@ -299,8 +299,8 @@ def test_policy_never_chooses_masked_actions(data):
                 )
             ]
         )
-    obs = _obs(batch=16)
-    masks = np.repeat(mask, 16, axis=0)
+    obs = _obs(batch=8)
+    masks = np.repeat(mask, 8, axis=0)
     with torch.no_grad():
         actions, _, log_prob = pol(obs, action_masks=masks)
         greedy, _ = pol.predict(
