@@ -138,3 +138,22 @@ def test_load_policy_rejects_foreign_or_stale_files(tmp_path: Path):
         load_policy(tmp_path / "junk.pt")
     with pytest.raises(TypeError, match="GraphActorCriticPolicy"):
         export_policy(object(), tmp_path / "x.pt")
+
+
+@pytest.mark.parametrize("env_id,policy", CASES)
+def test_plans_keep_colocation_groups_together(tmp_path: Path, env_id, policy):
+    # forward ops 0-2 with their backward ops 3-5: node i and i + 3 share a group
+    g = CompGraph.build(
+        6,
+        [(0, 1), (1, 2), (2, 5), (5, 4), (4, 3)],
+        flops=1e9,
+        out_bytes=1e6,
+        param_bytes=[1e6, 1e6, 1e6, 0, 0, 0],
+        kind=["fwd"] * 3 + ["bwd"] * 3,
+        group=[0, 1, 2, 0, 1, 2],
+        meta={"name": "fwd_bwd3"},
+    )
+    loaded = load_policy(export_policy(_trained(env_id, policy), tmp_path / "p.pt"))
+    plan = loaded.plan(g, load("cpu_4"), samples=3)
+    assert plan.colocation_violations(g) == []
+    assert (plan.placement[:3] == plan.placement[3:]).all()
