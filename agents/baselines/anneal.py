@@ -9,9 +9,12 @@ another device that can run it and has room under the static-memory model
 (or, when no such move is found, swaps two units). A move is accepted with
 probability ``min(1, exp(-(new - cur) / T))``; plans the oracle reports as
 out of memory are rejected. ``T`` decays geometrically from ``t0 * cur`` to
-``t_end * t0 * cur``. The search starts from the pipeline DP's plan (a random
-memory-feasible one if that fails) and spends **exactly** ``budget``
-evaluations (default 1000) including the first.
+``t_end * t0 * cur``. The search starts from ``init`` when given (a per-node
+placement, e.g. another baseline's plan: a warm start), else from the pipeline
+DP's plan (a random memory-feasible one if that fails), and spends
+**exactly** ``budget`` evaluations (default 1000) including the first. The
+returned plan is the best feasible one evaluated, so it is never slower than
+a feasible start.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from agents.baselines.pipedream import dp_placement
 from agents.baselines.simple import random_feasible
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
-from graphs.plan import Plan
+from graphs.plan import Plan, check_placement
 from placement_env.oracles.base import Oracle
 
 
@@ -50,6 +53,21 @@ def initial_placement(prob: Problem, rng: np.random.Generator) -> np.ndarray:
     raise InfeasiblePlanError(
         f"anneal: found no memory-feasible starting placement for {prob.graph.meta.get('name', '?')!r}"
     )
+
+
+def unit_placement(prob: Problem, placement: np.ndarray) -> np.ndarray:
+    """The per-unit form of a per-node ``placement``; ``ValueError`` if it splits a colocation group."""
+    p = check_placement(placement, prob.graph, prob.cluster)
+    up = np.full(prob.num_units, -1, dtype=np.int64)
+    up[prob.unit_of] = p  # last writer wins; checked below
+    split = np.flatnonzero(up[prob.unit_of] != p)
+    if len(split):
+        i = int(split[0])
+        raise ValueError(
+            f"anneal: init puts node {prob.graph.name[i]!r} on device {int(p[i])} but its colocation "
+            f"group on device {int(up[prob.unit_of[i]])}; expected one device per group"
+        )
+    return up
 
 
 def propose(
@@ -93,8 +111,14 @@ def anneal(
     seed: int = 0,
     t0: float = 0.01,
     t_end: float = 1e-3,
+    init: np.ndarray | None = None,
 ) -> Plan:
-    """Metropolis search on the oracle's step time; exactly ``budget`` evaluations (default 1000)."""
+    """Metropolis search on the oracle's step time; exactly ``budget`` evaluations (default 1000).
+
+    ``init``: a per-node placement (one device per node, colocation groups kept
+    together) to start from instead of the pipeline DP's plan. It may be
+    infeasible; the search then moves towards plans that fit.
+    """
     start = oracle_calls_start(oracle)
     n_eval = 1000 if budget is None else int(budget)
     if n_eval < 1:
@@ -103,7 +127,7 @@ def anneal(
         raise ValueError(f"anneal: need t0 > 0 and 0 < t_end <= 1, got t0={t0}, t_end={t_end}")
     prob = make_problem(graph, cluster, oracle)
     rng = np.random.default_rng(seed)
-    cur = initial_placement(prob, rng)
+    cur = initial_placement(prob, rng) if init is None else unit_placement(prob, init)
     res = evaluate_units(prob, cur)
     spent, accepted, stuck = 1, 0, 0
     cur_cost = float(res.step_time) if result_ok(res) else math.inf
@@ -145,4 +169,5 @@ def anneal(
         accepted=accepted,
         acceptance_rate=accepted / max(spent - 1, 1),
         seed=seed,
+        warm_start=init is not None,
     )

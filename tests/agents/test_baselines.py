@@ -181,6 +181,41 @@ def test_anneal_never_worse_than_its_start():
     assert plan.meta["step_time"] <= plan.meta["initial_step_time"]
 
 
+def test_anneal_starts_from_init_by_hand():
+    g, c = chain6(), uniform_cluster(3)
+    # budget 1: only the start is evaluated; chain on one device = 1+...+6 = 21 s
+    plan = B.get("anneal")(g, c, Simulator(g, c), 1, init=np.zeros(6, dtype=np.int64))
+    assert plan.placement.tolist() == [0] * 6
+    assert plan.meta["step_time"] == pytest.approx(21.0)
+    assert plan.meta["warm_start"] is True
+    # split 1+2+3 | 4+5+6 with one 1-byte transfer at 10 B/s: 6 + 0.1 + 15 = 21.1 s
+    init = np.array([2, 2, 2, 1, 1, 1])
+    sim = Simulator(g, c)
+    plan = B.get("anneal")(g, c, sim, 40, init=init)
+    assert plan.meta["initial_step_time"] == pytest.approx(21.1)
+    assert plan.meta["step_time"] <= 21.1 + 1e-12
+    assert sim.calls == 40
+    assert plan.meta["step_time"] == pytest.approx(sim.evaluate(plan).step_time)
+
+
+def test_anneal_init_default_unchanged_and_checked():
+    g, c = chain6(), uniform_cluster(3)
+    a = B.get("anneal")(g, c, Simulator(g, c), 15, seed=3)
+    b = B.get("anneal")(g, c, Simulator(g, c), 15, seed=3, init=None)
+    assert a.placement.tolist() == b.placement.tolist() and a.meta["warm_start"] is False
+    dp = B.get("pipedream_dp")(g, c, Simulator(g, c))
+    assert a.meta["initial_step_time"] == pytest.approx(dp.meta["step_time"])
+    with pytest.raises(ValueError, match="shape"):
+        B.get("anneal")(g, c, Simulator(g, c), 5, init=np.zeros(5, dtype=np.int64))
+    with pytest.raises(ValueError, match="device 3"):
+        B.get("anneal")(g, c, Simulator(g, c), 5, init=np.full(6, 3))
+    grouped = g.replace(group=np.array([0, 0, 1, 1, 2, 2]))
+    with pytest.raises(ValueError, match="colocation group"):
+        B.get("anneal")(grouped, c, Simulator(grouped, c), 5, init=np.array([0, 1, 1, 1, 2, 2]))
+    ok = B.get("anneal")(grouped, c, Simulator(grouped, c), 5, init=np.array([0, 0, 1, 1, 2, 2]))
+    assert (ok.placement[0::2] == ok.placement[1::2]).all()
+
+
 def test_metis_cuts_the_thin_edge():
     # two 4-cliques (heavy edges) joined by one light edge
     e = [(a, b) for a in range(4) for b in range(a + 1, 4)]
