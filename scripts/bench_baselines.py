@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import sys
 import time
 from pathlib import Path
 
-import graphs
-from agents import baselines
-from placement_env.oracles.simulator import Simulator
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+import graphs  # noqa: E402
+from agents import baselines  # noqa: E402
+from placement_env.oracles.simulator import Simulator  # noqa: E402
 
 
 def main() -> None:
@@ -21,6 +27,7 @@ def main() -> None:
     ap.add_argument("--ilp-seconds", type=float, default=60.0)
     ap.add_argument("--out", default="docs/baselines_table.md")
     a = ap.parse_args()
+    wall0, load0 = time.perf_counter(), os.getloadavg()
     g = graphs.zoo.build(a.model, max_groups=256)
     c = graphs.clusters.load(a.cluster)
     lb = Simulator(g, c, microbatches=a.microbatches, schedule="1f1b").lower_bound()
@@ -48,7 +55,12 @@ def main() -> None:
                 f"{m['oracle_calls']} | {note} |"
             )
         print(rows[-1], flush=True)
-    Path(a.out).write_text("\n".join(rows) + "\n")
+    header = (
+        f"<!-- python scripts/bench_baselines.py {' '.join(sys.argv[1:])} | {platform.node()} | "
+        f"{time.strftime('%Y-%m-%d %H:%M')} | wall {time.perf_counter() - wall0:.0f} s, "
+        f"{os.cpu_count()} CPUs, load average {load0[0]:.2f} -> {os.getloadavg()[0]:.2f} -->"
+    )
+    Path(a.out).write_text("\n".join([header, *rows]) + "\n")
 
 
 if __name__ == "__main__":

@@ -2,15 +2,25 @@
 
 Rows: the default experiment (gpt2-xl <= 256 groups on dgx1_v100_8) and the
 rnnlm / nmt / inception-v3 rows of Mirhoseini et al. (ICML 2017, Table 1) on
-k40_2 and k40_4. Columns: step time, search time and oracle calls of each
-method, and the simulator's lower bound. ``anneal`` gets as many oracle calls
-as the PPO run that used most. A zero-shot section trains one GDP policy on
-synthetic graphs plus zoo models (gpt2-xl and bert-large held out) and plans
-the two held-out models with it. Every budget is a CLI option and is written
-into the output.
+k40_2 and k40_4. For each row:
 
-    python scripts/bench_quality.py                       # full run (tens of minutes on 2 cores)
-    python scripts/bench_quality.py --rows gpt2-xl@dgx1_v100_8 --timesteps 512 --no-zero-shot
+- the one-call baselines (single, expert, METIS, m-SCT, PipeDream DP);
+- **cold** PPO-placeto and PPO-gdp (episodes start from ``--init`` / one-shot),
+  and a cold ``anneal`` (from the DP plan) with as many oracle calls as the
+  cold PPO run that used most;
+- **warm** PPO-placeto and PPO-gdp: every episode starts from the row's best
+  baseline plan (Placeto-style refinement), each followed by an ``anneal``
+  started from the same plan with exactly the oracle calls that PPO run used
+  (same start, same evaluation budget). A warm cell is the best of the start
+  plan and every plan the search evaluated;
+- the simulator's lower bound, and each method's search time and oracle calls.
+
+A zero-shot section trains one GDP policy on synthetic graphs plus zoo models
+(gpt2-xl and bert-large held out) and plans the two held-out models with it.
+Every budget is a CLI option and is written into the output.
+
+    python scripts/bench_quality.py                       # full run (~20 minutes on 2 cores)
+    python scripts/bench_quality.py --rows rnnlm@k40_2 --timesteps 256 --warm-timesteps 256 --no-zero-shot
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import platform
 import sys
 import time
@@ -55,7 +66,9 @@ DEFAULT_ROWS = (
     "inception-v3@k40_4",
 )
 BASELINES = ("single", "expert", "metis", "m_sct", "pipedream_dp")
-COLUMNS = (*BASELINES, "anneal", "ppo-placeto", "ppo-gdp")
+COLD = ("ppo-placeto", "ppo-gdp", "anneal")
+WARM = ("warm-ppo-placeto", "warm-anneal-placeto", "warm-ppo-gdp", "warm-anneal-gdp")
+COLUMNS = (*BASELINES, *COLD, *WARM)
 HELD_OUT = ("gpt2-xl", "bert-large")
 ZERO_SHOT_TRAIN = ("gpt2", "gpt2-medium", "bert-base", "resnet50", "vit-base", "inception-v3")
 ENV_IDS = {
@@ -73,34 +86,65 @@ class Cell:
     search_s: float
     calls: int
     note: str = ""
+    improved: bool | None = None  # warm cells: beat the start plan
 
 
 # --------------------------------------------------------------------------- methods
-def run_baseline(
-    name: str, g: CompGraph, c: Cluster, a: argparse.Namespace, budget: int | None = None
-) -> Cell:
+def run_baseline_plan(
+    name: str,
+    g: CompGraph,
+    c: Cluster,
+    a: argparse.Namespace,
+    budget: int | None = None,
+    **options: Any,
+) -> tuple[Cell, np.ndarray | None]:
+    """Run one baseline on a fresh simulator: its cell and its per-node placement (None = none)."""
     sim = Simulator(g, c, microbatches=a.microbatches, schedule=a.schedule)
     t0 = time.perf_counter()
     try:
-        plan = baselines.get(name)(g, c, sim, budget)
+        plan = baselines.get(name)(g, c, sim, budget, **options)
     except baselines.InfeasiblePlanError as exc:
-        return Cell(None, time.perf_counter() - t0, sim.calls, str(exc).split(":")[0])
-    return Cell(float(plan.meta["step_time"]), time.perf_counter() - t0, sim.calls)
+        return Cell(None, time.perf_counter() - t0, sim.calls, str(exc).split(":")[0]), None
+    cell = Cell(float(plan.meta["step_time"]), time.perf_counter() - t0, sim.calls)
+    return cell, np.asarray(plan.placement, dtype=np.int64)
 
 
-def ppo_env(policy: str, a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    """Env id and options the policy trains on (Placeto sweeps, GDP places in one shot)."""
-    kind = a.placeto_env if policy == "placeto" else a.gdp_env
+def run_baseline(
+    name: str, g: CompGraph, c: Cluster, a: argparse.Namespace, budget: int | None = None
+) -> Cell:
+    return run_baseline_plan(name, g, c, a, budget)[0]
+
+
+def ppo_env(
+    policy: str, a: argparse.Namespace, init: np.ndarray | None = None
+) -> tuple[str, dict[str, Any]]:
+    """Env id and options the policy trains on.
+
+    Cold (``init`` None): Placeto sweeps from ``--init``, GDP places in one shot.
+    Warm: both start every episode from ``init`` in ``--warm-*-env`` (sweep or reassign).
+    """
+    if init is None:
+        kind = a.placeto_env if policy == "placeto" else a.gdp_env
+    else:
+        kind = a.warm_placeto_env if policy == "placeto" else a.warm_gdp_env
     options: dict[str, Any] = {}
     if kind in ("sweep", "reassign"):
-        options["init"] = a.init
+        options["init"] = a.init if init is None else init
+    elif init is not None:
+        raise ValueError(f"a warm start needs a sweep or reassign env, got {kind!r}")
     return ENV_IDS[kind], options
 
 
 def run_ppo(
-    policy: str, g: CompGraph, c: Cluster, a: argparse.Namespace, timesteps: int
+    policy: str,
+    g: CompGraph,
+    c: Cluster,
+    a: argparse.Namespace,
+    timesteps: int,
+    init: np.ndarray | None = None,
 ) -> tuple[Cell, Any]:
-    env_id, options = ppo_env(policy, a)
+    """Train PPO on one row; the cell holds the best feasible plan seen (and, warm, the start)."""
+    env_id, options = ppo_env(policy, a, init)
     factory = SimulatorFactory(microbatches=a.microbatches, schedule=a.schedule)
     t0 = time.perf_counter()
     model = make_ppo(
@@ -117,13 +161,38 @@ def run_ppo(
     model.learn(timesteps, callback=tracker)
     dt = time.perf_counter() - t0
     best = tracker.best_step_time
+    if init is None:
+        cell = Cell(
+            best if np.isfinite(best) else None,
+            dt,
+            tracker.oracle_calls,
+            "" if np.isfinite(best) else "no feasible placement sampled",
+        )
+        return cell, model
+    start = Simulator(g, c, microbatches=a.microbatches, schedule=a.schedule).evaluate(init)
+    start_t = float(start.step_time) if not start.oom else float("inf")
+    found = min(best, start_t)
     cell = Cell(
-        best if np.isfinite(best) else None,
+        found if np.isfinite(found) else None,
         dt,
         tracker.oracle_calls,
-        "" if np.isfinite(best) else "no feasible placement sampled",
+        f"best sampled {best * 1e3:.1f} ms"
+        if np.isfinite(best)
+        else "no feasible placement sampled",
+        improved=bool(best < start_t),
     )
     return cell, model
+
+
+def warm_anneal(
+    g: CompGraph, c: Cluster, a: argparse.Namespace, init: np.ndarray, calls: int
+) -> Cell:
+    """``anneal`` from ``init`` with exactly ``calls`` oracle evaluations (at least 1)."""
+    cell, _ = run_baseline_plan("anneal", g, c, a, max(calls, 1), init=init, seed=a.seed)
+    start = Simulator(g, c, microbatches=a.microbatches, schedule=a.schedule).evaluate(init)
+    if cell.step_time is not None and not start.oom:
+        cell.improved = bool(cell.step_time < float(start.step_time))
+    return cell
 
 
 def zero_shot(a: argparse.Namespace, per_model: dict[str, Cell]) -> list[dict[str, Any]]:
@@ -201,24 +270,53 @@ def _ms(t: float | None) -> str:
     return "infeasible" if t is None else f"{t * 1e3:.1f}"
 
 
+def _cell(c: Cell) -> str:
+    """A step-time cell; warm cells that kept their start plan are marked ``=``."""
+    return _ms(c.step_time) + (" =" if c.improved is False else "")
+
+
+def _ratio(x: Cell, y: Cell | None) -> str:
+    if y is None or not x.step_time or not y.step_time:
+        return "—"
+    return f"{x.step_time / y.step_time:.3f}"
+
+
+def best_baseline(cells: dict[str, Cell]) -> tuple[str, Cell] | None:
+    """The fastest one-call baseline of a row as ``(name, cell)``."""
+    ok = [(k, cells[k]) for k in BASELINES if k in cells and cells[k].step_time]
+    return min(ok, key=lambda kv: kv[1].step_time) if ok else None  # type: ignore[arg-type,return-value]
+
+
 def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Namespace) -> str:
-    lines = [
-        "| model @ cluster | lower bound | "
-        + " | ".join(COLUMNS)
-        + " | best baseline | best PPO | PPO / baseline |",
-        "| --- | ---: | " + " | ".join("---:" for _ in COLUMNS) + " | --- | --- | ---: |",
+    summary = [
+        "| model @ cluster | lower bound | best baseline | cold PPO-placeto | cold PPO-gdp "
+        "| cold anneal | warm PPO-placeto | warm anneal (= its calls) | warm PPO-gdp "
+        "| warm anneal (= its calls) | best PPO / best baseline | best PPO / best anneal |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         cells = r["cells"]
-        base = {k: v for k, v in cells.items() if not k.startswith("ppo") and v.step_time}
-        ppo = {k: v for k, v in cells.items() if k.startswith("ppo") and v.step_time}
-        bb = min(base, key=lambda k: base[k].step_time) if base else None
-        bp = min(ppo, key=lambda k: ppo[k].step_time) if ppo else None
-        ratio = f"{ppo[bp].step_time / base[bb].step_time:.3f}" if bb is not None and bp else "—"
-        lines.append(
-            f"| {r['model']} @ {r['cluster']} | {r['lower_bound'] * 1e3:.1f} | "
-            + " | ".join(_ms(cells[k].step_time) for k in COLUMNS)
-            + f" | {bb or '—'} | {bp or '—'} | {ratio} |"
+        bb = best_baseline(cells)
+        ppo = [cells[k] for k in ("ppo-placeto", "ppo-gdp", "warm-ppo-placeto", "warm-ppo-gdp")]
+        ann = [cells[k] for k in ("anneal", "warm-anneal-placeto", "warm-anneal-gdp")]
+        bp = best_of({str(i): c for i, c in enumerate(ppo)})
+        ba = best_of({str(i): c for i, c in enumerate(ann)})
+        bb_s = "—" if bb is None else f"{_ms(bb[1].step_time)} ({bb[0]})"
+        summary.append(
+            f"| {r['model']} @ {r['cluster']} | {r['lower_bound'] * 1e3:.1f} | {bb_s} | "
+            + " | ".join(_cell(cells[k]) for k in (*COLD, *WARM))
+            + f" | {_ratio(bp, None if bb is None else bb[1]) if bp else '—'}"
+            + f" | {_ratio(bp, ba) if bp else '—'} |"
+        )
+    full = [
+        "| model @ cluster | " + " | ".join(BASELINES) + " |",
+        "| --- | " + " | ".join("---:" for _ in BASELINES) + " |",
+    ]
+    for r in rows:
+        full.append(
+            f"| {r['model']} @ {r['cluster']} | "
+            + " | ".join(_ms(r["cells"][k].step_time) for k in BASELINES)
+            + " |"
         )
     cost = [
         "| model @ cluster | " + " | ".join(COLUMNS) + " |",
@@ -233,9 +331,18 @@ def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Nam
     out = [
         "Step time per training step in ms (simulator, "
         f"{a.microbatches} microbatches, {a.schedule.upper()}); lower is better. "
-        "`infeasible` = the method returned no memory-feasible plan.",
+        f"Cold PPO: {a.timesteps} env steps per run ({a.placeto_env} from `{a.init}` / {a.gdp_env}); "
+        f"warm PPO: {a.warm_timesteps} env steps per run, every episode starting from the best "
+        f"baseline plan ({a.warm_placeto_env} / {a.warm_gdp_env}). A warm cell is the best of the "
+        "start plan and every plan evaluated; `=` marks a warm search that found nothing faster "
+        "than its start. Each warm anneal starts from the same plan with exactly the oracle calls "
+        "of the PPO run on its left. `infeasible` = no memory-feasible plan.",
         "",
-        *lines,
+        *summary,
+        "",
+        "One-call baselines (ms):",
+        "",
+        *full,
         "",
         "Search cost: wall time / oracle calls.",
         "",
@@ -282,14 +389,19 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-groups", type=int, default=256)
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--schedule", default="1f1b")
-    ap.add_argument("--timesteps", type=int, default=1024, help="PPO env steps per row and policy")
+    ap.add_argument("--timesteps", type=int, default=1024, help="cold PPO env steps per run")
+    ap.add_argument(
+        "--warm-timesteps", type=int, default=1024, help="warm PPO env steps per run (0 = skip)"
+    )
     ap.add_argument("--n-envs", type=int, default=2)
     ap.add_argument("--n-steps", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--placeto-env", choices=sorted(ENV_IDS), default="sweep")
     ap.add_argument("--gdp-env", choices=sorted(ENV_IDS), default="oneshot")
-    ap.add_argument("--init", default="balanced", help="initial placement of sweep/reassign")
+    ap.add_argument("--init", default="balanced", help="initial placement of cold sweep/reassign")
+    ap.add_argument("--warm-placeto-env", choices=("sweep", "reassign"), default="sweep")
+    ap.add_argument("--warm-gdp-env", choices=("sweep", "reassign"), default="reassign")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest here)")
     ap.add_argument("--no-zero-shot", dest="zero_shot", action="store_false")
@@ -309,6 +421,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     a = parse(argv)
     torch.set_num_threads(a.threads)
+    wall0, cpu0, load0 = time.perf_counter(), time.process_time(), os.getloadavg()
     rows: list[dict[str, Any]] = []
     per_model: dict[str, Cell] = {}
     for spec in a.rows:
@@ -318,13 +431,33 @@ def main(argv: Sequence[str] | None = None) -> None:
         g = graphs.zoo.build(model_name, max_groups=a.max_groups)
         c = graphs.clusters.load(cluster_name)
         lb = Simulator(g, c, microbatches=a.microbatches, schedule=a.schedule).lower_bound()
-        cells: dict[str, Cell] = {n: run_baseline(n, g, c, a) for n in BASELINES}
+        cells: dict[str, Cell] = {}
+        plans: dict[str, np.ndarray] = {}
+        for n in BASELINES:
+            cells[n], p = run_baseline_plan(n, g, c, a)
+            if p is not None:
+                plans[n] = p
         for pol in ("placeto", "gdp"):
             cells[f"ppo-{pol}"], _ = run_ppo(pol, g, c, a, a.timesteps)
         budget = max(cells["ppo-placeto"].calls, cells["ppo-gdp"].calls, 1)
         cells["anneal"] = run_baseline("anneal", g, c, a, budget)
+        bb = best_baseline(cells)
+        for pol in ("placeto", "gdp"):
+            if bb is None or a.warm_timesteps <= 0:
+                cells[f"warm-ppo-{pol}"] = Cell(None, 0.0, 0, "no baseline plan to start from")
+                cells[f"warm-anneal-{pol}"] = Cell(None, 0.0, 0, "no baseline plan to start from")
+                continue
+            init = plans[bb[0]]
+            cells[f"warm-ppo-{pol}"], _ = run_ppo(pol, g, c, a, a.warm_timesteps, init=init)
+            cells[f"warm-anneal-{pol}"] = warm_anneal(g, c, a, init, cells[f"warm-ppo-{pol}"].calls)
         rows.append(
-            {"model": model_name, "cluster": cluster_name, "lower_bound": lb, "cells": cells}
+            {
+                "model": model_name,
+                "cluster": cluster_name,
+                "lower_bound": lb,
+                "warm_start": None if bb is None else bb[0],
+                "cells": cells,
+            }
         )
         if cluster_name == a.zs_target:
             ref = best_of(cells)
@@ -347,9 +480,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         zs = zero_shot(a, per_model)
     table = render(rows, zs, a)
     args_used = " ".join(sys.argv[1:] if argv is None else argv)
+    run = {
+        "wall_s": time.perf_counter() - wall0,
+        "cpu_s": time.process_time() - cpu0,
+        "loadavg_start": load0,
+        "loadavg_end": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
     header = (
         f"<!-- python scripts/bench_quality.py {args_used} | "
-        f"{platform.node()} | {time.strftime('%Y-%m-%d %H:%M')} -->\n"
+        f"{platform.node()} | {time.strftime('%Y-%m-%d %H:%M')} | "
+        f"wall {run['wall_s']:.0f} s, CPU {run['cpu_s']:.0f} s, {run['cpus']} CPUs, "
+        f"load average {run['loadavg_start'][0]:.2f} -> {run['loadavg_end'][0]:.2f} -->\n"
     )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(header + table)
@@ -358,6 +500,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         json.dumps(
             {
                 "args": vars(a),
+                "run": run,
                 "rows": [
                     {**r, "cells": {k: asdict(v) for k, v in r["cells"].items()}} for r in rows
                 ],
