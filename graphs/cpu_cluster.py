@@ -27,11 +27,34 @@ def calibration_path() -> Path:
     return Path.home() / ".cache" / "devplace" / "cpu_calibration.json"
 
 
-def cpu_cluster(n: int, calibration: dict | None = None) -> Cluster:
+def concurrency_factor(calibration: dict | None, processes: int) -> float:
+    """Per-process speed with ``processes`` processes computing at once, relative to one alone.
+
+    Read from ``calibration["concurrency"]`` (``str(k) -> factor``, written by
+    ``runtime.profile.measure_concurrent_speed``); 1.0 when absent. A count
+    beyond the measured ones uses the largest measured count's total throughput
+    shared among ``processes``.
+    """
+    if processes < 1:
+        raise ValueError(f"processes must be >= 1, got {processes}")
+    conc = {int(k): float(v) for k, v in ((calibration or {}).get("concurrency") or {}).items()}
+    if not conc:
+        return 1.0
+    if processes in conc:
+        return conc[processes]
+    k = max(conc)
+    return min(1.0, conc[k] * k / processes) if processes > k else 1.0
+
+
+def cpu_cluster(n: int, calibration: dict | None = None, processes: int | None = None) -> Cluster:
     """N CPU processes joined all-to-all by loopback links.
 
     Device and link figures come from ``calibration`` (keys ``device`` and
     ``link``), else from the calibration file if present, else from defaults.
+    With ``processes`` (how many processes run at once, e.g. the devices a plan
+    uses) and a calibration holding ``concurrency`` factors, each device's
+    ``peak_flops`` and ``mem_bw`` are multiplied and its ``launch_overhead`` divided
+    by :func:`concurrency_factor`: processes that time-share cores run slower.
     """
     if n < 1:
         raise ValueError(f"cpu_N needs N >= 1, got {n}")
@@ -39,6 +62,11 @@ def cpu_cluster(n: int, calibration: dict | None = None) -> Cluster:
     if cal is None and calibration_path().exists():
         cal = json.loads(calibration_path().read_text())
     dev = dict(DEFAULT_CPU, **((cal or {}).get("device") or {}))
+    if processes is not None:
+        f = concurrency_factor(cal, processes)
+        dev["peak_flops"] *= f
+        dev["mem_bw"] *= f
+        dev["launch_overhead"] /= f
     link = dict(DEFAULT_LINK, **((cal or {}).get("link") or {}))
     devices = tuple(Device(name=f"cpu{i}", kind="cpu", **dev) for i in range(n))
     links = tuple(
@@ -48,4 +76,6 @@ def cpu_cluster(n: int, calibration: dict | None = None) -> Cluster:
         if a != b
     )
     meta = {"description": f"{n} CPU processes on this machine", "calibrated": cal is not None}
+    if processes is not None:
+        meta["processes"] = int(processes)
     return Cluster(f"cpu_{n}", devices, links, (), meta)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -49,6 +51,56 @@ def measure_device(
         "efficiency": 1.0,
         "launch_overhead": t_ov,
     }
+
+
+def _matmul_rate(n: int, seconds: float, core: int | None, start: Any, out: Any) -> None:
+    """Child of :func:`measure_concurrent_speed`: matmul FLOP/s of one process (one thread)."""
+    torch.set_num_threads(1)
+    if core is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    start.wait()
+    t0, k = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        k += 1
+    out.put(2.0 * n**3 * k / (time.perf_counter() - t0))
+
+
+def measure_concurrent_speed(
+    counts: Sequence[int] = (1, 2, 3, 4), *, n: int = 256, seconds: float = 1.5
+) -> dict[str, float]:
+    """Per-process speed with ``k`` single-threaded processes computing at once, relative to one alone.
+
+    For each ``k`` in ``counts``, ``k`` processes run ``n x n`` matmuls for
+    ``seconds`` (pinned one per core when the machine has at least ``k`` cores);
+    the result maps ``str(k)`` to the median per-process rate divided by the rate
+    of a single process. On a machine with ``C`` free cores this is about
+    ``min(1, C / k)``; on a shared or hyper-threaded machine it is lower.
+    """
+    if not counts or min(counts) < 1:
+        raise ValueError(f"measure_concurrent_speed: counts must be >= 1, got {list(counts)}")
+    ctx = mp.get_context("spawn")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    rates: dict[int, float] = {}
+    for k in sorted(set(int(c) for c in counts) | {1}):
+        start, out = ctx.Barrier(k), ctx.Queue()  # all k start computing together
+        pin = len(cores) >= k
+        procs = [
+            ctx.Process(
+                target=_matmul_rate, args=(n, seconds, cores[i] if pin else None, start, out)
+            )
+            for i in range(k)
+        ]
+        for pr in procs:
+            pr.start()
+        got = [out.get(timeout=120 + seconds) for _ in procs]
+        for pr in procs:
+            pr.join()
+        rates[k] = float(np.median(got))
+    return {str(k): rates[k] / rates[1] for k in sorted(rates) if k in set(counts) or k == 1}
 
 
 def _p2p_worker(sizes: Sequence[int], repeats: int) -> list[float]:
@@ -125,9 +177,16 @@ def measure_ops(model: dict[str, Any], *, repeats: int = 5, threads: int = 1) ->
 
 
 def write_calibration(
-    device: dict[str, float], link: dict[str, Any], path: str | Path, memory: float | None = None
+    device: dict[str, float],
+    link: dict[str, Any],
+    path: str | Path,
+    memory: float | None = None,
+    concurrency: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Write the ``cpu_N`` calibration JSON read by ``graphs.cpu_cluster.cpu_cluster``."""
+    """Write the ``cpu_N`` calibration JSON read by ``graphs.cpu_cluster.cpu_cluster``.
+
+    ``concurrency`` (from :func:`measure_concurrent_speed`) is stored under that key.
+    """
     dev = dict(device)
     if memory is not None:
         dev["memory"] = float(memory)
@@ -140,6 +199,8 @@ def write_calibration(
             "time": time.time(),
         },
     }
+    if concurrency is not None:
+        cal["concurrency"] = {str(k): float(v) for k, v in concurrency.items()}
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(cal, indent=1))
