@@ -9,9 +9,11 @@ has the graph's forward node names.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,7 +24,25 @@ from graphs.compgraph import CompGraph
 from graphs.zoo.cache import cache_dir, cache_key, load_npz, save_npz
 
 #: Bumped whenever extraction, coarsening or a model definition changes cached results.
-VERSION = "zoo-3"
+VERSION = "zoo-4"
+
+
+def _source_digest() -> str:
+    """SHA-256 of the code that determines a built graph, so an edited extractor,
+    coarsener or model definition never reads a stale cache entry (even without a
+    :data:`VERSION` bump)."""
+    here = Path(__file__).resolve().parent
+    files = sorted(here.glob("*.py")) + [
+        here.parent / f for f in ("extract.py", "training.py", "coarsen.py", "compgraph.py")
+    ]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+SOURCE_DIGEST = _source_digest()
 
 
 def lm_loss(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -282,7 +302,8 @@ def build(
     keywords override the model config (``n_layer=2, d_model=64, ...``).
     ``max_groups`` coarsens the graph with :func:`graphs.coarsen.coarsen`.
     Results are cached on disk (see :mod:`graphs.zoo.cache`) keyed by name,
-    config, precision, optimizer, ``max_groups`` and :data:`VERSION`;
+    config, precision, optimizer, ``max_groups``, :data:`VERSION` and a digest of the
+    extraction / model source (:data:`SOURCE_DIGEST`);
     ``cache=False`` neither reads nor writes the cache.
     """
     cfg = resolve_config(name, batch=batch, seq=seq, **config)
@@ -290,7 +311,7 @@ def build(
         raise ValueError(f"graphs.zoo.build: max_groups must be >= 1, got {max_groups}")
     key = cache_key(
         name=name, config=cfg, precision=precision, optimizer=optimizer,
-        max_groups=max_groups, version=VERSION,
+        max_groups=max_groups, version=VERSION, source=SOURCE_DIGEST,
     )  # fmt: skip
     path = cache_dir() / f"{name}-{key}.npz"
     if cache and path.exists():

@@ -123,3 +123,16 @@ def test_gpt2_xl_must_show() -> None:
     assert c.num_groups <= 256
     for f in ("flops", "bytes_accessed", "param_bytes", "act_bytes"):
         assert np.isclose(getattr(c, f).sum(), getattr(g, f).sum())
+
+
+def test_cache_key_changes_with_the_extraction_source(tmp_path, monkeypatch) -> None:
+    """An edited extractor must never read a graph cached by the old code."""
+    import graphs.zoo as zoo_mod
+
+    monkeypatch.setenv("DEVPLACE_CACHE", str(tmp_path))
+    cfg = dict(n_layer=1, d_model=32, n_head=2, vocab=50, seq=8, batch=2)
+    zoo_mod.build("gpt2", **cfg)
+    assert len(list(tmp_path.glob("*.npz"))) == 1
+    monkeypatch.setattr(zoo_mod, "SOURCE_DIGEST", "edited-source")
+    zoo_mod.build("gpt2", **cfg)
+    assert len(list(tmp_path.glob("*.npz"))) == 2  # a new entry, not the stale one
