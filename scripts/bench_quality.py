@@ -32,7 +32,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -287,6 +287,20 @@ def best_baseline(cells: dict[str, Cell]) -> tuple[str, Cell] | None:
     return min(ok, key=lambda kv: kv[1].step_time) if ok else None  # type: ignore[arg-type,return-value]
 
 
+def _table(
+    rows: list[dict[str, Any]], columns: Sequence[str], fmt: Callable[[Cell], str]
+) -> list[str]:
+    """A markdown table: one line per row, ``fmt`` of each column's cell."""
+    out = [
+        "| model @ cluster | " + " | ".join(columns) + " |",
+        "| --- | " + " | ".join("---:" for _ in columns) + " |",
+    ]
+    for r in rows:
+        cells = " | ".join(fmt(r["cells"][k]) for k in columns)
+        out.append(f"| {r['model']} @ {r['cluster']} | {cells} |")
+    return out
+
+
 def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Namespace) -> str:
     summary = [
         "| model @ cluster | lower bound | best baseline | cold PPO-placeto | cold PPO-gdp "
@@ -308,31 +322,14 @@ def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Nam
             + f" | {_ratio(bp, None if bb is None else bb[1]) if bp else '—'}"
             + f" | {_ratio(bp, ba) if bp else '—'} |"
         )
-    full = [
-        "| model @ cluster | " + " | ".join(BASELINES) + " |",
-        "| --- | " + " | ".join("---:" for _ in BASELINES) + " |",
-    ]
-    for r in rows:
-        full.append(
-            f"| {r['model']} @ {r['cluster']} | "
-            + " | ".join(_ms(r["cells"][k].step_time) for k in BASELINES)
-            + " |"
-        )
-    cost = [
-        "| model @ cluster | " + " | ".join(COLUMNS) + " |",
-        "| --- | " + " | ".join("---:" for _ in COLUMNS) + " |",
-    ]
-    for r in rows:
-        cost.append(
-            f"| {r['model']} @ {r['cluster']} | "
-            + " | ".join(f"{r['cells'][k].search_s:.1f} s / {r['cells'][k].calls}" for k in COLUMNS)
-            + " |"
-        )
+    full = _table(rows, BASELINES, lambda c: _ms(c.step_time))
+    cost = _table(rows, COLUMNS, lambda c: f"{c.search_s:.1f} s / {c.calls}")
     out = [
         "Step time per training step in ms (simulator, "
         f"{a.microbatches} microbatches, {a.schedule.upper()}); lower is better. "
-        f"Cold PPO: {a.timesteps} env steps per run ({a.placeto_env} from `{a.init}` / {a.gdp_env}); "
-        f"warm PPO: {a.warm_timesteps} env steps per run, every episode starting from the best "
+        f"Cold PPO (placeto / gdp): {a.timesteps} / {a.gdp_timesteps} env steps "
+        f"({a.placeto_env} from `{a.init}` / {a.gdp_env}); warm PPO: {a.warm_timesteps} / "
+        f"{a.warm_gdp_timesteps} env steps, every episode starting from the best "
         f"baseline plan ({a.warm_placeto_env} / {a.warm_gdp_env}). A warm cell is the best of the "
         "start plan and every plan evaluated; `=` marks a warm search that found nothing faster "
         "than its start. Each warm anneal starts from the same plan with exactly the oracle calls "
@@ -389,9 +386,21 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-groups", type=int, default=256)
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--schedule", default="1f1b")
-    ap.add_argument("--timesteps", type=int, default=1024, help="cold PPO env steps per run")
+    ap.add_argument("--timesteps", type=int, default=512, help="cold PPO-placeto env steps")
     ap.add_argument(
-        "--warm-timesteps", type=int, default=1024, help="warm PPO env steps per run (0 = skip)"
+        "--gdp-timesteps",
+        type=int,
+        default=256,
+        help="cold PPO-gdp env steps (its Transformer costs ~5x a Placeto step here)",
+    )
+    ap.add_argument(
+        "--warm-timesteps", type=int, default=2048, help="warm PPO-placeto env steps (0 = skip)"
+    )
+    ap.add_argument(
+        "--warm-gdp-timesteps",
+        type=int,
+        default=512,
+        help="warm PPO-gdp env steps (0 = skip)",
     )
     ap.add_argument("--n-envs", type=int, default=2)
     ap.add_argument("--n-steps", type=int, default=64)
@@ -410,7 +419,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--zs-target", default="dgx1_v100_8")
     ap.add_argument("--zs-synthetic-weight", type=float, default=1.0)
     ap.add_argument("--zs-synthetic-ops", type=int, default=128, help="max forward ops")
-    ap.add_argument("--zs-timesteps", type=int, default=2048)
+    ap.add_argument("--zs-timesteps", type=int, default=1024)
     ap.add_argument("--zs-samples", type=int, default=4)
     ap.add_argument("--zs-policy", default="outputs/bench_quality/gdp_zero_shot.pt")
     ap.add_argument("--out", default="docs/results_table.md")
@@ -437,18 +446,19 @@ def main(argv: Sequence[str] | None = None) -> None:
             cells[n], p = run_baseline_plan(n, g, c, a)
             if p is not None:
                 plans[n] = p
-        for pol in ("placeto", "gdp"):
-            cells[f"ppo-{pol}"], _ = run_ppo(pol, g, c, a, a.timesteps)
+        cells["ppo-placeto"], _ = run_ppo("placeto", g, c, a, a.timesteps)
+        cells["ppo-gdp"], _ = run_ppo("gdp", g, c, a, a.gdp_timesteps)
         budget = max(cells["ppo-placeto"].calls, cells["ppo-gdp"].calls, 1)
         cells["anneal"] = run_baseline("anneal", g, c, a, budget)
         bb = best_baseline(cells)
-        for pol in ("placeto", "gdp"):
-            if bb is None or a.warm_timesteps <= 0:
-                cells[f"warm-ppo-{pol}"] = Cell(None, 0.0, 0, "no baseline plan to start from")
-                cells[f"warm-anneal-{pol}"] = Cell(None, 0.0, 0, "no baseline plan to start from")
+        for pol, steps in (("placeto", a.warm_timesteps), ("gdp", a.warm_gdp_timesteps)):
+            if bb is None or steps <= 0:
+                why = "skipped" if steps <= 0 else "no baseline plan to start from"
+                cells[f"warm-ppo-{pol}"] = Cell(None, 0.0, 0, why)
+                cells[f"warm-anneal-{pol}"] = Cell(None, 0.0, 0, why)
                 continue
             init = plans[bb[0]]
-            cells[f"warm-ppo-{pol}"], _ = run_ppo(pol, g, c, a, a.warm_timesteps, init=init)
+            cells[f"warm-ppo-{pol}"], _ = run_ppo(pol, g, c, a, steps, init=init)
             cells[f"warm-anneal-{pol}"] = warm_anneal(g, c, a, init, cells[f"warm-ppo-{pol}"].calls)
         rows.append(
             {
@@ -466,18 +476,40 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(
             f"{spec}: " + ", ".join(f"{k}={_ms(v.step_time)}" for k, v in cells.items()), flush=True
         )
+        write_outputs(rows, [], a, argv, wall0, cpu0, load0)
     zs: list[dict[str, Any]] = []
     if a.zero_shot:
         for m in HELD_OUT:
-            if m not in per_model:  # per-model search for the comparison: DP + PPO-gdp
+            if m not in per_model:  # per-model search: one-call baselines + warm PPO-placeto
                 g = graphs.zoo.build(m, max_groups=a.max_groups)
                 c = graphs.clusters.load(a.zs_target)
-                cells = {n: run_baseline(n, g, c, a) for n in ("expert", "pipedream_dp")}
-                cells["ppo-gdp"], _ = run_ppo("gdp", g, c, a, a.timesteps)
+                cells, plans = {}, {}
+                for n in BASELINES:
+                    cells[n], p = run_baseline_plan(n, g, c, a)
+                    if p is not None:
+                        plans[n] = p
+                bb = best_baseline(cells)
+                if bb is not None and a.warm_timesteps > 0:
+                    cells["warm-ppo-placeto"], _ = run_ppo(
+                        "placeto", g, c, a, a.warm_timesteps, init=plans[bb[0]]
+                    )
                 ref = best_of(cells)
                 if ref is not None:
                     per_model[m] = ref
         zs = zero_shot(a, per_model)
+    print(write_outputs(rows, zs, a, argv, wall0, cpu0, load0))
+
+
+def write_outputs(
+    rows: list[dict[str, Any]],
+    zs: list[dict[str, Any]],
+    a: argparse.Namespace,
+    argv: Sequence[str] | None,
+    wall0: float,
+    cpu0: float,
+    load0: tuple[float, float, float],
+) -> str:
+    """Write the markdown table and the JSON so far (called after every row); return the table."""
     table = render(rows, zs, a)
     args_used = " ".join(sys.argv[1:] if argv is None else argv)
     run = {
@@ -509,7 +541,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             indent=1,
         )
     )
-    print(table)
+    return table
 
 
 if __name__ == "__main__":
