@@ -305,22 +305,22 @@ def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Nam
     summary = [
         "| model @ cluster | lower bound | best baseline | cold PPO-placeto | cold PPO-gdp "
         "| cold anneal | warm PPO-placeto | warm anneal (= its calls) | warm PPO-gdp "
-        "| warm anneal (= its calls) | best PPO / best baseline | best PPO / best anneal |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| warm anneal (= its calls) | best PPO / best baseline "
+        "| warm PPO-placeto / its anneal | warm PPO-gdp / its anneal |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         cells = r["cells"]
         bb = best_baseline(cells)
         ppo = [cells[k] for k in ("ppo-placeto", "ppo-gdp", "warm-ppo-placeto", "warm-ppo-gdp")]
-        ann = [cells[k] for k in ("anneal", "warm-anneal-placeto", "warm-anneal-gdp")]
         bp = best_of({str(i): c for i, c in enumerate(ppo)})
-        ba = best_of({str(i): c for i, c in enumerate(ann)})
         bb_s = "—" if bb is None else f"{_ms(bb[1].step_time)} ({bb[0]})"
         summary.append(
             f"| {r['model']} @ {r['cluster']} | {r['lower_bound'] * 1e3:.1f} | {bb_s} | "
             + " | ".join(_cell(cells[k]) for k in (*COLD, *WARM))
             + f" | {_ratio(bp, None if bb is None else bb[1]) if bp else '—'}"
-            + f" | {_ratio(bp, ba) if bp else '—'} |"
+            + f" | {_ratio(cells['warm-ppo-placeto'], cells['warm-anneal-placeto'])}"
+            + f" | {_ratio(cells['warm-ppo-gdp'], cells['warm-anneal-gdp'])} |"
         )
     full = _table(rows, BASELINES, lambda c: _ms(c.step_time))
     cost = _table(rows, COLUMNS, lambda c: f"{c.search_s:.1f} s / {c.calls}")
@@ -424,11 +424,73 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--zs-policy", default="outputs/bench_quality/gdp_zero_shot.pt")
     ap.add_argument("--out", default="docs/results_table.md")
     ap.add_argument("--json", default="outputs/bench_quality/results.json")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: render --out from the rows and zero-shot results of these JSON files "
+        "(e.g. parts of the rows run in parallel with the same budgets)",
+    )
     return ap.parse_args(argv)
+
+
+#: Arguments that must agree between JSON files merged into one table.
+BUDGET_ARGS = (
+    "max_groups",
+    "microbatches",
+    "schedule",
+    "timesteps",
+    "gdp_timesteps",
+    "warm_timesteps",
+    "warm_gdp_timesteps",
+    "n_envs",
+    "n_steps",
+    "batch_size",
+    "hidden",
+    "placeto_env",
+    "gdp_env",
+    "warm_placeto_env",
+    "warm_gdp_env",
+    "init",
+    "seed",
+)
+
+
+def merge(paths: Sequence[str], out: str) -> str:
+    """Render one table from several result JSON files with the same budgets; write ``out``."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    first = parts[0]["args"]
+    for p, d in zip(paths, parts):
+        diff = [k for k in BUDGET_ARGS if d["args"].get(k) != first.get(k)]
+        if diff:
+            raise SystemExit(f"--merge: {p} was run with other {diff} than {paths[0]}")
+    a = argparse.Namespace(**{**first, "out": out})
+    rows = [
+        {**r, "cells": {k: Cell(**v) for k, v in r["cells"].items()}}
+        for d in parts
+        for r in d["rows"]
+    ]
+    zs = [z for d in parts for z in d["zero_shot"]]
+    zs_args = next((d["args"] for d in parts if d["zero_shot"]), None)
+    if zs_args is not None:  # the zero-shot caption describes the run that did it
+        for k in [k for k in zs_args if k.startswith("zs_")]:
+            setattr(a, k, zs_args[k])
+    runs = "; ".join(
+        f"{Path(p).name}: wall {d['run']['wall_s']:.0f} s, CPU {d['run']['cpu_s']:.0f} s, load "
+        f"{d['run']['loadavg_start'][0]:.2f} -> {d['run']['loadavg_end'][0]:.2f}"
+        for p, d in zip(paths, parts)
+    )
+    table = f"<!-- merged {' '.join(paths)} | {runs} -->\n" + render(rows, zs, a)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(table)
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     a = parse(argv)
+    if a.merge:
+        print(merge(a.merge, a.out))
+        return
     torch.set_num_threads(a.threads)
     wall0, cpu0, load0 = time.perf_counter(), time.process_time(), os.getloadavg()
     rows: list[dict[str, Any]] = []
