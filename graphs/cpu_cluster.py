@@ -33,7 +33,7 @@ def concurrency_factor(calibration: dict | None, processes: int) -> float:
     Read from ``calibration["concurrency"]`` (``str(k) -> factor``, written by
     ``runtime.profile.measure_concurrent_speed``); 1.0 when absent. A count
     beyond the measured ones uses the largest measured count's total throughput
-    shared among ``processes``.
+    shared among ``processes``. Factors are capped at 1.
     """
     if processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
@@ -41,7 +41,7 @@ def concurrency_factor(calibration: dict | None, processes: int) -> float:
     if not conc:
         return 1.0
     if processes in conc:
-        return conc[processes]
+        return min(1.0, conc[processes])  # above 1 is measurement noise: sharing never speeds up
     k = max(conc)
     return min(1.0, conc[k] * k / processes) if processes > k else 1.0
 

@@ -14,7 +14,13 @@ from graphs.cpu_cluster import calibration_path
 
 @hydra.main(version_base=None, config_path="../conf", config_name="profile")
 def main(cfg: DictConfig) -> None:
-    from runtime.profile import measure_device, measure_ops, measure_p2p, write_calibration
+    from runtime.profile import (
+        measure_concurrent_speed,
+        measure_device,
+        measure_ops,
+        measure_p2p,
+        write_calibration,
+    )
 
     out = Path(cfg.output_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -27,13 +33,17 @@ def main(cfg: DictConfig) -> None:
         device["launch_overhead"] = float(np.median(small)) * 1e-6
     link = measure_p2p(repeats=int(cfg.p2p_repeats))
     path = Path(cfg.calibration) if cfg.calibration else calibration_path()
-    cal = write_calibration(device, link, path, memory=float(cfg.memory_gib) * 2**30)
+    counts = [int(k) for k in cfg.concurrency or []]
+    conc = measure_concurrent_speed(counts) if counts else None
+    cal = write_calibration(
+        device, link, path, memory=float(cfg.memory_gib) * 2**30, concurrency=conc
+    )
     (out / "calibration.json").write_text(json.dumps(cal, indent=1))
     d, ln = cal["device"], cal["link"]
     print(
         f"cpu process: {d['peak_flops'] / 1e9:.1f} GFLOP/s, {d['mem_bw'] / 1e9:.1f} GB/s, "
         f"op overhead {d['launch_overhead'] * 1e6:.1f} us; gloo p2p: latency "
-        f"{ln['latency'] * 1e6:.0f} us, {ln['bandwidth'] / 1e9:.2f} GB/s -> {path}"
+        f"{ln['latency'] * 1e6:.0f} us, {ln['bandwidth'] / 1e9:.2f} GB/s; concurrent speed {conc} -> {path}"
     )
 
 

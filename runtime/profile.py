@@ -126,6 +126,46 @@ def _p2p_worker(sizes: Sequence[int], repeats: int) -> list[float]:
         teardown()
 
 
+def _handoff_worker(repeats: int, work: int) -> list[float]:
+    info = init_distributed("gloo")
+    torch.set_num_threads(1)
+    try:
+        a = torch.randn(work, work)
+        buf = torch.zeros(1)
+        t_work = _best_time(lambda: a @ a, 5)
+        out = []
+        dist.barrier()
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            if info.rank == 0:
+                a @ a
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+            else:
+                dist.recv(buf, 0)
+                a @ a
+                dist.send(buf, 0)
+            out.append(time.perf_counter() - t0)
+        # rank 0's round trip = two matmuls + two hand-offs; first round is warm-up
+        return [max(0.0, (t - 2 * t_work) / 2) for t in out[1:]]
+    finally:
+        teardown()
+
+
+def measure_handoff(repeats: int = 50, work: int = 128) -> dict[str, float]:
+    """Mean one-way hand-off time of a tiny message between two ranks that compute in between.
+
+    Rank 0 computes (an ``work x work`` matmul), sends, waits; rank 1 receives,
+    computes, replies. The round trip minus the two computations, halved, is what
+    one blocking ``recv`` costs the runtime when its peer finishes: gloo latency plus
+    the time a descheduled process takes to run again. On a loaded machine this is
+    far above the idle ping-pong minimum of :func:`measure_p2p`. Returns ``mean``,
+    ``median`` and ``min`` seconds.
+    """
+    t = np.asarray(spawn(_handoff_worker, 2, (repeats, work), timeout_s=300)[0])
+    return {"mean": float(t.mean()), "median": float(np.median(t)), "min": float(t.min())}
+
+
 def fit_latency_bandwidth(sizes: Sequence[int], times: Sequence[float]) -> tuple[float, float]:
     """Least-squares fit of ``t = latency + bytes / bandwidth`` (both clipped positive)."""
     x = np.asarray(sizes, dtype=float)
@@ -196,6 +236,8 @@ def write_calibration(
         "measured": {
             "p2p_sizes": link.get("sizes"),
             "p2p_times": link.get("times"),
+            "p2p_latency": float(link.get("latency_p2p", link["latency"])),
+            "handoff": link.get("handoff"),
             "time": time.time(),
         },
     }

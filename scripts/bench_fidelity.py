@@ -1,12 +1,18 @@
 """Simulator fidelity: measured (runtime.execute) vs simulated step time of many plans of a small GPT-2 on cpu_N.
 
-Usage: python scripts/bench_fidelity.py [--out docs/fidelity.md] [--devices 2 3 4] [--random 3]
+Usage: python scripts/bench_fidelity.py [--devices 2] [--random 14] [--rounds 2]
+       [--microbatches 2] [--nice -10] [--json RAW.json] [--resimulate RAW.json] [--out docs/fidelity.md]
 
-Calibrates cpu_N with runtime.profile (unless --calibration names an existing file),
-makes baseline plans (agents.baselines, scored by the simulator) and random
-group-respecting placements for each N, executes every plan with torchrun (one
-process per device, gloo), simulates it with placement_env.oracles.simulator on the
-calibrated cluster, and writes Spearman rank correlation and MAPE to a markdown file.
+Calibrates cpu_N with runtime.profile (device roofline figures, per-op overhead, gloo
+p2p, hand-off latency, per-process speed with k processes at once) unless the
+calibration file already has them; measures per-node times of the model in one
+process; makes baseline plans (agents.baselines, scored by the simulator) and random
+group-respecting placements for each N; executes every plan (torchrun, one process per
+device used, gloo) in --rounds shuffled interleaved rounds and takes the median;
+simulates each plan with placement_env.oracles.simulator under several inputs; and
+writes Spearman rank correlation and MAPE per cluster and input to a markdown file
+(rewritten after every round; text after the ANALYSIS marker is kept).
+--resimulate reuses the measured runs (and per-node times) of an earlier --json file.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ def calibrate(path: Path, counts: list[int]) -> dict:
     from runtime.profile import (
         measure_concurrent_speed,
         measure_device,
+        measure_handoff,
         measure_ops,
         measure_p2p,
         write_calibration,
@@ -49,7 +56,11 @@ def calibrate(path: Path, counts: list[int]) -> dict:
     small = np.sort(np.fromiter(ops.values(), float))[: max(1, len(ops) // 2)]
     dev["launch_overhead"] = float(np.median(small)) * 1e-6
     conc = measure_concurrent_speed(sorted(set(counts) | {1}), seconds=3.0)
-    return write_calibration(dev, measure_p2p(), path, memory=4 * 2**30, concurrency=conc)
+    link = measure_p2p()
+    link["handoff"] = measure_handoff()
+    link["latency_p2p"] = link["latency"]
+    link["latency"] = link["handoff"]["mean"]  # what a blocking recv costs the runtime here
+    return write_calibration(dev, link, path, memory=4 * 2**30, concurrency=conc)
 
 
 def per_op_times(graph, cluster, microbatches: int) -> np.ndarray:
@@ -98,11 +109,13 @@ def make_plans(
     ]
 
 
+ANALYSIS = "<!-- analysis: written by hand, kept when the script rewrites the file -->"
 COLUMNS = {
     "roofline": "roofline (one launch overhead per coarse node), independent processes",
     "roofline_ops": "roofline, one launch overhead per original op, time-sharing scaled",
     "times_free": "measured per-node times, independent processes",
-    "times": "measured per-node times, time-sharing scaled",
+    "times_p2p": "measured per-node times, time-sharing scaled, idle p2p latency",
+    "times": "measured per-node times, time-sharing scaled, hand-off latency",
 }
 
 
@@ -124,6 +137,11 @@ def main() -> None:
     )
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--json", default=None, help="also write raw rows here")
+    ap.add_argument(
+        "--resimulate",
+        default=None,
+        help="JSON of an earlier run: reuse its measured runs, recompute only the simulated columns",
+    )
     args = ap.parse_args()
     if args.nice:
         os.nice(args.nice)
@@ -131,43 +149,41 @@ def main() -> None:
     load_before = os.getloadavg()
     cal_path = Path(args.calibration or ROOT / "outputs" / "fidelity" / "cpu_calibration.json")
     cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
-    if cal is None or "concurrency" not in cal:
+    if cal is None or "concurrency" not in cal or "handoff" not in cal["measured"]:
         print("calibrating ...", flush=True)
         cal = calibrate(cal_path, args.devices)
     graph = zoo.build("gpt2", max_groups=MODEL["max_groups"], precision="fp32", **CONFIG)
-    from runtime.profile import measure_graph_times
+    from runtime.profile import measure_graph_times, measure_handoff
 
     M = args.microbatches
-    timed = measure_graph_times(graph, MODEL, microbatches=M)
+    old = json.loads(Path(args.resimulate).read_text()) if args.resimulate else {}
+    if "node_times_us" in old:  # the per-node times measured with those runs
+        timed = graph.replace(times={"cpu": np.asarray(old["node_times_us"], float)})
+    else:
+        timed = measure_graph_times(graph, MODEL, microbatches=M)
     rng = np.random.default_rng(0)
     jobs = []
     for N in args.devices:
         cluster = cpu_cluster(N, calibration=cal)
         for name, plan in make_plans(graph, cluster, args.random, rng, M):
-            k = used(plan.placement)
-            scaled = cpu_cluster(N, calibration=cal, processes=k)
-            f = concurrency_factor(cal, k)
-            roof_ops = graph.replace(times=dict(graph.times, cpu=per_op_times(graph, scaled, M)))
-            t_scaled = timed.replace(times={"cpu": timed.times["cpu"] / f})
-
-            def sim(g, c, p=plan.placement):
-                return float(
-                    Simulator(g, c, microbatches=M, schedule="gpipe").evaluate(p).step_time
-                )
-
-            row = dict(
-                cluster=f"cpu_{N}",
-                plan=name,
-                world=k,
-                roofline=sim(graph, cluster),
-                roofline_ops=sim(roof_ops, scaled),
-                times_free=sim(timed, cluster),
-                times=sim(t_scaled, scaled),
-                runs=[],
-            )
+            row = dict(cluster=f"cpu_{N}", N=N, plan=name, world=used(plan.placement), runs=[])
             jobs.append((row, plan, cluster))
+    rows = [row for row, _, _ in jobs]
+    placements = {(row["cluster"], row["plan"]): plan.placement for row, plan, _ in jobs}
+    old_measured = old.get("calibration", {}).get("measured", {})
+    handoffs = list(old_measured.get("handoff_during_runs") or [])
+    if args.resimulate:
+        runs = {(r["cluster"], r["plan"]): r for r in old["rows"]}
+        for row in rows:
+            row["runs"] = runs[row["cluster"], row["plan"]]["runs"]
+        done = min(len(row["runs"]) for row in rows)
+        seconds = old.get("seconds", float("nan"))
+        report(rows, placements, cal, args, seconds, old["load"], done, timed, graph, handoffs)
+        return
     t_start = time.time()
     for r in range(args.rounds):  # interleaved: a load drift hits every plan alike
+        # the hand-off latency under the load of this moment (see measure_handoff)
+        handoffs.append(measure_handoff()["mean"])
         for i in rng.permutation(len(jobs)):
             row, plan, cluster = jobs[i]
             try:
@@ -184,11 +200,58 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - record the failure in the table
                 row["error"] = str(exc)[:200]
             print(r, row["cluster"], row["plan"], row["runs"], row.get("error", ""), flush=True)
-    rows = [row for row, _, _ in jobs]
+        # written after every round, so a stopped run still leaves its completed rounds
+        load = {"before": load_before, "after": os.getloadavg()}
+        args_ = (time.time() - t_start, load, r + 1, timed, graph, handoffs)
+        report(rows, placements, cal, args, *args_)
+
+
+def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int) -> None:
+    """Fill each row's simulated step time (seconds) for every simulator input of COLUMNS."""
+    p2p = dict(cal, link=dict(cal["link"], latency=cal["measured"]["p2p_latency"]))
+    for row in rows:
+        N, k, placement = row["N"], row["world"], placements[row["cluster"], row["plan"]]
+        cluster = cpu_cluster(N, calibration=dict(cal, concurrency={}))
+        scaled = cpu_cluster(N, calibration=cal, processes=k)
+        f = concurrency_factor(cal, k)
+        roof_ops = graph.replace(times=dict(graph.times, cpu=per_op_times(graph, scaled, M)))
+        t_scaled = timed.replace(times={"cpu": timed.times["cpu"] / f})
+
+        def sim(g, c, p=placement):
+            return float(Simulator(g, c, microbatches=M, schedule="gpipe").evaluate(p).step_time)
+
+        row.update(
+            roofline=sim(graph, cluster),
+            roofline_ops=sim(roof_ops, scaled),
+            times_free=sim(timed, cluster),
+            times_p2p=sim(t_scaled, cpu_cluster(N, calibration=p2p, processes=k)),
+            times=sim(t_scaled, scaled),
+        )
+
+
+def report(
+    rows: list[dict],
+    placements: dict,
+    cal: dict,
+    args,
+    seconds: float,
+    load: dict,
+    rounds: int,
+    timed,
+    graph,
+    handoffs: list[float],
+) -> None:
+    """Simulate, take each plan's median run, Spearman/MAPE per cluster and column, write markdown (and JSON).
+
+    With hand-off latencies measured during the runs, their mean is the link latency.
+    """
+    if handoffs:
+        measured = dict(cal["measured"], handoff_during_runs=list(handoffs))
+        link = dict(cal["link"], latency=float(np.mean(handoffs)))
+        cal = dict(cal, link=link, measured=measured)
+    simulate(rows, placements, cal, graph, timed, args.microbatches)
     for row in rows:
         row["measured"] = float(np.median(row["runs"])) if row["runs"] else None
-    load = {"before": load_before, "after": os.getloadavg()}
-    stats = {c: summarize(rows, c) for c in COLUMNS}
     stats_by = {
         cl: {c: summarize([r for r in rows if r["cluster"] == cl], c) for c in COLUMNS}
         for cl in dict.fromkeys(r["cluster"] for r in rows)
@@ -198,18 +261,19 @@ def main() -> None:
             json.dumps(
                 {
                     "rows": rows,
-                    "stats": stats,
                     "by_cluster": stats_by,
                     "calibration": cal,
                     "load": load,
+                    "seconds": seconds,
+                    "node_times_us": timed.times["cpu"].tolist(),
                 },
                 indent=1,
             )
         )
-    write_markdown(Path(args.out), rows, stats_by, cal, args, time.time() - t_start, load)
+    write_markdown(Path(args.out), rows, stats_by, cal, args, seconds, load, rounds)
     for cl, st in stats_by.items():
         for key, (rho, mape) in st.items():
-            print(f"{cl} {key}: Spearman {rho:.3f}, MAPE {mape:.1f} %")
+            print(f"{cl} {key}: Spearman {rho:.3f}, MAPE {mape:.1f} %", flush=True)
 
 
 def summarize(rows: list[dict], key: str) -> tuple[float, float]:
@@ -222,7 +286,7 @@ def summarize(rows: list[dict], key: str) -> tuple[float, float]:
     return rho, mape
 
 
-def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load) -> None:
+def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds) -> None:
     d, ln = cal["device"], cal["link"]
     conc = ", ".join(f"{k}: {v:.2f}" for k, v in sorted(cal.get("concurrency", {}).items()))
     lines = [
@@ -230,7 +294,7 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load) -> None
         "",
         "Measured step time (`runtime.execute`, torchrun, one gloo process per device the plan "
         f"uses, one torch thread each, {args.steps} timed steps after 2 warm-up steps, median of "
-        f"the slowest rank; each plan measured {args.rounds} times in shuffled, interleaved rounds "
+        f"the slowest rank; each plan measured {rounds} times in shuffled, interleaved rounds "
         "and the median taken) versus the simulator's makespan "
         "(`placement_env.oracles.simulator.Simulator`, GPipe order, every plan executed as an "
         f"op-level plan, {args.microbatches} microbatches) on the calibrated `cpu_N` cluster, for "
@@ -238,7 +302,8 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load) -> None
         f"{MODEL['max_groups']} groups, Adam).",
         "",
         f"Produced by `python scripts/bench_fidelity.py --devices {' '.join(map(str, args.devices))} "
-        f"--random {args.random} --rounds {args.rounds} --nice {args.nice}` "
+        f"--random {args.random} --rounds {args.rounds} --nice {args.nice}`, {rounds} round(s) "
+        "completed; "
         f"({seconds / 60:.1f} min of measurement). Machine: {os.cpu_count()} logical CPUs shared "
         "with other developers' jobs; load average (1/5/15 min) before "
         f"{'/'.join(f'{x:.1f}' for x in load['before'])}, after "
@@ -264,8 +329,10 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load) -> None
         "(median of the model's cheaper ops)",
         f"- per-process speed with k processes computing at once, relative to one alone "
         f"(`measure_concurrent_speed`): {conc}",
-        f"- gloo point-to-point: latency {ln['latency'] * 1e6:.0f} us, bandwidth "
-        f"{ln['bandwidth'] / 1e9:.2f} GB/s",
+        f"- gloo point-to-point (`measure_p2p`, best of 10 idle ping-pongs, fit): latency "
+        f"{cal['measured']['p2p_latency'] * 1e6:.0f} us, bandwidth {ln['bandwidth'] / 1e9:.2f} GB/s",
+        f"- hand-off (`measure_handoff`, mean one-way time of a tiny message to a rank that "
+        f"computes in between): {ln['latency'] * 1e6:.0f} us, used as the link latency",
         "",
         "## Plans",
         "",
@@ -286,7 +353,9 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load) -> None
             f"| {r['cluster']} | {r['plan']} | {r['world']} | {sims} | {measured} | {runs} |"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    old = path.read_text() if path.exists() else ""
+    kept = old[old.index(ANALYSIS) :] if ANALYSIS in old else ""  # hand-written, kept across runs
+    path.write_text("\n".join(lines) + "\n\n" + kept)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ def test_concurrency_factor_scales_cpu_cluster():
     # beyond the measured counts: the 3-process total throughput (1.2) shared by 4
     assert concurrency_factor(cal, 4) == pytest.approx(0.3)
     assert concurrency_factor({"device": dev}, 4) == 1.0  # no measurement: independent
+    assert concurrency_factor({"concurrency": {"1": 1.0, "2": 1.08}}, 2) == 1.0  # noise capped
     c = cpu_cluster(3, calibration=cal, processes=2)
     assert c.devices[1].peak_flops == pytest.approx(4e10)
     assert c.devices[1].mem_bw == pytest.approx(1e10)
@@ -66,3 +67,11 @@ def test_measure_concurrent_speed_relative_to_one(tmp_path):
     assert cal["concurrency"] == conc
     with pytest.raises(ValueError, match="counts must be >= 1"):
         measure_concurrent_speed((0,))
+
+
+def test_measure_handoff_is_positive_and_ordered():
+    from runtime.profile import measure_handoff
+
+    h = measure_handoff(repeats=3, work=32)
+    assert set(h) == {"mean", "median", "min"}
+    assert 0.0 <= h["min"] <= h["median"] and h["min"] <= h["mean"] < 1.0
