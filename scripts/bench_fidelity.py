@@ -302,7 +302,8 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
         f"{MODEL['max_groups']} groups, Adam).",
         "",
         f"Produced by `python scripts/bench_fidelity.py --devices {' '.join(map(str, args.devices))} "
-        f"--random {args.random} --rounds {args.rounds} --nice {args.nice}`, {rounds} round(s) "
+        f"--random {args.random} --rounds {args.rounds} --microbatches {args.microbatches} "
+        f"--nice {args.nice}`, {rounds} round(s) "
         "completed; "
         f"({seconds / 60:.1f} min of measurement). Machine: {os.cpu_count()} logical CPUs shared "
         "with other developers' jobs; load average (1/5/15 min) before "
