@@ -139,7 +139,9 @@ class ScaledAttentionLike(nn.Module):
 def test_saved_activation_rules_scalar_mul_constant_mask_and_shared_save() -> None:
     with torch.device("meta"):
         m = ScaledAttentionLike()
-    g = extract(m, (torch.empty(4, 4, device="meta"),), name="sal", loss_fn=lambda out, x: out.sum())
+    g = extract(
+        m, (torch.empty(4, 4, device="meta"),), name="sal", loss_fn=lambda out, x: out.sum()
+    )
     f = np.flatnonzero(g.kind == FWD)
     act = {g.name[i]: g.act_bytes[i] for i in f}
     elem = 16 * 2  # a (4, 4) fp16 activation
