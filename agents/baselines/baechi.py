@@ -261,17 +261,24 @@ def favourite_children(prob: Problem) -> tuple[np.ndarray, np.ndarray, dict]:
 
 
 def m_etf(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | None = None) -> Plan:
-    """Memory-constrained Earliest Task First (one oracle evaluation)."""
+    """Memory-constrained Earliest Task First (one oracle evaluation).
+
+    Its placements are not pipelines, so each unit is charged the activations of all
+    microbatches (``act_fraction=1``): an upper bound on what any schedule keeps.
+    """
     start = oracle_calls_start(oracle)
-    prob = make_problem(graph, cluster, oracle)
+    prob = make_problem(graph, cluster, oracle, act_fraction=1.0)
     up, est = list_schedule(prob)
     return finish(prob, up, "m_etf", start, model_makespan=est)
 
 
 def m_sct(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | None = None) -> Plan:
-    """Memory-constrained Small Communication Time first with the LP's favourite children."""
+    """Memory-constrained Small Communication Time first with the LP's favourite children.
+
+    Memory as in :func:`m_etf`: all microbatches' activations (``act_fraction=1``).
+    """
     start = oracle_calls_start(oracle)
-    prob = make_problem(graph, cluster, oracle)
+    prob = make_problem(graph, cluster, oracle, act_fraction=1.0)
     fav, saving, info = favourite_children(prob)
     up, est = list_schedule(prob, fav, saving)
     return finish(

@@ -376,6 +376,6 @@ def test_every_baseline_on_gpt2_xl_dgx1():
         res = Simulator(g, c, microbatches=8, schedule="1f1b").evaluate(plan)
         assert not res.oom and np.isfinite(res.step_time), name
         found.append(name)
-    # 23 GiB of state + 118 GiB of activations: only pipeline-aware planners fit it
-    assert {"pipedream_dp", "expert", "anneal", "ilp"} <= set(found)
-    assert "single" not in found
+    # 24.9 GB of persistent state cannot fit one 16 GiB V100; every other baseline must
+    # return a memory-feasible plan (55 GB of activations fit 8 devices)
+    assert set(found) == set(ALL) - {"single"}
