@@ -210,6 +210,8 @@ def ilp(
 ) -> Plan:
     """Max-load MILP with HiGHS, time-limited; ``meta["mip_gap"]`` is the proven gap (one evaluation)."""
     start = oracle_calls_start(oracle)
-    prob = make_problem(graph, cluster, oracle)
+    # its placements are arbitrary, not pipelines: charge every microbatch's activations
+    # (an upper bound on any schedule), so a plan the MILP accepts never runs out of memory
+    prob = make_problem(graph, cluster, oracle, act_fraction=1.0)
     up, info = solve_max_load(prob, time_limit=time_limit, max_variables=max_variables)
     return finish(prob, up, "ilp", start, objective="max_load", **info)

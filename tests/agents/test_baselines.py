@@ -338,7 +338,7 @@ def test_every_plan_respects_colocation_and_memory(inst):
             # allowed when memory is tight, never when it is plentiful
             assert mem_scale < 100.0, f"{name}: infeasible although memory is plentiful"
             if name == "ilp":  # the exact model is complete: nothing fits the memory model
-                prob = make_problem(g, c, sim)
+                prob = make_problem(g, c, sim, act_fraction=1.0)  # the ILP's memory model
                 U, D = prob.num_units, c.num_devices
                 assert not any(
                     prob.fits(np.array(up)) for up in itertools.product(range(D), repeat=U)
