@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,10 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
+from runners.schema import EnvConfig
+
+#: The ``env`` config as a plain dataclass (library code never sees a DictConfig).
+EnvSpec = EnvConfig
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -27,30 +31,6 @@ OracleFactory = Callable[[CompGraph, Cluster], Any]
 
 
 # ----------------------------------------------------------------- config -> spec
-@dataclass(frozen=True)
-class EnvSpec:
-    """A plain copy of an ``env`` config (library code never sees a DictConfig)."""
-
-    name: str
-    env_id: str = "placement_env/Sweep-v0"
-    model: str | None = None
-    model_config: Mapping[str, Any] = field(default_factory=dict)
-    graph_file: str | None = None
-    max_groups: int | None = 256
-    cluster: str = "dgx1_v100_8"
-    microbatches: int = 8
-    schedule: str = "1f1b"
-    objective: str = "makespan"
-    oracle: str = "simulator"
-    oracle_options: Mapping[str, Any] = field(default_factory=dict)
-    generator: str = "fixed"
-    generator_options: Mapping[str, Any] = field(default_factory=dict)
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    policy: str = "placeto"
-    baselines: tuple[str, ...] = ()
-    baseline_budget: int | None = None
-
-
 def to_plain(node: Any) -> Any:
     """A DictConfig/ListConfig (or anything) as plain dicts/lists, interpolations resolved."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -63,7 +43,7 @@ def to_plain(node: Any) -> Any:
 def env_spec(cfg: Any) -> EnvSpec:
     """``EnvSpec`` from an ``env`` config node (DictConfig or mapping)."""
     d = dict(to_plain(cfg))
-    d["baselines"] = tuple(d.get("baselines") or ())
+    d["baselines"] = list(d.get("baselines") or ())
     known = set(EnvSpec.__dataclass_fields__)
     unknown = sorted(set(d) - known)
     if unknown:
