@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -200,12 +199,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Entry point: check the command-line keys against the schema, then run hydra."""
-    try:
-        schema.check_overrides(schema.EvaluateConfig, sys.argv[1:])
-    except ValueError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        raise SystemExit(2) from None
-    _hydra_main()
+    schema.run_checked(schema.EvaluateConfig, _hydra_main)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ step time, lower bound, OOM flag, planning seconds) into the hydra run directory
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,12 +72,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Entry point: check the command-line keys against the schema, then run hydra."""
-    try:
-        schema.check_overrides(schema.PlanConfig, sys.argv[1:])
-    except ValueError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        raise SystemExit(2) from None
-    _hydra_main()
+    schema.run_checked(schema.PlanConfig, _hydra_main)
 
 
 if __name__ == "__main__":

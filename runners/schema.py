@@ -248,3 +248,16 @@ def check_overrides(schema: type, overrides: list[str]) -> None:
         if "/" in key or "@" in key:
             continue
         check_key(schema, key)
+
+
+def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) -> None:
+    """Check the command-line keys against ``schema`` (exit 2 naming the valid keys), then
+    run ``hydra_main``: the shared ``main()`` of every runner."""
+    import sys
+
+    try:
+        check_overrides(schema, sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None
+    hydra_main()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -541,12 +540,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Entry point: check the command-line keys against the schema, then run hydra."""
-    try:
-        schema.check_overrides(schema.TrainConfig, sys.argv[1:])
-    except ValueError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        raise SystemExit(2) from None
-    _hydra_main()
+    schema.run_checked(schema.TrainConfig, _hydra_main)
 
 
 if __name__ == "__main__":
