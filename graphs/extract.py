@@ -126,7 +126,7 @@ def _numel(t: torch.Tensor) -> int:
     return int(math.prod(int(s) for s in t.shape))
 
 
-class _WithLoss(nn.Module):
+class WithLoss(nn.Module):
     """Wraps ``model`` so that ``forward(*inputs)`` returns ``loss_fn(model(*inputs), *inputs)``."""
 
     def __init__(self, model: nn.Module, loss_fn: Callable[..., torch.Tensor]) -> None:
@@ -149,7 +149,7 @@ def export_program(
     extracted graph, so a runtime can map graph nodes to ops by name. Works on
     real, meta or fake tensors alike.
     """
-    root = _WithLoss(module, loss_fn) if loss_fn is not None else module
+    root = WithLoss(module, loss_fn) if loss_fn is not None else module
     return torch.export.export(root, tuple(example_inputs), strict=False)
 
 
@@ -272,7 +272,7 @@ def extract(
     strip = "model" if loss_fn is not None else ""
     sig = ep.graph_signature
     param_of = dict(sig.inputs_to_parameters)  # placeholder name -> parameter FQN
-    root = _WithLoss(module, loss_fn) if loss_fn is not None else module
+    root = WithLoss(module, loss_fn) if loss_fn is not None else module
     pid = {n: id(p) for n, p in root.named_parameters(remove_duplicate=False)}
 
     def nbytes(t: torch.Tensor) -> float:

@@ -10,20 +10,10 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from graphs.extract import WithLoss  # the extractor's wrapper: same export, same node names
+
 #: Prefix of the wrapped model's parameters in the exported program.
 MODEL_PREFIX = "model."
-
-
-class WithLoss(nn.Module):
-    """``loss_fn(model(*inputs), *inputs)`` as one module, so the loss ops are exported too."""
-
-    def __init__(self, model: nn.Module, loss_fn: Callable[..., torch.Tensor]) -> None:
-        super().__init__()
-        self.model = model
-        self.loss_fn = loss_fn
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.loss_fn(self.model(*inputs), *inputs)
 
 
 def export_with_loss(
