@@ -31,6 +31,9 @@ class PlacementNet(nn.Module):
         dev_layers: message-passing rounds over devices. (default: ``2``)
         place_dim: size of the placement projection :math:`\mathbf{P}`. (default: ``16``)
         score_dim: attention size of the pair scorer. (default: ``32``)
+        keep_prob: initial probability that the pair scorer keeps a node on its
+            current device (a learnable keep logit, see :class:`PairScorer`), or
+            ``None`` for none. (default: ``None``)
 
     Shapes:
         - **input:** a :class:`DenseGraph` with ``B`` samples, ``N`` node slots and
@@ -49,6 +52,7 @@ class PlacementNet(nn.Module):
         dev_layers: int = 2,
         place_dim: int = 16,
         score_dim: int = 32,
+        keep_prob: float | None = None,
     ) -> None:
         super().__init__()
         self.node_dim = node_dim
@@ -59,9 +63,10 @@ class PlacementNet(nn.Module):
         self.dev_layers = dev_layers
         self.place_dim = place_dim
         self.score_dim = score_dim
+        self.keep_prob = None if keep_prob is None else float(keep_prob)
         self.devices = DeviceEncoder(dev_dim, link_dim, hidden, dev_layers)
         self.place_proj = nn.Linear(hidden, place_dim)
-        self.scorer = PairScorer(hidden, hidden, score_dim)
+        self.scorer = PairScorer(hidden, hidden, score_dim, keep_prob=self.keep_prob)
         self.value_head = nn.Sequential(
             nn.Linear(3 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
         )
@@ -90,6 +95,7 @@ class PlacementNet(nn.Module):
             "dev_layers": self.dev_layers,
             "place_dim": self.place_dim,
             "score_dim": self.score_dim,
+            "keep_prob": self.keep_prob,
         }
 
     def embed_nodes(self, x: Tensor, g: DenseGraph) -> Tensor:

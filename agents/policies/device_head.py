@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -106,10 +108,26 @@ class PairScorer(nn.Module):
     where :math:`a_{id} = 1` when node ``i`` currently sits on device ``d``.
     Pairs with a padded node or device get :data:`MASK_LOGIT`.
 
+    With ``keep_prob`` set, a learnable *keep* logit :math:`k` is added, outside the
+    attention, to the pair of each node's current device:
+
+    .. math::
+        s'_{id} = s_{id} + a_{id}\left(k + \log(D - 1)\right), \qquad
+        k_0 = \log\frac{p_{keep}}{1 - p_{keep}}
+
+    where :math:`D` is the number of real devices. When the attention scores of a
+    row are equal (as they nearly are at initialisation), the softmax keeps the
+    node's device with probability :math:`\sigma(k)`, whatever :math:`D`: the
+    initial policy explores locally around the current placement (e.g. a warm-start
+    plan) instead of resampling every node, and PPO then learns :math:`k` with the
+    rest. Env action masks are applied after the scores, so they still hold.
+
     Args:
         node_dim: node embedding size.
         dev_dim: device embedding size.
         hidden: attention size. (default: ``32``)
+        keep_prob: initial probability of keeping a node's current device, in (0, 1),
+            or ``None`` for no keep logit. (default: ``None``)
 
     Shapes:
         - **input:** node embeddings :math:`(B, N, H_n)`, device embeddings
@@ -118,15 +136,23 @@ class PairScorer(nn.Module):
         - **output:** scores :math:`(B, N, D)`
     """
 
-    def __init__(self, node_dim: int, dev_dim: int, hidden: int = 32) -> None:
+    def __init__(
+        self, node_dim: int, dev_dim: int, hidden: int = 32, keep_prob: float | None = None
+    ) -> None:
         super().__init__()
+        if keep_prob is not None and not 0.0 < float(keep_prob) < 1.0:
+            raise ValueError(f"keep_prob must be in (0, 1) or None, got {keep_prob!r}")
         self.node_dim = node_dim
         self.dev_dim = dev_dim
         self.hidden = hidden
+        self.keep_prob = None if keep_prob is None else float(keep_prob)
         self.lin_node = nn.Linear(node_dim, hidden)
         self.lin_dev = nn.Linear(dev_dim, hidden, bias=False)
         self.assign_vec = nn.Parameter(torch.empty(hidden))
         self.v = nn.Linear(hidden, 1, bias=False)
+        self.keep_logit: nn.Parameter | None = (
+            nn.Parameter(torch.empty(())) if self.keep_prob is not None else None
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -134,6 +160,9 @@ class PairScorer(nn.Module):
         self.lin_dev.reset_parameters()
         self.v.reset_parameters()
         nn.init.normal_(self.assign_vec, std=0.1)
+        if self.keep_logit is not None and self.keep_prob is not None:
+            with torch.no_grad():
+                self.keep_logit.fill_(math.log(self.keep_prob / (1.0 - self.keep_prob)))
 
     def forward(
         self, h: Tensor, e: Tensor, assign: Tensor, node_mask: Tensor, dev_mask: Tensor
@@ -141,8 +170,13 @@ class PairScorer(nn.Module):
         u = self.lin_node(h).unsqueeze(2) + self.lin_dev(e).unsqueeze(1)  # (B, N, D, A)
         u = u + assign.unsqueeze(-1) * self.assign_vec
         s = self.v(torch.tanh(u)).squeeze(-1)
+        if self.keep_logit is not None:
+            others = (dev_mask.to(s.dtype).sum(1, keepdim=True) - 1.0).clamp_min(1.0)  # (B, 1)
+            keep = self.keep_logit + torch.log(others)  # (B, 1)
+            s = s + assign.to(s.dtype) * keep.unsqueeze(-1)
         valid = node_mask.bool().unsqueeze(2) & dev_mask.bool().unsqueeze(1)
         return s.masked_fill(~valid, MASK_LOGIT)
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.node_dim}, {self.dev_dim}, hidden={self.hidden})"
+        keep = "" if self.keep_prob is None else f", keep_prob={self.keep_prob}"
+        return f"{self.__class__.__name__}({self.node_dim}, {self.dev_dim}, hidden={self.hidden}{keep})"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -39,9 +41,11 @@ def _graph4() -> CompGraph:
     )
 
 
-def _obs(placement=(0, -1, 1, -1), current: int = 1, batch: int = 1) -> dict[str, torch.Tensor]:
-    """Observation of the 4-node graph on cpu_2, padded to BOUNDS (6 units, 4 devices)."""
-    enc = prepare(Instance(_graph4(), load("cpu_2")), BOUNDS, lower_bound=1e-3)
+def _obs(
+    placement=(0, -1, 1, -1), current: int = 1, batch: int = 1, cluster: str = "cpu_2"
+) -> dict[str, torch.Tensor]:
+    """Observation of the 4-node graph on ``cluster``, padded to BOUNDS (6 units, 4 devices)."""
+    enc = prepare(Instance(_graph4(), load(cluster)), BOUNDS, lower_bound=1e-3)
     state = EpisodeState(
         placement=np.asarray(placement, dtype=np.int64),
         visited=np.zeros(4, dtype=bool),
@@ -169,7 +173,7 @@ def _pad(g: DenseGraph, extra_n: int, extra_e: int, extra_d: int) -> DenseGraph:
     )
 
 
-def _net(name: str, g: DenseGraph) -> torch.nn.Module:
+def _net(name: str, g: DenseGraph, **kwargs: Any) -> torch.nn.Module:
     torch.manual_seed(0)
     cls = {"placeto": PlacetoNet, "gdp": GDPNet}[name]
     return cls(
@@ -178,6 +182,7 @@ def _net(name: str, g: DenseGraph) -> torch.nn.Module:
         dev_dim=g.dev_x.shape[-1],
         link_dim=g.dev_link.shape[-1],
         hidden=32,
+        **kwargs,
     ).eval()
 
 
