@@ -212,11 +212,41 @@ def _warm_start(
     """The warm-start plan of this run, recorded in ``warm_start.json`` so a resume keeps it."""
     path = run_dir / "warm_start.json"
     if resuming and path.exists():
-        name = json.loads(path.read_text()).get("name")
-        return None if name is None else (name, np.zeros(0, dtype=np.int64))
+        saved = json.loads(path.read_text())
+        name = saved.get("name")
+        if name is None:
+            return None
+        # files written before the placement was recorded give an empty one (start unknown)
+        return name, np.asarray(saved.get("placement") or [], dtype=np.int64)
     ws = warm_start_plan(baselines)
-    common.write_json(path, {"name": None if ws is None else ws[0]})
+    common.write_json(
+        path,
+        {
+            "name": None if ws is None else ws[0],
+            "placement": None if ws is None else ws[1].tolist(),
+        },
+    )
     return ws
+
+
+def best_with_start(
+    placement: np.ndarray | None,
+    step_time: float | None,
+    start: np.ndarray,
+    start_time: float | None,
+) -> tuple[np.ndarray | None, float | None, str]:
+    """The better of the search's best plan and the warm-start plan, and which it was.
+
+    A warm-started search evaluates its start plan at every episode's reset, so the
+    start is a plan it found; it is reported when no sampled plan beats it (ties go
+    to the start). ``start_time`` is ``None`` when the start plan is infeasible.
+
+    Returns:
+        ``(placement, step_time, source)`` with ``source`` ``"warm_start"`` or ``"search"``.
+    """
+    if start_time is not None and (step_time is None or start_time <= step_time):
+        return np.asarray(start, dtype=np.int64), float(start_time), "warm_start"
+    return placement, step_time, "search"
 
 
 def ppo_kwargs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -241,7 +271,9 @@ def search_ppo(
 ) -> SearchOutcome:
     """Train PPO on the env; return the best feasible placement of the run's problem.
 
-    With ``warm_start=(name, placement)`` every episode starts from that plan.
+    With ``warm_start=(name, placement)`` every episode starts from that plan, and the
+    reported best is the better of that plan and every plan PPO sampled
+    (``meta["best_from"]``: ``"warm_start"`` or ``"search"``; ``meta["warm_start_step_time"]``).
     """
     import agents
     from agents.callbacks import BestPlanTracker
@@ -312,6 +344,15 @@ def search_ppo(
         meta["zero_shot"] = True
         if not res.oom and (step_time is None or res.step_time < step_time):
             placement, step_time = np.asarray(plan.placement), float(res.step_time)
+    if warm_start is not None and fixed and warm_start[1].size == problem.graph.num_nodes:
+        # every episode started from this plan (the envs evaluated and counted it): report it
+        # when no sampled plan beats it, so a warm run never reports worse than its start
+        res = problem.oracle().evaluate(warm_start[1])
+        start_time = None if res.oom or not math.isfinite(res.step_time) else float(res.step_time)
+        placement, step_time, meta["best_from"] = best_with_start(
+            placement, step_time, warm_start[1], start_time
+        )
+        meta["warm_start_step_time"] = start_time
     history = [(int(t), int(c), float(s)) for t, c, s in _history(best)]
     return SearchOutcome(
         None if placement is None else np.asarray(placement, dtype=np.int64),

@@ -1,0 +1,83 @@
+"""runners.train's warm start: the reported best includes the start plan, and a resume keeps it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runners import common
+from runners.tracking import NullTracker
+from runners.train import _warm_start, best_with_start, search_ppo
+from tests.runners.conftest import compose, small_env
+
+START = np.array([0, 0, 1, 1], dtype=np.int64)
+FOUND = np.array([0, 1, 1, 1], dtype=np.int64)
+
+
+@pytest.mark.parametrize(
+    "found_t,start_t,expected_t,source",
+    [
+        (0.30, 0.25, 0.25, "warm_start"),  # PPO only sampled slower plans: the start is reported
+        (0.20, 0.25, 0.20, "search"),  # PPO beat its start
+        (0.25, 0.25, 0.25, "warm_start"),  # a tie goes to the start (PPO sampled it anyway)
+        (None, 0.25, 0.25, "warm_start"),  # PPO found nothing feasible
+        (0.30, None, 0.30, "search"),  # the start itself runs out of memory
+    ],
+)
+def test_best_with_start(found_t, start_t, expected_t, source) -> None:
+    found = None if found_t is None else FOUND
+    placement, t, src = best_with_start(found, found_t, START, start_t)
+    assert t == expected_t and src == source
+    assert placement is not None
+    np.testing.assert_array_equal(placement, START if source == "warm_start" else FOUND)
+
+
+def test_best_with_start_nothing_feasible() -> None:
+    assert best_with_start(None, None, START, None) == (None, None, "search")
+
+
+def test_warm_start_file_keeps_the_placement_for_a_resume(tmp_path: Path) -> None:
+    plan = common.BaselineOutcome("expert", step_time=0.5, oracle_calls=1, seconds=0.0, oom=False)
+    plan.plan = type("P", (), {"placement": START})()
+    ws = _warm_start(tmp_path, {"expert": plan}, resuming=False)
+    assert ws is not None and ws[0] == "expert"
+    saved = json.loads((tmp_path / "warm_start.json").read_text())
+    assert saved == {"name": "expert", "placement": START.tolist()}
+    again = _warm_start(tmp_path, {}, resuming=True)
+    assert again is not None and again[0] == "expert"
+    np.testing.assert_array_equal(again[1], START)
+
+
+def test_search_ppo_never_reports_worse_than_its_warm_start(graph_file: Path, tmp_path: Path):
+    cfg = compose([*small_env(graph_file), "agent.ppo.n_steps=16", "train.timesteps=32"])
+    plain = common.to_plain(cfg)
+    problem = common.build_problem(common.env_spec(cfg.env))
+    base = common.run_baselines(problem, ["expert"], None, seed=0, echo=lambda s: None)
+    start = np.asarray(base["expert"].plan.placement, dtype=np.int64)
+    start_t = float(problem.oracle().evaluate(start).step_time)
+    out = search_ppo(
+        problem,
+        plain["agent"],
+        plain["train"],
+        seed=0,
+        run_dir=tmp_path,
+        tracker=NullTracker(),
+        references={},
+        log_every=1000,
+        resume_state=None,
+        warm_start=("expert", start),
+    )
+    assert out.meta["warm_start"] == "expert"
+    assert out.meta["warm_start_step_time"] == pytest.approx(start_t)
+    assert out.step_time is not None and out.step_time <= start_t
+    assert out.placement is not None
+    assert out.meta["best_from"] in ("warm_start", "search")
+    if out.meta["best_from"] == "warm_start":
+        np.testing.assert_array_equal(out.placement, start)
+        assert out.step_time == start_t
+    else:
+        assert out.step_time < start_t
+    assert float(problem.oracle().evaluate(out.placement).step_time) == pytest.approx(out.step_time)
