@@ -12,6 +12,8 @@ from placement_env.generators import Generator
 
 ORDERS = ("topological", "reverse", "random")
 REWARD_MODES = ("dense", "final")
+ACCEPT_MODES = ("all", "improve")
+RESTART_MODES = ("init", "best")
 
 
 class SweepEnv(PlacementEnv):
@@ -61,6 +63,13 @@ class SweepEnv(PlacementEnv):
     in the info and the observation then stay at the initial placement's value
     until the end).
 
+    With ``accept="improve"`` (local search with the policy as the proposal, as in
+    learned local rewriting, Chen & Tian NeurIPS 2019) a step whose new placement
+    costs more than the current one is *rejected*: the unit goes back to its device
+    (``info["rejected"]`` is true) and the reward is still ``cost(p_{t-1}) -
+    cost(proposed)`` (negative), so the policy learns which moves not to propose. The
+    placement never gets worse during an episode; returns no longer telescope.
+
     ## Episode End
 
     - Termination: every unit has been visited once (``U`` steps).
@@ -75,6 +84,12 @@ class SweepEnv(PlacementEnv):
       stages) or ``"zeros"`` (all on device 0), or a per-node placement array (device index
       per node, e.g. a baseline's plan) to warm-start every episode from it.
     - ``reward_mode``: ``"dense"`` (default, an oracle call per step) or ``"final"``.
+    - ``accept``: ``"all"`` (default: every action is applied) or ``"improve"`` (a step that
+      makes the cost worse is reverted; needs ``reward_mode="dense"``).
+    - ``restart``: ``"init"`` (default: every episode starts from ``init``) or ``"best"``
+      (an episode starts from the fastest memory-feasible placement this env has evaluated
+      so far on the episode's instance, ``init`` until there is one: Placeto-style search
+      that keeps its progress across episodes).
     - ``oom_penalty``: see Rewards (default 1.0).
     - ``max_nodes``, ``max_edges``, ``max_devices``: padding (default: the generator's bounds).
     - ``render_mode``: ``None`` or ``"ansi"``.
@@ -83,11 +98,12 @@ class SweepEnv(PlacementEnv):
 
     ``step_time`` (s), ``best_step_time`` (best feasible this episode, inf if none),
     ``lower_bound`` (s), ``oom``, ``cost``, ``placement`` (int64 per node, graph order),
-    ``oracle_calls`` (this episode), ``invalid_action``, ``instance``.
+    ``oracle_calls`` (this episode), ``invalid_action``, ``instance``, and after a step
+    ``rejected`` (``accept="improve"`` reverted the move).
 
     ## Version History
 
-    - v0: initial version.
+    - v0: initial version; ``accept`` and ``restart`` options added later (defaults unchanged).
     """
 
     def __init__(
@@ -98,6 +114,8 @@ class SweepEnv(PlacementEnv):
         order: str = "topological",
         init: str | np.ndarray = "random",
         reward_mode: str = "dense",
+        accept: str = "all",
+        restart: str = "init",
         oom_penalty: float = 1.0,
         max_nodes: int | None = None,
         max_edges: int | None = None,
@@ -110,6 +128,15 @@ class SweepEnv(PlacementEnv):
             raise ValueError(
                 f"reward_mode {reward_mode!r} is unknown; expected one of {REWARD_MODES}"
             )
+        if accept not in ACCEPT_MODES:
+            raise ValueError(f"accept {accept!r} is unknown; expected one of {ACCEPT_MODES}")
+        if accept == "improve" and reward_mode != "dense":
+            raise ValueError(
+                'accept="improve" scores every move: it needs reward_mode="dense", '
+                f"got {reward_mode!r}"
+            )
+        if restart not in RESTART_MODES:
+            raise ValueError(f"restart {restart!r} is unknown; expected one of {RESTART_MODES}")
         init = check_init(init)
         super().__init__(
             generator,
@@ -121,9 +148,12 @@ class SweepEnv(PlacementEnv):
             render_mode=render_mode,
         )
         self.order, self.init, self.reward_mode = order, init, reward_mode
+        self.accept, self.restart = accept, restart
         self.action_space = spaces.Discrete(self.bounds.max_devices)
         self._order = np.zeros(0, dtype=np.int64)
         self._start_cost = 0.0
+        # restart="best": instance key -> (step time s, unit placement) of the best feasible plan
+        self._best: dict[tuple[str, str], tuple[float, np.ndarray]] = {}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -131,7 +161,9 @@ class SweepEnv(PlacementEnv):
         super().reset(seed=seed)
         self._prep = self._load_instance()
         U = self.enc.num_units
-        st = self._begin_episode(self._initial_placement(self.init))
+        best = self._best.get(self.instance.key) if self.restart == "best" else None
+        start = best[1] if best is not None else self._initial_placement(self.init)
+        st = self._begin_episode(start)
         if self.order == "topological":
             self._order = np.arange(U, dtype=np.int64)
         elif self.order == "reverse":
@@ -140,7 +172,17 @@ class SweepEnv(PlacementEnv):
             self._order = self.np_random.permutation(U).astype(np.int64)
         st.current = int(self._order[0])
         _, self._start_cost = self._evaluate(st.placement)
+        self._remember_best()
         return self._get_obs(), self._get_info()
+
+    def _remember_best(self) -> None:
+        """Keep the episode's placement if it is the fastest feasible one (``restart="best"``)."""
+        st = self.state
+        if self.restart != "best" or st is None or st.oom or not np.isfinite(st.step_time):
+            return
+        key = self.instance.key
+        if key not in self._best or st.step_time < self._best[key][0]:
+            self._best[key] = (float(st.step_time), st.placement.copy())
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         st = self.state
@@ -151,16 +193,25 @@ class SweepEnv(PlacementEnv):
         self._invalid = d >= D
         d %= D
         before = st.cost
-        st.placement[st.current] = d
-        st.visited[st.current] = True
+        unit, prev = st.current, int(st.placement[st.current])
+        st.placement[unit] = d
+        st.visited[unit] = True
         st.steps += 1
         terminated = st.steps >= self.enc.num_units
         after = before
+        rejected = False
         if terminated or self.reward_mode == "dense":
             before = self._start_cost if self.reward_mode == "final" else before
             _, after = self._evaluate(st.placement)
+            if self.accept == "improve" and after > before:
+                st.placement[unit] = prev  # evaluated before this step: a cache hit, no call
+                self._evaluate(st.placement)
+                rejected = True
+            self._remember_best()
         st.current = -1 if terminated else int(self._order[st.steps])
-        return self._get_obs(), float(before - after), terminated, False, self._get_info()
+        info = self._get_info()
+        info["rejected"] = rejected
+        return self._get_obs(), float(before - after), terminated, False, info
 
     def _progress(self) -> float:
         st = self.state
