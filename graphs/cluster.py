@@ -13,6 +13,15 @@ import numpy as np
 
 #: Reference message size used to pick routes (bytes): routes minimise latency + REF/bandwidth.
 ROUTE_REF_BYTES = 1 << 20
+#: Numeric fields of a Device (stored as floats).
+DEVICE_FIGURES = (
+    "peak_flops",
+    "mem_bw",
+    "memory",
+    "efficiency",
+    "launch_overhead",
+    "transfer_overhead",
+)
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,9 @@ class Device:
         memory: memory capacity, bytes (``inf`` = unbounded).
         efficiency: achievable fraction of ``peak_flops`` (0, 1].
         launch_overhead: fixed cost per op, seconds.
+        transfer_overhead: compute-stream seconds the device spends per transfer it
+            sends or receives (LogP's ``o``; default 0). Left out of the JSON/YAML form
+            and of ``Cluster.content_hash`` when 0, so older clusters keep their hash.
     """
 
     name: str
@@ -36,10 +48,11 @@ class Device:
     memory: float
     efficiency: float = 1.0
     launch_overhead: float = 0.0
+    transfer_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         # store figures as floats so that equal clusters hash equal whether built from ints or floats
-        for f in ("peak_flops", "mem_bw", "memory", "efficiency", "launch_overhead"):
+        for f in DEVICE_FIGURES:
             object.__setattr__(self, f, float(getattr(self, f)))
         for f in ("peak_flops", "mem_bw"):
             v = getattr(self, f)
@@ -57,6 +70,18 @@ class Device:
             raise ValueError(
                 f"Device {self.name!r}: launch_overhead must be finite and >= 0, got {self.launch_overhead!r}"
             )
+        if not (np.isfinite(self.transfer_overhead) and self.transfer_overhead >= 0):
+            raise ValueError(
+                f"Device {self.name!r}: transfer_overhead must be finite and >= 0, "
+                f"got {self.transfer_overhead!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; ``transfer_overhead`` only when it is not 0."""
+        d = asdict(self)
+        if d["transfer_overhead"] == 0.0:
+            del d["transfer_overhead"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -264,7 +289,7 @@ class Cluster:
         names = self.node_names
         return {
             "name": self.name,
-            "devices": [asdict(d) for d in self.devices],
+            "devices": [d.to_dict() for d in self.devices],
             "switches": list(self.switches),
             "links": [
                 {
@@ -287,7 +312,8 @@ class Cluster:
         Form::
 
             name: str
-            device_types: {TYPE: {kind, peak_flops, mem_bw, memory, efficiency, launch_overhead}}  # optional
+            device_types: {TYPE: {kind, peak_flops, mem_bw, memory, efficiency, launch_overhead,
+                                  transfer_overhead}}  # optional
             devices: [{name, type: TYPE} | {name, kind, peak_flops, mem_bw, memory, ...}, ...]
             switches: [name, ...]                      # optional non-compute nodes
             link_types: {TYPE: {bandwidth, latency}}   # optional
@@ -309,7 +335,7 @@ class Cluster:
                 raise ValueError(f"{source}: missing required key {key!r}")
         types = d.get("device_types") or {}
         devices = []
-        dev_fields = ("kind", "peak_flops", "mem_bw", "memory", "efficiency", "launch_overhead")
+        dev_fields = ("kind", *DEVICE_FIGURES)
         for i, dv in enumerate(d["devices"]):
             spec: dict[str, Any] = {}
             if "type" in dv:
@@ -339,6 +365,10 @@ class Cluster:
                     ),
                     launch_overhead=num(
                         spec.get("launch_overhead", 0.0), f"device {spec['name']}.launch_overhead"
+                    ),
+                    transfer_overhead=num(
+                        spec.get("transfer_overhead", 0.0),
+                        f"device {spec['name']}.transfer_overhead",
                     ),
                 )
             )

@@ -55,6 +55,8 @@ def cpu_cluster(n: int, calibration: dict | None = None, processes: int | None =
     uses) and a calibration holding ``concurrency`` factors, each device's
     ``peak_flops`` and ``mem_bw`` are multiplied and its ``launch_overhead`` divided
     by :func:`concurrency_factor`: processes that time-share cores run slower.
+    A calibrated ``device.transfer_overhead`` (per-transfer CPU cost, see
+    ``runtime.profile.measure_transfer_overhead``) is divided by it too.
     """
     if n < 1:
         raise ValueError(f"cpu_N needs N >= 1, got {n}")
@@ -67,6 +69,8 @@ def cpu_cluster(n: int, calibration: dict | None = None, processes: int | None =
         dev["peak_flops"] *= f
         dev["mem_bw"] *= f
         dev["launch_overhead"] /= f
+        if "transfer_overhead" in dev:
+            dev["transfer_overhead"] /= f
     link = dict(DEFAULT_LINK, **((cal or {}).get("link") or {}))
     devices = tuple(Device(name=f"cpu{i}", kind="cpu", **dev) for i in range(n))
     links = tuple(

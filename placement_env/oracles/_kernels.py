@@ -22,7 +22,9 @@ def prepare_tasks(M, sched, kind, permb, topo_pos, pend0):
     else one; run ``base[i]+m`` is microbatch ``m``); ``inst_node`` maps a run to its
     node; ``pkey`` is the run's schedule priority (smaller runs first); ``gated``
     marks the runs the schedule may hold back (gpipe backwards, 1f1b forwards);
-    ``pend`` is the number of notifications a run waits for.
+    ``pend`` is the number of notifications a run waits for. ``sched`` 2
+    (``in_order``) orders runs per placement inside the kernel: ``pkey`` is then the
+    gpipe key and nothing is gated.
     """
     n = kind.shape[0]
     base = np.empty(n + 1, np.int64)
@@ -39,7 +41,7 @@ def prepare_tasks(M, sched, kind, permb, topo_pos, pend0):
         k = np.int64(kind[i])
         if k == 2:
             cls = 2
-        elif sched == 0:
+        elif sched == 0 or sched == 2:
             cls = k
         else:
             cls = 1 - k
@@ -95,12 +97,81 @@ def inflight_cap(p, M, D, kind, topo, sptr, sidx):
     return K
 
 
+# ------------------------------------------------------- in_order (op-level runtime) order
+@njit(cache=True)
+def in_order_ranks(p, M, D, kind, permb, base, inst_node, topo, topo_pos, sptr, sidx, fwd_of):
+    """Static per-device run order of ``runtime.oplevel.OpLevelRunner`` for placement ``p``.
+
+    Forward runs by key ``(m, depth, topo position)`` with ``depth`` the cross-device
+    depth (most device changes on a forward path reaching the node), then backward
+    runs by ``(M-1-m, maxdepth - depth of their forward node, topo position)``, then
+    optimizer runs by topo position. Returns ``rank`` (position of each run in its
+    device's order), ``dorder`` (runs of device ``d`` in order at
+    ``doff[d]..doff[d+1]-1``), ``doff`` and ``pfirst`` (the first run of each run's
+    partition: consecutive runs of a device with the same class, microbatch and depth).
+    """
+    n = p.shape[0]
+    T = base[n]
+    depth = np.zeros(n, np.int64)
+    maxd = 0
+    for r in range(n):
+        i = topo[r]
+        if kind[i] != 0:
+            continue
+        if depth[i] > maxd:
+            maxd = depth[i]
+        for e in range(sptr[i], sptr[i + 1]):
+            j = sidx[e]
+            if kind[j] == 0:
+                c = depth[i] + (1 if p[j] != p[i] else 0)
+                if c > depth[j]:
+                    depth[j] = c
+    nd = maxd + 1
+    pkey = np.empty(T, np.int64)  # partition key (class, microbatch, depth) of each run
+    okey = np.empty(T, np.int64)
+    for t in range(T):
+        i = inst_node[t]
+        k = np.int64(kind[i])
+        if k == 0:
+            part = (t - base[i]) * nd + depth[i]
+        elif k == 1:
+            f = fwd_of[i]
+            dp = maxd - (depth[f] if f >= 0 else 0)
+            part = (M + M - 1 - (t - base[i])) * nd + dp
+        else:
+            part = 2 * M * nd
+        pkey[t] = part
+        okey[t] = part * n + topo_pos[i]
+    order = np.argsort(okey)
+    doff = np.zeros(D + 1, np.int64)
+    for t in range(T):
+        doff[p[inst_node[t]] + 1] += 1
+    for d in range(D):
+        doff[d + 1] += doff[d]
+    cnt = np.zeros(D, np.int64)
+    rank = np.empty(T, np.int64)
+    dorder = np.empty(T, np.int64)
+    pfirst = np.empty(T, np.int64)
+    for q in range(T):
+        t = order[q]
+        d = p[inst_node[t]]
+        r = cnt[d]
+        cnt[d] = r + 1
+        rank[t] = r
+        dorder[doff[d] + r] = t
+        if r > 0 and pkey[dorder[doff[d] + r - 1]] == pkey[t]:
+            pfirst[t] = pfirst[dorder[doff[d] + r - 1]]
+        else:
+            pfirst[t] = t
+    return rank, dorder, doff, pfirst
+
+
 # ------------------------------------------------------- makespan kernel
 @njit(cache=True, error_model="numpy")
 def simulate_makespan(
     p,  # int64[n] placement
     M,  # microbatches
-    sched,  # 0 gpipe, 1 1f1b
+    sched,  # 0 gpipe, 1 1f1b, 2 in_order
     kind,  # int8[n]
     permb,  # bool[n]: runs once per microbatch (fwd/bwd) vs once per step (opt)
     topo,  # int64[n] topological order
@@ -118,7 +189,10 @@ def simulate_makespan(
     rlink,  # int64[r]
     lat,  # float64[L]
     bw,  # float64[L]
-    record,  # bool: also return every run's start and every hop interval
+    ovh,  # float64[D] endpoint cost per transfer sent or received (seconds of compute stream)
+    fwd_of,  # int64[n] forward node whose partition a node joins (in_order; -1 none)
+    topo_pos,  # int64[n] position of each node in topo
+    record,  # bool: also return every run's start and duration and every hop interval
 ):
     n = p.shape[0]
     D = dur.shape[1]
@@ -182,6 +256,54 @@ def simulate_makespan(
     if not record:
         H = 0
 
+    # ---- in_order: the runtime's static per-device order and its partitions
+    in_order = sched == 2
+    pk = pkey
+    if in_order:
+        pk, dorder, doff, pfirst = in_order_ranks(
+            p, M, D, kind, permb, base, inst_node, topo, topo_pos, sptr, sidx, fwd_of
+        )
+    else:
+        dorder = np.empty(0, np.int64)
+        doff = np.zeros(D + 1, np.int64)
+        pfirst = np.empty(0, np.int64)
+    nxt = np.zeros(D, np.int64)  # in_order: rank of the next run each device may start
+    ostarted = np.zeros(T if in_order else 0, np.bool_)
+
+    # ---- endpoint costs (LogP o): the sender pays once per transfer it sends, the
+    # receiver once per transfer it receives, on the first run there that needs it
+    # (in_order: the first run of that run's partition, where the runtime receives)
+    has_ovh = False
+    for d in range(D):
+        if ovh[d] > 0.0:
+            has_ovh = True
+    ext = np.zeros(T if has_ovh else 0, np.float64)
+    if has_ovh:
+        for i in range(n):
+            a = p[i]
+            ng = gptr[i + 1] - gptr[i]
+            if ng == 0:
+                continue
+            for t in range(base[i], base[i + 1]):
+                ext[t] += ng * ovh[a]
+            for g in range(gptr[i], gptr[i + 1]):
+                b = gdev[g]
+                if ovh[b] == 0.0:
+                    continue
+                for t in range(base[i], base[i + 1]):
+                    m = t - base[i]
+                    tbest = -1
+                    for e in range(sptr[i], sptr[i + 1]):
+                        j = sidx[e]
+                        if p[j] != b:
+                            continue
+                        tj = base[j] + m if (permb[i] and permb[j]) else base[j]
+                        if tbest < 0 or pk[tj] < pk[tbest]:
+                            tbest = tj
+                    if in_order:
+                        tbest = pfirst[tbest]
+                    ext[tbest] += ovh[b]
+
     # ---- per-device bookkeeping
     tcount = np.zeros(D, np.int64)
     nmb = np.zeros(D, np.int64)  # per-microbatch nodes on each device
@@ -216,6 +338,18 @@ def simulate_makespan(
     peak = np.zeros(D, np.int64)
     K = inflight_cap(p, M, D, kind, topo, sptr, sidx)
     pending = pend.copy()
+    if in_order:
+        # a partition receives all its remote inputs before its first run starts
+        for i in range(n):
+            for e in range(sptr[i], sptr[i + 1]):
+                j = sidx[e]
+                if p[j] == p[i]:
+                    continue
+                c = M if (permb[i] and not permb[j]) else 1
+                for tj in range(base[j], base[j + 1]):
+                    if tj != pfirst[tj]:
+                        pending[tj] -= c
+                        pending[pfirst[tj]] += c
 
     # ---- transfers: x_r is the position (in hlink/hcost) of the hop in progress
     xc = max(X, 1)
@@ -244,6 +378,7 @@ def simulate_makespan(
     rec_e = np.empty(H, np.float64)
     nrec = 0
     tstart = np.full(T if record else 0, np.nan)
+    tdur = np.full(T if record else 0, np.nan)
 
     # ---- events: (time, id * 4 + type) sorted by decreasing time, so the earliest
     # is last (few are pending at once); new events are staged first
@@ -281,7 +416,7 @@ def simulate_makespan(
             off = hoff[h]
             k = hsz[h]
             hsz[h] = k + 1
-            key = pkey[t]
+            key = pk[t]
             while k > 0:
                 par = (k - 1) >> 1
                 if rkeys[off + par] <= key:
@@ -309,6 +444,8 @@ def simulate_makespan(
             if hsz[hA] > 0:
                 best = rvals[hoff[hA]]
                 bh = hA
+                if in_order and not lift and rkeys[hoff[hA]] != nxt[d]:
+                    best = -1  # the next run in the device's static order is not ready
             if hsz[hB] > 0:
                 tb = rvals[hoff[hB]]
                 ok = lift
@@ -344,8 +481,15 @@ def simulate_makespan(
             rvals[off + k] = val
             i = inst_node[best]
             dd = dur[i, d]
+            if has_ovh:
+                dd += ext[best]
+            if in_order:
+                ostarted[best] = True
+                while nxt[d] < tcount[d] and ostarted[dorder[doff[d] + nxt[d]]]:
+                    nxt[d] += 1
             if record:
                 tstart[best] = now
+                tdur[best] = dd
             busy[d] += dd
             dev_busy[d] = True
             st_k[nst] = now + dd
@@ -387,8 +531,8 @@ def simulate_makespan(
                     anyready = True
             if not anyready:
                 return (
-                    -1.0, busy, peak, link_bytes, tstart, rec_x, rec_l, rec_s, rec_e, x_inst,
-                    x_dev,
+                    -1.0, busy, peak, link_bytes, tstart, tdur, rec_x, rec_l, rec_s, rec_e,
+                    x_inst, x_dev,
                 )  # fmt: skip
             continue
 
@@ -428,32 +572,47 @@ def simulate_makespan(
                 nt_m[nnt] = m
                 nt_d[nnt] = a
                 nnt += 1
-                # remote consumers: one transfer per destination device
-                for g in range(gptr[i], gptr[i + 1]):
-                    x = nx
-                    nx += 1
-                    b = gdev[g]
-                    x_inst[x] = t
-                    x_dev[x] = b
-                    x_bytes[x] = gbytes[g]
-                    if not np.isnan(gtime[g]):
-                        te = now + gtime[g]
-                        if te == now:  # delivered in this round
-                            nt_i[nnt] = i
-                            nt_m[nnt] = m
-                            nt_d[nnt] = b
-                            nnt += 1
+                # remote consumers: one transfer per destination device (in_order: the
+                # runs of a partition send when its last run finishes, as the runtime does)
+                q0 = -1
+                q1 = 0
+                if in_order:
+                    q0 = 0
+                    if t == dorder[doff[a] + pk[t]] and (
+                        pk[t] + 1 == doff[a + 1] - doff[a]
+                        or pfirst[dorder[doff[a] + pk[t] + 1]] != pfirst[t]
+                    ):
+                        q0 = doff[a] + pk[pfirst[t]]
+                        q1 = doff[a] + pk[t] + 1
+                for q in range(q0, q1):
+                    tt = t if q < 0 else dorder[q]
+                    ii = inst_node[tt]
+                    mm = tt - base[ii] if permb[ii] else -1
+                    for g in range(gptr[ii], gptr[ii + 1]):
+                        x = nx
+                        nx += 1
+                        b = gdev[g]
+                        x_inst[x] = tt
+                        x_dev[x] = b
+                        x_bytes[x] = gbytes[g]
+                        if not np.isnan(gtime[g]):
+                            te = now + gtime[g]
+                            if te == now:  # delivered in this round
+                                nt_i[nnt] = ii
+                                nt_m[nnt] = mm
+                                nt_d[nnt] = b
+                                nnt += 1
+                            else:
+                                st_k[nst] = te
+                                st_v[nst] = x * 4 + _DELIVER
+                                nst += 1
                         else:
-                            st_k[nst] = te
-                            st_v[nst] = x * 4 + _DELIVER
-                            nst += 1
-                    else:
-                        x_r[x] = gh[g]
-                        x_rend[x] = gh[g + 1]
-                        arr_l[na] = hlink[gh[g]]
-                        arr_k[na] = t * D + b
-                        arr_x[na] = x
-                        na += 1
+                            x_r[x] = gh[g]
+                            x_rend[x] = gh[g + 1]
+                            arr_l[na] = hlink[gh[g]]
+                            arr_k[na] = tt * D + b
+                            arr_x[na] = x
+                            na += 1
             else:
                 x = ident
                 deliver = typ == _DELIVER
@@ -491,6 +650,8 @@ def simulate_makespan(
                     lo += m
                     hi = lo + 1
                 for tj in range(lo, hi):
+                    if in_order and dv != p[i]:
+                        tj = pfirst[tj]
                     pending[tj] -= 1
                     if pending[tj] == 0:
                         rdy[nrdy] = tj
@@ -526,7 +687,9 @@ def simulate_makespan(
                 rec_e[nrec] = end
                 nrec += 1
 
-    return makespan, busy, peak, link_bytes, tstart, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev
+    return (
+        makespan, busy, peak, link_bytes, tstart, tdur, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------- max-load kernel

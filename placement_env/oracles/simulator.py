@@ -13,7 +13,7 @@ from placement_env.oracles import _kernels
 from placement_env.oracles.base import ScheduleEvent, SimResult
 
 #: Schedule name -> kernel code.
-SCHEDULES: dict[str, int] = {"gpipe": 0, "1f1b": 1}
+SCHEDULES: dict[str, int] = {"gpipe": 0, "1f1b": 1, "in_order": 2}
 #: Valid objectives.
 OBJECTIVES: tuple[str, ...] = ("makespan", "max_load")
 
@@ -52,6 +52,19 @@ class Simulator:
       ``K_d = min(M, 1 + the largest number of device changes on a forward-only
       path that starts at a forward node on d)`` -- ``p - s`` for stage ``s`` of a
       ``p``-stage pipeline, as in PipeDream-flush.
+      ``in_order``: the static order of the op-level runtime
+      (``runtime.oplevel.OpLevelRunner``), not work-conserving. Forward nodes are
+      cut into *partitions* keyed by ``(depth, device)``, ``depth`` = the largest
+      number of device changes on a forward path reaching the node. Each device
+      runs, in this order and nothing else: forward runs by ``(m, depth,
+      topological position)``; then backward runs by ``(M-1-m, reverse depth,
+      topological position)`` where a backward node ``bwd:X`` belongs to ``X``'s
+      partition (it must be on ``X``'s device); then optimizer runs. A device whose
+      next run is not ready waits (idles). A partition starts only when every
+      transfer into any of its runs has arrived (the runtime receives a
+      partition's inputs before computing it), and the transfers of its runs
+      leave when its last run finishes (the runtime sends a partition's outputs
+      after computing it). The order is topological, so nothing deadlocks.
       If these gates leave every device and link idle with work left (possible
       only when backward or optimizer results feed forward work), they are lifted
       for one dispatch round, so the simulation always ends.
@@ -65,6 +78,12 @@ class Simulator:
       starts when the previous one ends. Transfers overlap compute. If an edge to
       ``b`` has a ``graph.edge_time`` (not NaN), the transfer instead takes the
       largest such time ``* 1e-6 / s`` and uses no link (no contention, no link bytes).
+    * Endpoint cost (LogP's ``o``, ``Device.transfer_overhead``, default 0): each
+      transfer adds ``transfer_overhead`` of the sender to the producer run (it
+      leaves after it) and ``transfer_overhead`` of the receiver to the first run
+      on the receiving device that needs it (smallest schedule priority; in
+      ``in_order`` the first run of that run's partition). These seconds count as
+      busy time.
     * Time advances event by event; all events at the same instant are applied
       before links and then devices are dispatched (a "round").
     * ``step_time`` = finish time of the last task.
@@ -103,7 +122,7 @@ class Simulator:
         graph: the training graph.
         cluster: the devices and links.
         microbatches: ``M >= 1``.
-        schedule: ``"gpipe"`` or ``"1f1b"``.
+        schedule: ``"gpipe"``, ``"1f1b"`` or ``"in_order"``.
         objective: ``"makespan"`` or ``"max_load"``.
 
     A :class:`graphs.Plan` passed to ``evaluate`` is checked against the graph
@@ -207,6 +226,15 @@ class Simulator:
         self._base, self._inst_node, self._pkey, self._gated, self._pend = _kernels.prepare_tasks(
             M, SCHEDULES[schedule], self._kind, self._permb, self._topo_pos, self._pend0
         )
+        self._fwd_of = forward_of(g)
+        if schedule == "in_order":
+            lone = np.flatnonzero((g.kind == 1) & (self._fwd_of < 0))
+            if len(lone):
+                raise ValueError(
+                    f"Simulator: schedule 'in_order' needs the forward node of every backward "
+                    f"node (named 'bwd:' + its name, or the forward node of its group); "
+                    f"{g.name[lone[0]]!r} has none"
+                )
 
         # ---- routes
         rptr = np.zeros(D * D + 1, np.int64)
@@ -219,6 +247,7 @@ class Simulator:
         self._lat = np.array([ln.latency for ln in c.links], dtype=np.float64)
         self._bw = np.array([ln.bandwidth for ln in c.links], dtype=np.float64)
         self._nocomm = np.array([dev.kind == "cpu" for dev in c.devices])
+        self._ovh = np.array([dev.transfer_overhead for dev in c.devices], dtype=np.float64)
         self._capacity = c.memory
 
         # ---- memory terms per node
@@ -241,7 +270,7 @@ class Simulator:
         """``float64[D]`` bytes per device the schedule allows at most, before simulating.
 
         ``makespan``: param bytes + activation bytes x (in-flight cap / M) + the
-        largest transient, with the cap ``M`` for gpipe and ``K_d`` for 1f1b;
+        largest transient, with the cap ``M`` for gpipe and in_order and ``K_d`` for 1f1b;
         ``max_load``: param bytes. Equals ``peak_memory`` when the cap is reached.
         """
         p = self._check(placement)
@@ -250,7 +279,7 @@ class Simulator:
         if self.objective == "max_load":
             return params
         M = self.microbatches
-        if self.schedule == "gpipe":
+        if self.schedule != "1f1b":
             inflight = np.full(D, float(M))
         else:
             inflight = _kernels.inflight_cap(
@@ -262,6 +291,16 @@ class Simulator:
         """Score a placement (device index per node) or a :class:`Plan` for this graph."""
         p = self._check(placement_or_plan)
         self.calls += 1
+        if self.schedule == "in_order" and self.objective == "makespan":
+            f = self._fwd_of
+            bad_b = np.flatnonzero((self.graph.kind == 1) & (p != p[np.maximum(f, 0)]))
+            if len(bad_b):
+                j = int(bad_b[0])
+                raise ValueError(
+                    f"Simulator(schedule='in_order'): backward node {self.graph.name[j]!r} is on "
+                    f"device {p[j]}, its forward node {self.graph.name[f[j]]!r} on {p[f[j]]}; the "
+                    "op-level runtime runs a backward node where its forward node runs"
+                )
         bad = np.isinf(self._dur[np.arange(len(p)), p]) if self._has_inf else None
         if bad is not None and bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -327,30 +366,44 @@ class Simulator:
 
     def _makespan(self, p: np.ndarray, record: bool) -> SimResult:
         M = self.microbatches
-        (makespan, busy, peak, link_bytes, tstart, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev) = (
-            _kernels.simulate_makespan(
-                p,
-                M,
-                SCHEDULES[self.schedule],
-                self._kind,
-                self._permb,
-                self._topo,
-                self._dur,
-                self._sptr,
-                self._sidx,
-                self._sbytes,
-                self._stime,
-                self._base,
-                self._inst_node,
-                self._pkey,
-                self._gated,
-                self._pend,
-                self._rptr,
-                self._rlink,
-                self._lat,
-                self._bw,
-                record,
-            )
+        (
+            makespan,
+            busy,
+            peak,
+            link_bytes,
+            tstart,
+            tdur,
+            rec_x,
+            rec_l,
+            rec_s,
+            rec_e,
+            x_inst,
+            x_dev,
+        ) = _kernels.simulate_makespan(
+            p,
+            M,
+            SCHEDULES[self.schedule],
+            self._kind,
+            self._permb,
+            self._topo,
+            self._dur,
+            self._sptr,
+            self._sidx,
+            self._sbytes,
+            self._stime,
+            self._base,
+            self._inst_node,
+            self._pkey,
+            self._gated,
+            self._pend,
+            self._rptr,
+            self._rlink,
+            self._lat,
+            self._bw,
+            self._ovh,
+            self._fwd_of,
+            self._topo_pos,
+            record,
         )
         if makespan < 0:  # cannot happen for a DAG; guards the kernel
             raise RuntimeError("Simulator: the schedule deadlocked (no ready task left)")
@@ -358,7 +411,7 @@ class Simulator:
         mem = params + act / M * peak + trans
         events = None
         if record:
-            events = self._events(p, tstart, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev)
+            events = self._events(p, tstart, tdur, rec_x, rec_l, rec_s, rec_e, x_inst, x_dev)
         return SimResult(
             step_time=float(makespan),
             lower_bound=self._lower_bound,
@@ -380,6 +433,7 @@ class Simulator:
         self,
         p: np.ndarray,
         tstart: np.ndarray,
+        tdur: np.ndarray,
         rec_x: np.ndarray,
         rec_l: np.ndarray,
         rec_s: np.ndarray,
@@ -398,7 +452,7 @@ class Simulator:
             s = float(tstart[t])
             out.append(
                 ScheduleEvent(
-                    "device", d, int(i), m, s, s + float(self._dur[i, d]),
+                    "device", d, int(i), m, s, s + float(tdur[t]),
                     f"{KIND_NAMES[g.kind[i]]} {g.name[i]}",
                 )
             )  # fmt: skip
@@ -451,4 +505,27 @@ class Simulator:
         )
 
 
-__all__ = ["OBJECTIVES", "SCHEDULES", "Simulator"]
+def forward_of(graph: CompGraph) -> np.ndarray:
+    """``int64[n]``: for each backward node its forward node (``"bwd:" + name``, else the
+    forward node of its colocation group when there is exactly one), for a forward node
+    itself, else -1."""
+    n = graph.num_nodes
+    out = np.full(n, -1, np.int64)
+    index = {str(nm): i for i, nm in enumerate(graph.name)}
+    fwd_in_group: dict[int, list[int]] = {}
+    for i in np.flatnonzero(graph.kind == 0):
+        out[i] = i
+        fwd_in_group.setdefault(int(graph.group[i]), []).append(int(i))
+    for i in np.flatnonzero(graph.kind == 1):
+        nm = str(graph.name[i])
+        j = index.get(nm[4:], -1) if nm.startswith("bwd:") else -1
+        if j >= 0 and graph.kind[j] == 0:
+            out[i] = j
+            continue
+        cands = fwd_in_group.get(int(graph.group[i]), [])
+        if len(cands) == 1:
+            out[i] = cands[0]
+    return out
+
+
+__all__ = ["OBJECTIVES", "SCHEDULES", "Simulator", "forward_of"]

@@ -68,6 +68,7 @@ def reference_simulate(
     for i in range(n):
         if math.isinf(dur[i]):
             return {"step_time": math.inf}
+    in_order = schedule == "in_order"
 
     # a task waits for one notification per producer run it depends on
     pending: dict[tuple[int, int], int] = {}
@@ -92,7 +93,31 @@ def reference_simulate(
         ks = [changes[i] + 1 for i in range(n) if kind[i] == 0 and p[i] == d]
         cap.append(min(M, max(ks)) if ks else M)
 
-    def priority(i: int, m: int) -> tuple[int, int, int]:
+    # in_order: cross-device depth of forward nodes; a backward node joins its forward node's
+    depth: dict[int, int] = {}
+    for i in [int(v) for v in graph.topo_order]:
+        if kind[i] == 0:
+            depth[i] = max([depth[u] + (p[u] != p[i]) for u in preds[i] if kind[u] == 0], default=0)
+    maxd = max(depth.values(), default=0)
+    names = [str(x) for x in graph.name]
+
+    def fwd_node(i: int) -> int:
+        if names[i].startswith("bwd:") and names[i][4:] in names:
+            return names.index(names[i][4:])
+        (f,) = [j for j in range(n) if kind[j] == 0 and graph.group[j] == graph.group[i]]
+        return f
+
+    def partition(i: int, m: int) -> tuple[int, int, int, int]:
+        """(device, class, microbatch order, depth order) of a run, in_order."""
+        if kind[i] == 0:
+            return (p[i], 0, m, depth[i])
+        if kind[i] == 1:
+            return (p[i], 1, M - 1 - m, maxd - depth[fwd_node(i)])
+        return (p[i], 2, 0, 0)
+
+    def priority(i: int, m: int) -> tuple[int, ...]:
+        if in_order:
+            return (*partition(i, m)[1:], pos[i])
         if kind[i] == 2:
             cls = 2
         elif schedule == "gpipe":
@@ -100,6 +125,40 @@ def reference_simulate(
         else:
             cls = 1 - kind[i]  # bwd 0 before fwd 1
         return (cls, max(m, 0), pos[i])
+
+    # in_order: each device's static order, its partitions, and their first runs
+    order = [
+        sorted((t for t in pending if p[t[0]] == d), key=lambda t: priority(*t)) for d in range(D)
+    ]
+    nxt = [0] * D
+    members: dict[tuple, list[tuple[int, int]]] = {}
+    for d in range(D):
+        for t in order[d] if in_order else ():
+            members.setdefault(partition(*t), []).append(t)
+
+    def first_of(task: tuple[int, int]) -> tuple[int, int]:
+        return members[partition(*task)][0] if in_order else task
+
+    if in_order:  # a partition waits for every remote input of its runs before its first run
+        for j in range(n):
+            for m in runs[j]:
+                for i in preds[j]:
+                    if p[i] != p[j] and first_of((j, m)) != (j, m):
+                        c = M if permb[i] and not permb[j] else 1
+                        pending[(j, m)] -= c
+                        pending[first_of((j, m))] += c
+
+    # endpoint cost: sender once per (run, destination device); receiver once per transfer,
+    # on the first run there that needs it (in_order: the first run of its partition)
+    ovh = [cluster.devices[d].transfer_overhead for d in range(D)]
+    extra = {t: 0.0 for t in pending}
+    for i in range(n):
+        dests = sorted({p[j] for j in succ[i]} - {p[i]})
+        for m in runs[i]:
+            extra[(i, m)] += len(dests) * ovh[p[i]]
+            for b in dests:
+                needs = [t for j in succ[i] if p[j] == b for t in consumers_of(i, m, j)]
+                extra[first_of(min(needs, key=lambda t: priority(*t)))] += ovh[b]
 
     def gated(i: int) -> bool:
         return (schedule == "gpipe" and kind[i] == 1) or (schedule == "1f1b" and kind[i] == 0)
@@ -145,9 +204,32 @@ def reference_simulate(
 
     def notify(i: int, m: int, j: int) -> None:
         for task in consumers_of(i, m, j):
+            if in_order and p[i] != p[j]:
+                task = first_of(task)
             pending[task] -= 1
             if pending[task] == 0:
                 ready[p[task[0]]].append(task)
+
+    def send(i: int, m: int, a: int, now: float, arrivals: list) -> None:
+        """Run (i, m) on device a sends one transfer to every other device holding a consumer."""
+        nonlocal seq
+        for b in sorted({p[j] for j in succ[i]} - {a}):
+            there = [j for j in succ[i] if p[j] == b]
+            nbytes = max(pairs[(i, j)][0] / s[i] for j in there)
+            times = [pairs[(i, j)][1] * 1e-6 / s[i] for j in there]
+            times = [t for t in times if not math.isnan(t)]
+            tr = {
+                "src": (i, m),
+                "dst": b,
+                "bytes": nbytes,
+                "route": list(cluster.route(a, b)),
+                "hop": 0,
+            }
+            if times:
+                heapq.heappush(events, (now + max(times), seq, "deliver", tr))
+                seq += 1
+            else:
+                arrivals.append((tr["route"][0], (i, m), b, tr))
 
     while True:
         # links: first in, first out
@@ -165,15 +247,20 @@ def reference_simulate(
         for d in range(D):
             if dev_busy[d]:
                 continue
-            cands = [t for t in ready[d] if lift or eligible(d, *t)]
+            if in_order:  # only the next run of the device's static order may start
+                cands = [t for t in ready[d] if nxt[d] < len(order[d]) and t == order[d][nxt[d]]]
+            else:
+                cands = [t for t in ready[d] if lift or eligible(d, *t)]
             if not cands:
                 continue
             i, m = min(cands, key=lambda t: priority(*t))
             ready[d].remove((i, m))
+            nxt[d] += 1
             starts[(i, m)] = now
-            busy[d] += dur[i]
+            took = dur[i] + extra[(i, m)]
+            busy[d] += took
             dev_busy[d] = True
-            heapq.heappush(events, (now + dur[i], seq, "task", (i, m)))
+            heapq.heappush(events, (now + took, seq, "task", (i, m)))
             seq += 1
             if permb[i] and (d, m) not in started:
                 started.add((d, m))
@@ -205,23 +292,12 @@ def reference_simulate(
                 for j in succ[i]:
                     if p[j] == a:
                         notify(i, m, j)
-                for b in sorted({p[j] for j in succ[i]} - {a}):
-                    there = [j for j in succ[i] if p[j] == b]
-                    nbytes = max(pairs[(i, j)][0] / s[i] for j in there)
-                    times = [pairs[(i, j)][1] * 1e-6 / s[i] for j in there]
-                    times = [t for t in times if not math.isnan(t)]
-                    tr = {
-                        "src": (i, m),
-                        "dst": b,
-                        "bytes": nbytes,
-                        "route": list(cluster.route(a, b)),
-                        "hop": 0,
-                    }
-                    if times:
-                        heapq.heappush(events, (now + max(times), seq, "deliver", tr))
-                        seq += 1
-                    else:
-                        arrivals.append((tr["route"][0], (i, m), b, tr))
+                senders = [(i, m)]
+                if in_order:  # a partition's runs send when its last run finishes
+                    part = members[partition(i, m)]
+                    senders = part if (i, m) == part[-1] else []
+                for i, m in senders:
+                    send(i, m, a, now, arrivals)
             else:
                 tr = payload
                 if what == "hop":

@@ -298,6 +298,7 @@ def instances(draw: st.DrawFn) -> tuple[CompGraph, Cluster, np.ndarray]:
         Device(
             f"g{d}", draw(st.sampled_from(["a", "b", "cpu"])), peak_flops=1e12 * (d + 1),
             mem_bw=1e9, memory=2e4, launch_overhead=draw(st.sampled_from([0.0, 1e-6])),
+            transfer_overhead=draw(st.sampled_from([0.0, 0.0, 2e-6])),
         )
         for d in range(D)
     )  # fmt: skip
