@@ -32,7 +32,7 @@ MODE_ENV: dict[str, str] = {
 #: Logit of actions the env's mask forbids: sb3-contrib's value, so actions match SB3's.
 ACTION_MASK_LOGIT = -1e8
 #: Env constructor options copied from the training env into the export, when it has them.
-ENV_OPTIONS = ("init", "order", "horizon", "oom_penalty")
+ENV_OPTIONS = ("init", "order", "horizon", "oom_penalty", "accept", "restart")
 
 
 def _encoding_spec() -> dict[str, list[str]]:

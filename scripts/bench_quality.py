@@ -8,11 +8,15 @@ k40_2 and k40_4. For each row:
 - **cold** PPO-placeto and PPO-gdp (episodes start from ``--init`` / one-shot),
   and a cold ``anneal`` (from the DP plan) with as many oracle calls as the
   cold PPO run that used most;
-- **warm** PPO-placeto and PPO-gdp: every episode starts from the row's best
-  baseline plan (Placeto-style refinement), each followed by an ``anneal``
-  started from the same plan with exactly the oracle calls that PPO run used
-  (same start, same evaluation budget). A warm cell is the best of the start
-  plan and every plan the search evaluated;
+- **warm** PPO-placeto and PPO-gdp: search from the row's best baseline plan
+  (Placeto-style refinement), each followed by an ``anneal`` started from the
+  same plan with exactly the oracle calls that PPO run used (same start, same
+  evaluation budget). A warm cell is the best of the start plan and every plan
+  the search evaluated. Warm ``Sweep-v0`` runs are a local search with the policy
+  as the proposal (``--warm-accept improve``: moves that slow the plan are
+  reverted; ``--warm-restart best``: an episode starts from the env's best plan
+  so far; ``--warm-keep-prob``: the pair head's keep logit, the initial
+  probability of leaving a unit where it is);
 - the simulator's lower bound, and each method's search time and oracle calls.
 
 A zero-shot section trains one GDP policy on synthetic graphs plus zoo models
@@ -130,6 +134,8 @@ def ppo_env(
     options: dict[str, Any] = {}
     if kind in ("sweep", "reassign"):
         options["init"] = a.init if init is None else init
+    if init is not None and kind == "sweep":  # Placeto-style local search around the start
+        options["accept"], options["restart"] = a.warm_accept, a.warm_restart
     elif init is not None:
         raise ValueError(f"a warm start needs a sweep or reassign env, got {kind!r}")
     return ENV_IDS[kind], options
@@ -146,6 +152,14 @@ def run_ppo(
     """Train PPO on one row; the cell holds the best feasible plan seen (and, warm, the start)."""
     env_id, options = ppo_env(policy, a, init)
     factory = SimulatorFactory(microbatches=a.microbatches, schedule=a.schedule)
+    net_kwargs: dict[str, Any] = {"hidden": a.hidden}
+    ppo_kwargs: dict[str, Any] = {}
+    if init is not None:  # warm refinement: local exploration around the start plan
+        keep = a.warm_keep_prob if policy == "placeto" else a.warm_gdp_keep_prob
+        if keep > 0:
+            net_kwargs["keep_prob"] = keep
+        if a.warm_ent_coef is not None:
+            ppo_kwargs["ent_coef"] = a.warm_ent_coef
     t0 = time.perf_counter()
     model = make_ppo(
         env_id,
@@ -154,8 +168,9 @@ def run_ppo(
         n_envs=a.n_envs,
         n_steps=a.n_steps,
         batch_size=a.batch_size,
-        net_kwargs={"hidden": a.hidden},
+        net_kwargs=net_kwargs,
         seed=a.seed,
+        **ppo_kwargs,
     )
     tracker = BestPlanTracker()
     model.learn(timesteps, callback=tracker)
@@ -329,8 +344,9 @@ def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Nam
         f"{a.microbatches} microbatches, {a.schedule.upper()}); lower is better. "
         f"Cold PPO (placeto / gdp): {a.timesteps} / {a.gdp_timesteps} env steps "
         f"({a.placeto_env} from `{a.init}` / {a.gdp_env}); warm PPO: {a.warm_timesteps} / "
-        f"{a.warm_gdp_timesteps} env steps, every episode starting from the best "
-        f"baseline plan ({a.warm_placeto_env} / {a.warm_gdp_env}). A warm cell is the best of the "
+        f"{a.warm_gdp_timesteps} env steps from the best baseline plan "
+        f"({a.warm_placeto_env} / {a.warm_gdp_env}; {warm_search(a)}). A warm cell is the best "
+        "of the "
         "start plan and every plan evaluated; `=` marks a warm search that found nothing faster "
         "than its start. Each warm anneal starts from the same plan with exactly the oracle calls "
         "of the PPO run on its left. `infeasible` = no memory-feasible plan.",
@@ -369,6 +385,20 @@ def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Nam
                 f"{z['oracle_calls']} | {ref_s} | {gap} |"
             )
     return "\n".join(out) + "\n"
+
+
+def warm_search(a: argparse.Namespace) -> str:
+    """How the warm PPO runs search, in words (for the table caption)."""
+    parts = [
+        f"Sweep-v0 accept={getattr(a, 'warm_accept', 'all')}, "
+        f"restart={getattr(a, 'warm_restart', 'init')}"
+    ]
+    for name, key in (("placeto", "warm_keep_prob"), ("gdp", "warm_gdp_keep_prob")):
+        keep = getattr(a, key, 0.0) or 0.0
+        parts.append(f"{name} keep_prob={keep:g}" if keep > 0 else f"{name} no keep logit")
+    if getattr(a, "warm_ent_coef", None) is not None:
+        parts.append(f"ent_coef={a.warm_ent_coef:g}")
+    return ", ".join(parts)
 
 
 def best_of(cells: dict[str, Cell]) -> Cell | None:
@@ -411,6 +441,33 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--init", default="balanced", help="initial placement of cold sweep/reassign")
     ap.add_argument("--warm-placeto-env", choices=("sweep", "reassign"), default="sweep")
     ap.add_argument("--warm-gdp-env", choices=("sweep", "reassign"), default="reassign")
+    ap.add_argument(
+        "--warm-keep-prob",
+        type=float,
+        default=0.5,
+        help="warm PPO-placeto: initial probability of keeping a unit's device (0 = no keep logit)",
+    )
+    ap.add_argument(
+        "--warm-gdp-keep-prob",
+        type=float,
+        default=0.0,
+        help="warm PPO-gdp: initial probability of a no-op move (0 = no keep logit)",
+    )
+    ap.add_argument(
+        "--warm-accept",
+        choices=("all", "improve"),
+        default="improve",
+        help="warm Sweep-v0 runs: revert moves that make the plan slower (improve) or not (all)",
+    )
+    ap.add_argument(
+        "--warm-restart",
+        choices=("init", "best"),
+        default="best",
+        help="warm Sweep-v0 runs: episodes start from the start plan (init) or the env's best",
+    )
+    ap.add_argument(
+        "--warm-ent-coef", type=float, default=None, help="warm PPO entropy coefficient"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest here)")
     ap.add_argument("--no-zero-shot", dest="zero_shot", action="store_false")
@@ -452,6 +509,11 @@ BUDGET_ARGS = (
     "warm_placeto_env",
     "warm_gdp_env",
     "init",
+    "warm_keep_prob",
+    "warm_gdp_keep_prob",
+    "warm_ent_coef",
+    "warm_accept",
+    "warm_restart",
     "seed",
 )
 
