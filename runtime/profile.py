@@ -166,6 +166,89 @@ def measure_handoff(repeats: int = 50, work: int = 128) -> dict[str, float]:
     return {"mean": float(t.mean()), "median": float(np.median(t)), "min": float(t.min())}
 
 
+def _overhead_worker(nbytes: int, repeats: int, work: int, rounds: int) -> dict[str, list[float]]:
+    info = init_distributed("gloo")
+    torch.set_num_threads(1)
+    try:
+        a = torch.randn(work, work)
+        msg = torch.randn(max(1, nbytes // 4))
+        K = repeats
+        out: dict[str, list[float]] = {"loop": [], "send": [], "recv": []}
+
+        def compute_loop() -> float:
+            t0 = time.perf_counter()
+            for _ in range(K):
+                a @ a
+            return time.perf_counter() - t0
+
+        for _ in range(rounds):
+            # C: both ranks compute K matmuls at once, no messages (the baseline)
+            dist.barrier()
+            out["loop"].append(compute_loop())
+            # A: rank 0 computes and isends after each matmul (as OpLevelRunner sends a
+            # partition's outputs); rank 1 has posted its receives and computes meanwhile
+            dist.barrier()
+            if info.rank == 0:
+                t0 = time.perf_counter()
+                works = []
+                for k in range(K):
+                    a @ a
+                    t = msg.detach().contiguous()
+                    works.append((dist.isend(t, dst=1, tag=k), t))
+                out["send"].append(time.perf_counter() - t0)
+                for w, _ in works:
+                    w.wait()
+            else:
+                bufs = [torch.empty_like(msg) for _ in range(K)]
+                works = [dist.irecv(b, src=0, tag=k) for k, b in enumerate(bufs)]
+                compute_loop()
+                for w in works:
+                    w.wait()
+            # B: rank 0 isends K messages up front and computes; rank 1 receives each
+            # (blocking, into a new buffer, as OpLevelRunner does) before a matmul
+            dist.barrier()
+            if info.rank == 0:
+                works = [(dist.isend(msg, dst=1, tag=K + k), None) for k in range(K)]
+                compute_loop()
+                for w, _ in works:
+                    w.wait()
+            else:
+                t0 = time.perf_counter()
+                for k in range(K):
+                    buf = torch.empty_like(msg)
+                    dist.recv(buf, src=0, tag=K + k)
+                    buf.detach().requires_grad_(True)
+                    a @ a
+                out["recv"].append(time.perf_counter() - t0)
+        return out
+    finally:
+        teardown()
+
+
+def measure_transfer_overhead(
+    nbytes: int = 1 << 17, repeats: int = 40, work: int = 192, rounds: int = 5
+) -> dict[str, float]:
+    """Compute-stream cost of one transfer on each endpoint (LogP's ``o``), seconds.
+
+    Two single-threaded gloo ranks compute ``repeats`` ``work x work`` matmuls each,
+    both at once. Per round: (C) no messages; (A) rank 0 ``isend``s a ``nbytes``
+    message after every matmul while rank 1, its receives posted, computes; (B)
+    rank 0 ``isend``s every message up front and computes while rank 1 does a
+    blocking ``recv`` into a fresh buffer before every matmul (the messages are
+    already on their way, so the wait for the sender is small). ``send`` = (A - C)
+    / repeats on rank 0, ``recv`` = (B - C) / repeats on rank 1, each the median
+    over ``rounds`` (clipped at 0); ``mean`` is their average, the per-endpoint
+    ``Device.transfer_overhead``. Both ranks compute throughout, as in a pipeline,
+    so gloo's background threads compete for the cores as they do there.
+    """
+    res = spawn(_overhead_worker, 2, (nbytes, repeats, work, rounds), timeout_s=300)
+    r0, r1 = res
+    send = [max(0.0, (t - c) / repeats) for t, c in zip(r0["send"], r0["loop"])]
+    recv = [max(0.0, (t - c) / repeats) for t, c in zip(r1["recv"], r1["loop"])]
+    s, r = float(np.median(send)), float(np.median(recv))
+    return {"send": s, "recv": r, "mean": (s + r) / 2, "nbytes": float(nbytes)}
+
+
 def fit_latency_bandwidth(sizes: Sequence[int], times: Sequence[float]) -> tuple[float, float]:
     """Least-squares fit of ``t = latency + bytes / bandwidth`` (both clipped positive)."""
     x = np.asarray(sizes, dtype=float)

@@ -1,17 +1,20 @@
 """Simulator fidelity: measured (runtime.execute) vs simulated step time of many plans of a small GPT-2 on cpu_N.
 
 Usage: python scripts/bench_fidelity.py [--devices 2] [--random 14] [--rounds 2]
-       [--microbatches 2] [--nice -10] [--json RAW.json] [--resimulate RAW.json] [--out docs/fidelity.md]
+       [--microbatches 4] [--nice -10] [--json RAW.json] [--resimulate RAW.json] [--out docs/fidelity.md]
 
 Calibrates cpu_N with runtime.profile (device roofline figures, per-op overhead, gloo
-p2p, hand-off latency, per-process speed with k processes at once) unless the
-calibration file already has them; measures per-node times of the model in one
-process; makes baseline plans (agents.baselines, scored by the simulator) and random
-group-respecting placements for each N; executes every plan (torchrun, one process per
-device used, gloo) in --rounds shuffled interleaved rounds and takes the median;
-simulates each plan with placement_env.oracles.simulator under several inputs; and
-writes Spearman rank correlation and MAPE per cluster and input to a markdown file
-(rewritten after every round; text after the ANALYSIS marker is kept).
+p2p, hand-off latency, per-transfer endpoint cost, per-process speed with k processes
+at once) unless the calibration file already has them; measures per-node times of the
+model in one process; makes baseline plans (agents.baselines, scored by the simulator)
+and random group-respecting placements with a spread of cut counts for each N;
+executes every plan (torchrun, one process per device used, gloo, op-level) in
+--rounds shuffled interleaved rounds and takes the median; simulates each plan with
+placement_env.oracles.simulator under several inputs (the runtime's ``in_order``
+schedule and, for comparison, ``gpipe``); and writes Spearman rank correlation and
+MAPE per cluster and input to a markdown file (rewritten after every round; text
+after the ANALYSIS marker is kept). The hand-off latency and the endpoint cost are
+re-measured before every round, under that moment's load, and their means used.
 --resimulate reuses the measured runs (and per-node times) of an earlier --json file.
 """
 
@@ -22,6 +25,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from graphs import zoo  # noqa: E402
+from graphs.cluster import Cluster  # noqa: E402
 from graphs.cpu_cluster import concurrency_factor, cpu_cluster  # noqa: E402
 from graphs.plan import Plan  # noqa: E402
-from placement_env.oracles.simulator import Simulator  # noqa: E402
+from placement_env.oracles.simulator import Simulator, forward_of  # noqa: E402
 from runtime.execute import execute  # noqa: E402
 
 CONFIG = dict(batch=8, seq=64, n_layer=4, d_model=256, n_head=4, vocab=512, n_ctx=64)
@@ -48,6 +53,7 @@ def calibrate(path: Path, counts: list[int]) -> dict:
         measure_handoff,
         measure_ops,
         measure_p2p,
+        measure_transfer_overhead,
         write_calibration,
     )
 
@@ -60,7 +66,21 @@ def calibrate(path: Path, counts: list[int]) -> dict:
     link["handoff"] = measure_handoff()
     link["latency_p2p"] = link["latency"]
     link["latency"] = link["handoff"]["mean"]  # what a blocking recv costs the runtime here
-    return write_calibration(dev, link, path, memory=4 * 2**30, concurrency=conc)
+    cal = write_calibration(dev, link, path, memory=4 * 2**30, concurrency=conc)
+    cal["measured"]["transfer_overhead"] = measure_transfer_overhead(nbytes=message_bytes())
+    Path(path).write_text(json.dumps(cal, indent=1))
+    return cal
+
+
+def message_bytes(microbatches: int = 4) -> int:
+    """Bytes of one activation of the model at microbatch size (batch/M x seq x d_model x fp32)."""
+    return CONFIG["batch"] // microbatches * CONFIG["seq"] * CONFIG["d_model"] * 4
+
+
+def with_overhead(cluster: Cluster, seconds: float) -> Cluster:
+    """``cluster`` with every device's ``transfer_overhead`` set to ``seconds``."""
+    devs = tuple(replace(d, transfer_overhead=seconds) for d in cluster.devices)
+    return Cluster(cluster.name, devs, cluster.links, cluster.switches, dict(cluster.meta))
 
 
 def per_op_times(graph, cluster, microbatches: int) -> np.ndarray:
@@ -94,28 +114,51 @@ def make_plans(
         plans.append((name, p))
     _, inv = graph.group_index()
     ngroups = int(inv.max()) + 1
+    D = cluster.num_devices
     for i in range(n_random):
-        per_group = rng.integers(0, cluster.num_devices, size=ngroups)
+        # walk the groups in order, switching device with probability q: q spread over
+        # (0, 1) gives plans from one cut to a cut at nearly every group boundary
+        q = (i + 0.5) / max(n_random, 1)
+        per_group = np.empty(ngroups, np.int64)
+        per_group[0] = rng.integers(0, D)
+        for k in range(1, ngroups):
+            stay = rng.random() >= q or D == 1
+            other = (per_group[k - 1] + rng.integers(1, D)) % D if D > 1 else 0
+            per_group[k] = per_group[k - 1] if stay else other
         plans.append((f"random{i}", Plan.for_graph(per_group[inv], graph, cluster)))
-    # the simulator scores placements, not stages: every plan runs as an op-level plan
+    # the simulator scores placements, not stages: every plan runs as an op-level plan; the
+    # runtime runs a backward/optimizer node where its forward node runs, so plans say so too
+    fwd = forward_of(graph)
+    own = np.where(fwd >= 0, fwd, np.arange(graph.num_nodes))
+    opt = np.flatnonzero(graph.kind == 2)
+    for j in opt:  # an optimizer node follows its group's forward node
+        same = np.flatnonzero((graph.group == graph.group[j]) & (graph.kind == 0))
+        own[j] = same[0] if len(same) else j
     return [
         (
             name,
             Plan.for_graph(
-                p.placement, graph, cluster, microbatches=M, schedule="gpipe", meta={"model": MODEL}
+                np.asarray(p.placement)[own], graph, cluster, microbatches=M, schedule="gpipe",
+                meta={"model": MODEL},
             ),
         )
         for name, p in plans
-    ]
+    ]  # fmt: skip
+
+
+def cuts(graph, placement: np.ndarray) -> int:
+    """Forward edges whose ends are on different devices (each is a hand-off forward and back)."""
+    f = (graph.kind[graph.src] == 0) & (graph.kind[graph.dst] == 0)
+    return int((placement[graph.src[f]] != placement[graph.dst[f]]).sum())
 
 
 ANALYSIS = "<!-- analysis: written by hand, kept when the script rewrites the file -->"
 COLUMNS = {
-    "roofline": "roofline (one launch overhead per coarse node), independent processes",
-    "roofline_ops": "roofline, one launch overhead per original op, time-sharing scaled",
-    "times_free": "measured per-node times, independent processes",
-    "times_p2p": "measured per-node times, time-sharing scaled, idle p2p latency",
-    "times": "measured per-node times, time-sharing scaled, hand-off latency",
+    "gpipe": "gpipe order (work-conserving), measured per-node times, hand-off latency",
+    "roofline": "in_order, roofline (one launch overhead per original op), hand-off latency, endpoint cost",
+    "in_order_o0": "in_order, measured per-node times, hand-off latency, no endpoint cost",
+    "in_order_p2p": "in_order, measured per-node times, idle p2p latency, endpoint cost",
+    "in_order": "in_order, measured per-node times, hand-off latency, endpoint cost",
 }
 
 
@@ -124,7 +167,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "docs" / "fidelity.md"))
     ap.add_argument("--devices", type=int, nargs="+", default=[2])
     ap.add_argument("--random", type=int, default=14)
-    ap.add_argument("--microbatches", type=int, default=2)
+    ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument(
         "--rounds", type=int, default=2, help="measure every plan this many times, interleaved"
@@ -149,11 +192,16 @@ def main() -> None:
     load_before = os.getloadavg()
     cal_path = Path(args.calibration or ROOT / "outputs" / "fidelity" / "cpu_calibration.json")
     cal = json.loads(cal_path.read_text()) if cal_path.exists() else None
-    if cal is None or "concurrency" not in cal or "handoff" not in cal["measured"]:
+    if cal is None or "transfer_overhead" not in cal.get("measured", {}):
         print("calibrating ...", flush=True)
         cal = calibrate(cal_path, args.devices)
     graph = zoo.build("gpt2", max_groups=MODEL["max_groups"], precision="fp32", **CONFIG)
-    from runtime.profile import measure_graph_times, measure_handoff
+    from runtime.profile import (
+        measure_concurrent_speed,
+        measure_graph_times,
+        measure_handoff,
+        measure_transfer_overhead,
+    )
 
     M = args.microbatches
     old = json.loads(Path(args.resimulate).read_text()) if args.resimulate else {}
@@ -172,18 +220,27 @@ def main() -> None:
     placements = {(row["cluster"], row["plan"]): plan.placement for row, plan, _ in jobs}
     old_measured = old.get("calibration", {}).get("measured", {})
     handoffs = list(old_measured.get("handoff_during_runs") or [])
+    overheads = list(old_measured.get("transfer_overhead_during_runs") or [])
+    concs = list(old_measured.get("concurrency_during_runs") or [])
     if args.resimulate:
         runs = {(r["cluster"], r["plan"]): r for r in old["rows"]}
         for row in rows:
             row["runs"] = runs[row["cluster"], row["plan"]]["runs"]
         done = min(len(row["runs"]) for row in rows)
         seconds = old.get("seconds", float("nan"))
-        report(rows, placements, cal, args, seconds, old["load"], done, timed, graph, handoffs)
+        report(
+            rows, placements, cal, args, seconds, old["load"], done, timed, graph, handoffs,
+            overheads, concs,
+        )  # fmt: skip
         return
     t_start = time.time()
     for r in range(args.rounds):  # interleaved: a load drift hits every plan alike
         # the hand-off latency under the load of this moment (see measure_handoff)
         handoffs.append(measure_handoff()["mean"])
+        overheads.append(measure_transfer_overhead(nbytes=message_bytes(M))["send"])
+        concs.append(measure_concurrent_speed(sorted(set(args.devices) | {1}), seconds=2.0))
+        print(f"round {r}: hand-off {handoffs[-1] * 1e6:.0f} us, endpoint cost "
+              f"{overheads[-1] * 1e6:.0f} us", flush=True)  # fmt: skip
         for i in rng.permutation(len(jobs)):
             row, plan, cluster = jobs[i]
             try:
@@ -197,35 +254,45 @@ def main() -> None:
                     timeout_s=300,
                 )
                 row["runs"].append(res.step_time)
+                for key in ("compute", "comm", "idle"):  # per rank, seconds per step
+                    row.setdefault(key, []).append(getattr(res, key))
             except Exception as exc:  # noqa: BLE001 - record the failure in the table
                 row["error"] = str(exc)[:200]
             print(r, row["cluster"], row["plan"], row["runs"], row.get("error", ""), flush=True)
         # written after every round, so a stopped run still leaves its completed rounds
         load = {"before": load_before, "after": os.getloadavg()}
-        args_ = (time.time() - t_start, load, r + 1, timed, graph, handoffs)
+        args_ = (time.time() - t_start, load, r + 1, timed, graph, handoffs, overheads, concs)
         report(rows, placements, cal, args, *args_)
 
 
 def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int) -> None:
-    """Fill each row's simulated step time (seconds) for every simulator input of COLUMNS."""
+    """Fill each row's simulated step time (seconds) for every simulator input of COLUMNS.
+
+    Every input scales device speed by the time-sharing factor of the plan's process
+    count; link latency is the hand-off latency (``cal["link"]``) or the idle p2p
+    latency; the endpoint cost is ``cal["measured"]["transfer_overhead_used"]``.
+    """
     p2p = dict(cal, link=dict(cal["link"], latency=cal["measured"]["p2p_latency"]))
+    o = float(cal["measured"]["transfer_overhead_used"])
     for row in rows:
         N, k, placement = row["N"], row["world"], placements[row["cluster"], row["plan"]]
-        cluster = cpu_cluster(N, calibration=dict(cal, concurrency={}))
         scaled = cpu_cluster(N, calibration=cal, processes=k)
         f = concurrency_factor(cal, k)
         roof_ops = graph.replace(times=dict(graph.times, cpu=per_op_times(graph, scaled, M)))
         t_scaled = timed.replace(times={"cpu": timed.times["cpu"] / f})
 
-        def sim(g, c, p=placement):
-            return float(Simulator(g, c, microbatches=M, schedule="gpipe").evaluate(p).step_time)
+        def sim(g, c, schedule="in_order", p=placement):
+            return float(Simulator(g, c, microbatches=M, schedule=schedule).evaluate(p).step_time)
 
         row.update(
-            roofline=sim(graph, cluster),
-            roofline_ops=sim(roof_ops, scaled),
-            times_free=sim(timed, cluster),
-            times_p2p=sim(t_scaled, cpu_cluster(N, calibration=p2p, processes=k)),
-            times=sim(t_scaled, scaled),
+            gpipe=sim(t_scaled, scaled, "gpipe"),
+            roofline=sim(roof_ops, with_overhead(scaled, o)),
+            in_order_o0=sim(t_scaled, scaled),
+            in_order_p2p=sim(
+                t_scaled, with_overhead(cpu_cluster(N, calibration=p2p, processes=k), o)
+            ),
+            in_order=sim(t_scaled, with_overhead(scaled, o)),
+            cuts=cuts(graph, placement),
         )
 
 
@@ -240,15 +307,27 @@ def report(
     timed,
     graph,
     handoffs: list[float],
+    overheads: list[float],
+    concs: list[dict[str, float]],
 ) -> None:
     """Simulate, take each plan's median run, Spearman/MAPE per cluster and column, write markdown (and JSON).
 
-    With hand-off latencies measured during the runs, their mean is the link latency.
+    With hand-off latencies and endpoint costs measured during the runs, their means
+    are the link latency and the devices' transfer overhead.
     """
+    measured = dict(cal["measured"])
+    measured["transfer_overhead_used"] = measured["transfer_overhead"]["send"]
     if handoffs:
-        measured = dict(cal["measured"], handoff_during_runs=list(handoffs))
-        link = dict(cal["link"], latency=float(np.mean(handoffs)))
-        cal = dict(cal, link=link, measured=measured)
+        measured["handoff_during_runs"] = list(handoffs)
+        cal = dict(cal, link=dict(cal["link"], latency=float(np.mean(handoffs))))
+    if overheads:
+        measured["transfer_overhead_during_runs"] = list(overheads)
+        measured["transfer_overhead_used"] = float(np.mean(overheads))
+    if concs:
+        measured["concurrency_during_runs"] = list(concs)
+        mean_conc = {k: float(np.mean([c[k] for c in concs])) for k in concs[0]}
+        cal = dict(cal, concurrency=mean_conc)
+    cal = dict(cal, measured=measured)
     simulate(rows, placements, cal, graph, timed, args.microbatches)
     for row in rows:
         row["measured"] = float(np.median(row["runs"])) if row["runs"] else None
@@ -296,7 +375,8 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
         f"uses, one torch thread each, {args.steps} timed steps after 2 warm-up steps, median of "
         f"the slowest rank; each plan measured {rounds} times in shuffled, interleaved rounds "
         "and the median taken) versus the simulator's makespan "
-        "(`placement_env.oracles.simulator.Simulator`, GPipe order, every plan executed as an "
+        "(`placement_env.oracles.simulator.Simulator`, schedule `in_order` = the op-level "
+        "runtime's static order unless the input says gpipe, every plan executed as an "
         f"op-level plan, {args.microbatches} microbatches) on the calibrated `cpu_N` cluster, for "
         f"plans of a small GPT-2 (`graphs.zoo` `gpt2` with {CONFIG}, fp32, coarsened to "
         f"{MODEL['max_groups']} groups, Adam).",
@@ -333,14 +413,32 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
         f"- gloo point-to-point (`measure_p2p`, best of 10 idle ping-pongs, fit): latency "
         f"{cal['measured']['p2p_latency'] * 1e6:.0f} us, bandwidth {ln['bandwidth'] / 1e9:.2f} GB/s",
         f"- hand-off (`measure_handoff`, mean one-way time of a tiny message to a rank that "
-        f"computes in between): {ln['latency'] * 1e6:.0f} us, used as the link latency",
+        f"computes in between; mean of the measurements before each round "
+        f"{', '.join(f'{x * 1e6:.0f}' for x in cal['measured'].get('handoff_during_runs', []))}): "
+        f"{ln['latency'] * 1e6:.0f} us, used as the link latency",
+        f"- endpoint cost (`measure_transfer_overhead`: compute-stream time one `isend` of a "
+        f"{message_bytes(args.microbatches) // 1024} KiB activation adds to a rank that computes "
+        f"while its peer computes too; measured before each round "
+        f"{', '.join(f'{x * 1e6:.0f}' for x in cal['measured'].get('transfer_overhead_during_runs', []))}): "
+        f"{cal['measured']['transfer_overhead_used'] * 1e6:.0f} us, `Device.transfer_overhead`, "
+        "charged per transfer on sender and receiver. (The blocking-`recv` figure of the same "
+        "measurement is not used: gloo's send completes only when the receiver posts its "
+        "`recv`, so that figure is the rendezvous wait the hand-off latency already models.)",
+        "- time-sharing factor (`measure_concurrent_speed`) measured before each round: "
+        + "; ".join(
+            ", ".join(f"{k}: {v:.2f}" for k, v in sorted(c.items()))
+            for c in cal["measured"].get("concurrency_during_runs", [])
+        )
+        + " (their mean is the factor above)",
         "",
         "## Plans",
         "",
         "Simulated columns in ms, in the order of the result table; measured = median of the runs.",
         "",
-        "| cluster | plan | processes | " + " | ".join(COLUMNS) + " | measured ms | runs ms |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in COLUMNS) + " | --- | --- |",
+        "| cluster | plan | processes | cuts | "
+        + " | ".join(COLUMNS)
+        + " | measured ms | runs ms |",
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in COLUMNS) + " | --- | --- |",
     ]
     for r in rows:
         measured = (
@@ -351,7 +449,8 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
         sims = " | ".join(f"{r[c] * 1e3:.1f}" for c in COLUMNS)
         runs = ", ".join(f"{x * 1e3:.0f}" for x in r["runs"])
         lines.append(
-            f"| {r['cluster']} | {r['plan']} | {r['world']} | {sims} | {measured} | {runs} |"
+            f"| {r['cluster']} | {r['plan']} | {r['world']} | {r['cuts']} | {sims} | {measured} "
+            f"| {runs} |"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     old = path.read_text() if path.exists() else ""
