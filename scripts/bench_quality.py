@@ -134,10 +134,10 @@ def ppo_env(
     options: dict[str, Any] = {}
     if kind in ("sweep", "reassign"):
         options["init"] = a.init if init is None else init
-    if init is not None and kind == "sweep":  # Placeto-style local search around the start
-        options["accept"], options["restart"] = a.warm_accept, a.warm_restart
     elif init is not None:
         raise ValueError(f"a warm start needs a sweep or reassign env, got {kind!r}")
+    if init is not None and kind == "sweep":  # Placeto-style local search around the start
+        options["accept"], options["restart"] = a.warm_accept, a.warm_restart
     return ENV_IDS[kind], options
 
 
