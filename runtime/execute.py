@@ -66,6 +66,13 @@ class ExecResult:
         def mean(key: str) -> list[float]:
             return [float(np.mean([s[key] for s in r["steps"]])) for r in records]
 
+        extra: dict[str, Any] = {}
+        if any("grads" in r for r in records):  # RunSpec.capture_grads: first holder of each
+            grads: dict[str, Any] = {}
+            for r in records:
+                for name, g in r.get("grads", {}).items():
+                    grads.setdefault(name, g)
+            extra["grads"] = grads
         return cls(
             step_time=float(np.median(per_step)),
             step_times=[float(x) for x in per_step],
@@ -79,6 +86,7 @@ class ExecResult:
             microbatches=spec.microbatches,
             schedule=spec.schedule,
             plan_hash=spec.plan_hash,
+            extra=extra,
         )
 
 
@@ -170,10 +178,12 @@ def execute(
     """Execute ``plan`` for ``graph`` on ``cluster``: ``warmup`` then ``steps`` timed steps.
 
     The plan is checked before anything is launched: made for this graph and
-    cluster (hashes), device indices in range, and ``nproc`` (if given) equal to the
-    number of devices the plan uses. ``model`` defaults to ``plan.meta["model"]``.
-    One process per device runs under ``torchrun --standalone``; gloo on CPU,
-    nccl on CUDA. With ``out_dir`` the spec, per-rank records, the torchrun log and
+    cluster (hashes), device indices in range, tensor-parallel sizes divisible, and
+    ``nproc`` (if given) equal to the number of processes the plan needs (one per
+    device; a pipeline with ``tp_degree`` t needs stages x t). ``model`` defaults to
+    ``plan.meta["model"]``. The processes run under ``torchrun --standalone``; gloo
+    on CPU, nccl on CUDA. ``capture_grads=True`` puts the first step's gradients in
+    ``result.extra["grads"]``. With ``out_dir`` the spec, per-rank records, the torchrun log and
     ``result.json`` are kept there.
     """
     spec = make_run_spec(
@@ -191,5 +201,10 @@ def execute(
         raise ValueError(
             f"plan uses {spec.world_size} devices {spec.devices} but {nproc} processes were requested; "
             "the world size must equal the number of devices in the plan"
+            + (
+                f" (pipeline stages x tp_degree {spec.tp_degree})"
+                if spec.mode == "pipeline" and spec.tp_degree > 1
+                else ""
+            )
         )
     return run_spec(spec, timeout_s=timeout_s, out_dir=out_dir)

@@ -28,7 +28,9 @@ class RuntimeModel:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def load_model(spec: Mapping[str, Any]) -> RuntimeModel:
+def load_model(
+    spec: Mapping[str, Any], *, device: str | torch.device | None = None
+) -> RuntimeModel:
     """Build the model described by ``spec``.
 
     ``spec`` is ``{"name": zoo_name, "config": {...}}`` (``graphs.zoo.build_module``)
@@ -36,6 +38,8 @@ def load_model(spec: Mapping[str, Any]) -> RuntimeModel:
     function takes the config as keyword arguments and returns an object with
     ``module``, ``example_inputs`` and ``loss_fn`` (a ``RuntimeModel`` or
     ``ZooModel``). Call after seeding: every rank must build identical weights.
+    ``device="meta"`` builds shapes only (for checks before launch): zoo models get it
+    as their ``device``, factories run under ``torch.device(device)``.
     """
     if not isinstance(spec, Mapping):
         raise ValueError(f"model spec must be a mapping, got {type(spec).__name__}")
@@ -51,11 +55,16 @@ def load_model(spec: Mapping[str, Any]) -> RuntimeModel:
             fn = getattr(importlib.import_module(mod_name), fn_name)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"model spec 'factory'={target!r} cannot be imported: {exc}") from None
-        built = fn(**config)
+        if device is None:
+            built = fn(**config)
+        else:
+            with torch.device(device):
+                built = fn(**config)
     elif "name" in spec:
         from graphs import zoo
 
-        built = zoo.build_module(str(spec["name"]), **config)
+        extra = {} if device is None else {"device": device}
+        built = zoo.build_module(str(spec["name"]), **extra, **config)
     else:
         raise ValueError(
             f"model spec needs 'name' (a graphs.zoo model) or 'factory'; got keys {sorted(spec)}"

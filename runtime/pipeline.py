@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import fx, nn
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.pipelining import (
     PipelineStage,
     Schedule1F1B,
@@ -16,14 +18,23 @@ from torch.distributed.pipelining import (
     ScheduleInterleaved1F1B,
 )
 from torch.distributed.pipelining import schedules as _schedules
+from torch.distributed.tensor import DTensor
 
 from runtime.program import (
     assign,
     build_submodule,
+    canonical_params,
     compute_nodes,
     loss_node,
-    param_name,
     value_meta,
+)
+from runtime.tensor_parallel import (
+    DTensorProgram,
+    TPPlan,
+    full_gradient,
+    implicit_replication,
+    parallelize_program,
+    sync_grads,
 )
 from runtime.timers import StepTimer
 
@@ -110,6 +121,16 @@ class PipelineRunner:
     scaled by ``1 / microbatches`` by the schedule, so they equal the full-batch
     gradients of a mean loss. Parameters used by stages on several ranks (tied
     weights) get their gradients summed with ``all_reduce``.
+
+    With ``tp_degree`` t > 1 the job is a 2-D ``("pp", "tp")`` device mesh of
+    ``world_size = pipeline ranks x t`` ranks (rank = pp_index * t + tp_index), as in
+    torchtitan: the program is tensor-parallelized once over the rank's tp sub-mesh
+    (:func:`runtime.tensor_parallel.parallelize_program`: Megatron column/row linears
+    under ``tp_modules``, whole heads per rank), then cut into stages; each stage runs
+    as a :class:`~runtime.tensor_parallel.DTensorProgram` (full tensors at its
+    boundaries) and ``PipelineStage`` talks over the rank's pp group, so the tp peers
+    of a stage exchange activations with the same tp index of the next stage.
+    ``stage_rank`` then holds pp indices.
     """
 
     def __init__(
@@ -124,6 +145,8 @@ class PipelineRunner:
         schedule: str = "1f1b",
         timer: StepTimer | None = None,
         device: torch.device | None = None,
+        tp_degree: int = 1,
+        tp_modules: Sequence[str] = (),
     ) -> None:
         if schedule not in SCHEDULE_CLASSES:
             raise ValueError(
@@ -133,9 +156,26 @@ class PipelineRunner:
         self.timer = timer or StepTimer()
         self.device = device or torch.device("cpu")
         S = len(stage_rank)
+        self.tp_degree = tp = int(tp_degree)
+        self.tp_plan: TPPlan | None = None
+        self.pp_group: dist.ProcessGroup | None = None
+        pp_index = rank
+        if tp > 1:
+            if world_size % tp:
+                raise ValueError(
+                    f"pipeline with tensor parallelism: world size {world_size} is not a multiple "
+                    f"of tp degree {tp}"
+                )
+            pp = world_size // tp
+            mesh = init_device_mesh(self.device.type, (pp, tp), mesh_dim_names=("pp", "tp"))
+            self.pp_group, tp_mesh = mesh.get_group("pp"), mesh["tp"]
+            pp_index = rank // tp
+            self.tp_plan, renamed = parallelize_program(gm, tp_mesh, tp_modules)
+            stage_of = dict(stage_of)
+            stage_of.update({new: stage_of[old] for new, old in renamed.items() if old in stage_of})
         mods = stage_modules(gm, stage_of, S)
         meta = value_meta(gm)
-        self.stage_ids = [k for k in range(S) if stage_rank[k] == rank]
+        self.stage_ids = [k for k in range(S) if stage_rank[k] == pp_index]
         self.first = 0 in self.stage_ids
         self.last = S - 1 in self.stage_ids
         self.stages = []
@@ -149,19 +189,22 @@ class PipelineRunner:
             )
             out_node = next(n for n in mods[k].graph.nodes if n.op == "output")
             outs = tuple(_zeros(meta[a.name], self.device) for a in out_node.args[0])
-            stage = PipelineStage(mods[k], k, S, self.device, input_args=ins, output_args=outs)
+            sub: nn.Module = mods[k] if tp == 1 else DTensorProgram(mods[k], tp_mesh)
+            stage = PipelineStage(
+                sub, k, S, self.device, input_args=ins, output_args=outs, group=self.pp_group
+            )
             self._instrument(stage)
             self.stages.append(stage)
         if not self.stages:
             raise ValueError(f"pipeline plan gives rank {rank} no stage")
         users: dict[str, set[int]] = {}
-        trainable = {k for k, _ in gm.named_parameters()}
+        canon = canonical_params(gm)  # tied weights (wte / lm_head) under one name
         for k, m in enumerate(mods):
             for n in m.graph.nodes:
-                if n.op == "get_attr" and str(n.target) in trainable:
-                    users.setdefault(param_name(str(n.target)), set()).add(stage_rank[k])
+                if n.op == "get_attr" and str(n.target) in canon:
+                    users.setdefault(canon[str(n.target)], set()).add(stage_rank[k])
         self.shared_params = sorted(k for k, v in users.items() if len(v) > 1)
-        self.param_names = sorted(k for k, v in users.items() if rank in v)
+        self.param_names = sorted(k for k, v in users.items() if pp_index in v)
         cls = SCHEDULE_CLASSES[schedule]
         arg = self.stages if schedule == "interleaved" else self.stages[0]
         if schedule != "interleaved" and len(self.stages) > 1:
@@ -194,14 +237,34 @@ class PipelineRunner:
         kw: dict[str, Any] = {"return_outputs": False}
         if self.last:
             kw.update(target=inputs[0], losses=losses)
-        self.schedule.step(*args, **kw)
+        # plain tensors made inside the program (positions, masks) are replicated, in
+        # backward too: the schedule runs both
+        with implicit_replication() if self.tp_plan is not None else contextlib.nullcontext():
+            self.schedule.step(*args, **kw)
+        if self.tp_plan is not None:
+            with self.timer.timed("comm"):
+                sync_grads(self.parameters())
         with self.timer.timed("comm"):
             for name in self.shared_params:
                 prm = self.gm.get_parameter("model." + name)
                 if prm.grad is None:
                     prm.grad = torch.zeros_like(prm)
-                dist.all_reduce(prm.grad)
-        return float(sum(float(x) for x in losses) / len(losses)) if losses else 0.0
+                g = prm.grad.to_local() if isinstance(prm.grad, DTensor) else prm.grad
+                dist.all_reduce(g, group=self.pp_group)
+        if not losses or (self.tp_plan is not None and self.rank % self.tp_degree):
+            return 0.0  # one loss per pipeline: only tp index 0 of the last stage reports it
+        return float(sum(float(x) for x in losses) / len(losses))
+
+    def full_grads(self) -> dict[str, torch.Tensor]:
+        """Unsharded gradients of this rank's parameters in the model's layout, by name
+        (with tensor parallelism a collective on the tp group: call on every rank)."""
+        out = {}
+        for name in self.param_names:
+            prm = self.gm.get_parameter("model." + name)
+            g = full_gradient(name, prm, self.tp_plan) if self.tp_plan else prm.grad
+            if g is not None:
+                out[name] = g
+        return out
 
 
 _PATCHED: list[StepTimer] = []

@@ -62,6 +62,17 @@ def param_name(target: str) -> str:
     return target[len(MODEL_PREFIX) :] if target.startswith(MODEL_PREFIX) else target
 
 
+def canonical_params(gm: nn.Module) -> dict[str, str]:
+    """Every parameter target of ``gm`` (``model.lm_head.weight``) -> the model's name of that
+    parameter (``wte.weight``): tied parameters reached under several names map to the first,
+    the name ``named_parameters()`` of the model gives them."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for target, p in gm.named_parameters(remove_duplicate=False):
+        out[target] = first.setdefault(id(p), param_name(target))
+    return out
+
+
 def _is_tuple_source(n: fx.Node) -> bool:
     return isinstance(n.meta.get("val"), (tuple, list))
 
@@ -178,7 +189,7 @@ def split(
     for n in nodes:
         by_key.setdefault(key[n.name], []).append(n)
     lossn = loss_node(gm)
-    trainable = {k for k, _ in gm.named_parameters()}
+    canon = canonical_params(gm)
     parts = []
     for k in sorted(by_key):
         members = by_key[k]
@@ -199,10 +210,10 @@ def split(
         ]
         params = sorted(
             {
-                param_name(str(a.target))
+                canon[str(a.target)]
                 for n in members
                 for a in n.all_input_nodes
-                if a.op == "get_attr" and str(a.target) in trainable
+                if a.op == "get_attr" and str(a.target) in canon
             }
         )
         devs = {device[n.name] for n in members}

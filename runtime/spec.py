@@ -27,9 +27,13 @@ class RunSpec:
         devices: cluster device index of each rank.
         device_of: forward (FX) node name -> rank (op-level plans).
         stage_of: forward (FX) node name -> stage (pipeline plans).
-        stage_rank: rank of each stage.
+        stage_rank: pipeline index of each stage (its rank when ``tp_degree`` is 1).
         tp_degree: tensor-parallel degree (1 = none); ``tp_modules`` the module paths to shard.
+            A pipeline with ``tp_degree`` t runs on ``world_size = pipeline ranks x t`` ranks,
+            rank = pipeline index * t + tp index; ``devices`` lists them in rank order.
         model: the model spec (see :func:`runtime.model.load_model`).
+        capture_grads: record the first step's (unsharded) gradients in each rank's record
+            (for equivalence tests; large for real models).
     """
 
     mode: str
@@ -52,6 +56,7 @@ class RunSpec:
     optimizer: str = "sgd"
     threads: int = 1
     plan_hash: str = ""
+    capture_grads: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -78,12 +83,27 @@ class RunSpec:
             raise ValueError(
                 f"RunSpec: node {k!r} is on rank {bad[k]}, outside [0, {self.world_size})"
             )
+        tp = self.tp_degree
+        if tp < 1 or self.world_size % tp:
+            raise ValueError(
+                f"RunSpec: tp_degree {tp} must be >= 1 and divide world_size {self.world_size}"
+            )
+        if self.mode == "tp" and self.world_size != tp:
+            raise ValueError(
+                f"RunSpec: a tensor-parallel plan runs on tp_degree={tp} ranks, got world_size "
+                f"{self.world_size}"
+            )
+        if tp > 1 and not self.tp_modules:
+            raise ValueError(f"RunSpec: tp_degree {tp} needs tp_modules (module paths to shard)")
         if self.mode == "pipeline":
+            pp = self.world_size // tp
             if not self.stage_rank:
                 raise ValueError("RunSpec: a pipeline plan needs stage_rank")
-            if any(not 0 <= r < self.world_size for r in self.stage_rank):
+            if sorted(set(self.stage_rank)) != list(range(pp)):
                 raise ValueError(
-                    f"RunSpec: stage_rank {self.stage_rank} has ranks outside [0, {self.world_size})"
+                    f"RunSpec: stage_rank {self.stage_rank} must use every pipeline index "
+                    f"0..{pp - 1} (world_size {self.world_size} = {pp} pipeline ranks x "
+                    f"tp_degree {tp})"
                 )
         if self.steps < 1 or self.warmup < 0:
             raise ValueError(
@@ -109,6 +129,31 @@ def forward_names(graph: CompGraph) -> list[tuple[int, list[str]]]:
     return out
 
 
+def tp_blocks(stage_devices: list[int], tp: int, cluster: Cluster) -> list[int]:
+    """Cluster devices of the ranks of a pipeline with tensor parallelism, in rank order.
+
+    The tp group of the pipeline rank on device ``d`` is the block ``d, d+1, ..., d+tp-1``
+    (in a plan, a node's device is its tp group's first device). Raises ``ValueError``
+    if a block leaves the cluster or two blocks overlap.
+    """
+    devices = [d + t for d in stage_devices for t in range(tp)]
+    n = cluster.num_devices
+    if max(devices) >= n:
+        d = next(d for d in stage_devices if d + tp > n)
+        raise ValueError(
+            f"pipeline stage on device {d} with tp_degree {tp} needs devices {d}..{d + tp - 1}, "
+            f"but cluster {cluster.name!r} has {n} devices ({len(stage_devices)} stages x "
+            f"tp {tp} = {len(devices)} processes)"
+        )
+    if len(set(devices)) != len(devices):
+        raise ValueError(
+            f"pipeline stages on devices {stage_devices} with tp_degree {tp}: the tp groups "
+            f"{[list(range(d, d + tp)) for d in stage_devices]} overlap; stage devices must be "
+            f"at least {tp} apart"
+        )
+    return devices
+
+
 def make_run_spec(
     plan: Plan,
     graph: CompGraph,
@@ -120,7 +165,10 @@ def make_run_spec(
 
     Refuses (``ValueError``) a plan made for another graph or cluster, a device index
     out of range, a pipeline plan whose stages are not one per rank (unless the
-    schedule is ``interleaved``), and non-uniform tensor-parallel degrees.
+    schedule is ``interleaved``), non-uniform tensor-parallel degrees, and a
+    tensor-parallel plan whose sharded sizes (features, heads) are not divisible by
+    the degree or whose tp groups do not fit the cluster. A pipeline plan with
+    ``tp_degree`` t runs on (pipeline devices) x t processes (see :func:`tp_blocks`).
     ``model`` defaults to ``plan.meta["model"]``; ``options`` set the other
     :class:`RunSpec` fields (steps, warmup, seed, backend, ...).
     """
@@ -155,9 +203,13 @@ def make_run_spec(
         plan_hash=plan_hash(plan),
         **options,
     )
+    if tp > 1:
+        from runtime.tensor_parallel import check_tensor_parallel
+
+        check_tensor_parallel(model, tp_modules, tp, int(plan.microbatches))
     if plan.stage is not None and plan.stage_device is not None:
         sdev = list(plan.stage_device)
-        used = sorted(set(sdev))
+        used = list(dict.fromkeys(sdev))  # pipeline index = order of first stage
         rank_of = {d: r for r, d in enumerate(used)}
         stage_rank = [rank_of[d] for d in sdev]
         per_rank = np.bincount(stage_rank, minlength=len(used))
@@ -174,12 +226,7 @@ def make_run_spec(
                     f"(looped layout); got stage devices {sdev}"
                 )
         stage_of = {m: int(plan.stage[i]) for i, names in fwd for m in names}
-        if tp > 1:
-            raise ValueError(
-                "pipeline plans with tensor parallelism (stage and tp_degree together) are not "
-                "supported by this runtime yet; drop tp_degree or the stages"
-            )
-        devices = used
+        devices = tp_blocks(used, tp, cluster) if tp > 1 else used
         spec = RunSpec(
             mode="pipeline",
             world_size=len(devices),

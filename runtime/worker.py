@@ -40,6 +40,7 @@ def build_runner(
                 module,
                 zm.loss_fn,
                 spec.tp_modules,
+                inputs,
                 rank=rank,
                 world_size=spec.world_size,
                 microbatches=M,
@@ -87,6 +88,8 @@ def build_runner(
             schedule=spec.schedule,
             timer=timer,
             device=device,
+            tp_degree=spec.tp_degree,
+            tp_modules=spec.tp_modules,
         )
     return runner, inputs
 
@@ -173,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", required=True, help="RunSpec JSON file")
     ap.add_argument("--out", required=True, help="folder for rank{r}.json / error_rank{r}.json")
     args = ap.parse_args(argv)
-    run_rank(Path(args.spec).read_text(), args.out)
+    text = Path(args.spec).read_text()
+    run_rank(text, args.out, capture_grads=RunSpec.from_json(text).capture_grads)
     return 0
 
 

@@ -22,3 +22,69 @@ def raise_on_rank1() -> str:
         return "unreachable"
     finally:
         teardown()
+
+
+def raise_on_rank(bad: int) -> str:
+    """Rank ``bad`` raises; every other rank blocks in an all-reduce that ``bad`` never joins."""
+    info = init_distributed(timeout_s=300)
+    try:
+        if info.rank == bad:
+            time.sleep(0.2)
+            raise ValueError(f"boom on rank {bad}")
+        dist.all_reduce(torch.ones(1))
+        return "unreachable"
+    finally:
+        teardown()
+
+
+def tp_steps_with_comms(cases: list[tuple[dict, list[str]]]) -> list[dict]:
+    """Per ``(model, module_paths)`` case, one tensor-parallel forward/backward over all ranks
+    under DTensor's ``CommDebugMode``: loss, collective counts, full gradients, local shards."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    info = init_distributed(timeout_s=120)
+    try:
+        mesh = init_device_mesh("cpu", (info.world_size,), mesh_dim_names=("tp",))
+        return [_tp_step(model, paths, mesh) for model, paths in cases]
+    finally:
+        teardown()
+
+
+def _tp_step(model: dict, module_paths: list[str], mesh: object) -> dict:
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from runtime.dist import seed_everything
+    from runtime.model import load_model
+    from runtime.program import export_with_loss
+    from runtime.tensor_parallel import (
+        DTensorProgram,
+        full_gradient,
+        implicit_replication,
+        parallelize_program,
+        sync_grads,
+    )
+
+    seed_everything(0)
+    zm = load_model(model)
+    gm = export_with_loss(zm.module, zm.example_inputs, zm.loss_fn)
+    plan, _ = parallelize_program(gm, mesh, module_paths)
+    program = DTensorProgram(gm, mesh)
+    comms = CommDebugMode()
+    with comms, implicit_replication():
+        out = program(*zm.example_inputs)
+        loss = out[0] if isinstance(out, tuple) else out
+        loss.backward()
+    sync_grads(list(gm.parameters()))
+    grads, local = {}, {}
+    for target, p in gm.named_parameters():
+        name = target.removeprefix("model.")
+        grads[name] = full_gradient(name, p, plan).tolist()
+        if name in plan.placements or target in plan.placements:
+            local[name] = p.to_local().tolist()
+    return {
+        "loss": float(loss),
+        "comms": {str(k): int(v) for k, v in comms.get_comm_counts().items()},
+        "grads": grads,
+        "local": local,
+        "styles": plan.styles(),
+    }

@@ -3,49 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
-from runtime.dist import seed_everything
-from runtime.launch import spawn
-from runtime.model import load_model
-from runtime.program import compute_nodes, export_with_loss
 from runtime.spec import RunSpec
-from runtime.worker import run_rank
+from tests.runtime._reference import check_against_reference, fx_names, run
 
 pytestmark = pytest.mark.timeout(180)
-
-TOL = 1e-5
-
-
-def reference(model: dict) -> tuple[float, dict[str, torch.Tensor]]:
-    seed_everything(0)
-    zm = load_model(model)
-    loss = zm.loss_fn(zm.module(*zm.example_inputs), *zm.example_inputs)
-    loss.backward()
-    return loss.item(), {n: p.grad for n, p in zm.module.named_parameters()}
-
-
-def fx_names(model: dict) -> list[str]:
-    seed_everything(0)
-    zm = load_model(model)
-    return [
-        n.name for n in compute_nodes(export_with_loss(zm.module, zm.example_inputs, zm.loss_fn))
-    ]
-
-
-def check_against_reference(results: list[dict], model: dict) -> None:
-    loss, grads = reference(model)
-    assert results[0]["loss"] == pytest.approx(loss, abs=TOL)
-    seen: set[str] = set()
-    for r in results:
-        for name, g in r["grads"].items():
-            torch.testing.assert_close(torch.tensor(g), grads[name], atol=TOL, rtol=0)
-            seen.add(name)
-    assert seen == set(grads)  # every parameter's gradient was produced by some rank
-
-
-def run(spec: RunSpec) -> list[dict]:
-    return spawn(run_rank, spec.world_size, (spec.to_json(), None, True), timeout_s=150)
 
 
 def test_oplevel_ping_pong_branchy_model():
