@@ -116,3 +116,24 @@ def test_inherited_stages_stay_monotone(program, named, cut):
         for a in n.all_input_nodes:
             if a.op == "call_function":
                 assert stage[a.name] <= stage[n.name]
+
+
+def test_tied_parameters_get_one_name():
+    """GPT-2's LM head reads ``lm_head.weight``, the same parameter as ``wte.weight``: a
+    partition holding only the head must list it as ``wte.weight`` (so its gradient is
+    summed with the embedding's), not as a second parameter."""
+    from runtime.model import load_model
+    from runtime.program import canonical_params
+    from tests.runtime._reference import GPT2
+
+    seed_everything(0)
+    zm = load_model(GPT2)
+    gm = export_with_loss(zm.module, zm.example_inputs, zm.loss_fn)
+    canon = canonical_params(gm)
+    assert canon["model.lm_head.weight"] == canon["model.wte.weight"] == "wte.weight"
+    names = [n.name for n in compute_nodes(gm)]
+    head = names.index("linear_4")  # the LM head and the loss on device 1
+    dev = {n: int(i >= head) for i, n in enumerate(names)}
+    parts = split(gm, {n: (dev[n],) for n in dev}, dev)
+    assert [p.device for p in parts] == [0, 1]
+    assert parts[1].params == ["wte.weight"] and "wte.weight" in parts[0].params
