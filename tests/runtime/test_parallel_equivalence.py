@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime.spec import RunSpec
-from tests.runtime._reference import check_against_reference, fx_names, run
+from tests.runtime._reference import GPT2, check_against_reference, fx_names, run
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -53,18 +53,18 @@ def test_pipeline_1f1b_tied_weights():
     assert "wte.weight" in results[0]["grads"] and "wte.weight" in results[1]["grads"]
 
 
-def test_tensor_parallel_mlp():
-    model = {"factory": "runtime.toy:mlp", "config": {"batch": 8, "d": 8, "hidden": 16}}
+def test_tensor_parallel_gpt2_block():
+    """The tp runner on a GPT-2 block: fused-QKV attention and MLP sharded, 2 microbatches."""
     spec = RunSpec(
         mode="tp",
         world_size=2,
         devices=[0, 1],
-        model=model,
+        model=GPT2,
         tp_degree=2,
-        tp_modules=["mlp"],
+        tp_modules=["h"],
         microbatches=2,
         steps=1,
         warmup=0,
     )
     results = run(spec)
-    check_against_reference(results, model)
+    check_against_reference(results, GPT2)
