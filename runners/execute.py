@@ -27,11 +27,13 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
                 "plan.meta has no 'model'; pass graph=PATH and set the model in the plan"
             )
         graph = graph_for_model(model)
-    name = cluster_name or plan.meta.get("cluster") or f"cpu_{int(plan.placement.max()) + 1}"
+    # default: a cpu_N cluster just large enough (a tensor-parallel group spans tp devices)
+    tp = max(plan.tp_degree.values(), default=1)
+    name = cluster_name or plan.meta.get("cluster") or f"cpu_{int(plan.placement.max()) + tp}"
     return graph, clusters.load(str(name))
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="execute")
+@hydra.main(version_base=None, config_path="../conf/execute", config_name="config")
 def main(cfg: DictConfig) -> None:
     from runtime.execute import execute
 

@@ -1,0 +1,49 @@
+"""runners.execute: the default cluster of a plan and the ``cluster=`` command-line key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from graphs.compgraph import CompGraph
+from graphs.io import save
+from graphs.plan import Plan
+from runners.execute import resolve
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _graph() -> CompGraph:
+    return CompGraph.build(3, [(0, 1), (1, 2)], flops=[1.0, 1.0, 1.0], meta={"name": "chain3"})
+
+
+def test_default_cluster_counts_devices(tmp_path: Path) -> None:
+    g = _graph()
+    path = tmp_path / "g.json"
+    save(g, path)
+    _, cluster = resolve(Plan(np.array([0, 1, 2])), str(path), None)
+    assert cluster.num_devices == 3
+    # a pipeline x tensor-parallel plan: stages on devices 0 and 2, each a tp group of 2
+    plan = Plan(
+        np.array([0, 0, 2]), stage=np.array([0, 0, 1]), stage_device=(0, 2), tp_degree={0: 2}
+    )
+    _, cluster = resolve(plan, str(path), None)
+    assert cluster.num_devices == 4
+    _, cluster = resolve(plan, str(path), "cpu_6")
+    assert cluster.num_devices == 6
+
+
+def test_cluster_key_is_a_value_not_the_config_group(tmp_path: Path) -> None:
+    # conf/cluster/ is a config group of the other runners; `cluster=cpu_4` must still reach
+    # runners.execute as a plain value (it then fails on the missing plan file, not in hydra)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.execute", f"plan={tmp_path / 'missing.json'}",
+         "cluster=cpu_4", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "Could not override" not in proc.stderr
+    assert "missing.json" in proc.stderr
