@@ -21,6 +21,7 @@ DEVICE_FIGURES = (
     "efficiency",
     "launch_overhead",
     "transfer_overhead",
+    "receive_overhead",
 )
 
 
@@ -39,6 +40,9 @@ class Device:
         transfer_overhead: compute-stream seconds the device spends per transfer it
             sends or receives (LogP's ``o``; default 0). Left out of the JSON/YAML form
             and of ``Cluster.content_hash`` when 0, so older clusters keep their hash.
+        receive_overhead: further compute-stream seconds per transfer the device
+            receives (e.g. a rendezvous wait every blocking receive pays; default 0,
+            left out of the JSON form and hash when 0 like ``transfer_overhead``).
     """
 
     name: str
@@ -49,6 +53,7 @@ class Device:
     efficiency: float = 1.0
     launch_overhead: float = 0.0
     transfer_overhead: float = 0.0
+    receive_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         # store figures as floats so that equal clusters hash equal whether built from ints or floats
@@ -70,17 +75,17 @@ class Device:
             raise ValueError(
                 f"Device {self.name!r}: launch_overhead must be finite and >= 0, got {self.launch_overhead!r}"
             )
-        if not (np.isfinite(self.transfer_overhead) and self.transfer_overhead >= 0):
-            raise ValueError(
-                f"Device {self.name!r}: transfer_overhead must be finite and >= 0, "
-                f"got {self.transfer_overhead!r}"
-            )
+        for f in ("transfer_overhead", "receive_overhead"):
+            v = getattr(self, f)
+            if not (np.isfinite(v) and v >= 0):
+                raise ValueError(f"Device {self.name!r}: {f} must be finite and >= 0, got {v!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form; ``transfer_overhead`` only when it is not 0."""
+        """JSON form; ``transfer_overhead`` and ``receive_overhead`` only when not 0."""
         d = asdict(self)
-        if d["transfer_overhead"] == 0.0:
-            del d["transfer_overhead"]
+        for f in ("transfer_overhead", "receive_overhead"):
+            if d[f] == 0.0:
+                del d[f]
         return d
 
 
@@ -369,6 +374,10 @@ class Cluster:
                     transfer_overhead=num(
                         spec.get("transfer_overhead", 0.0),
                         f"device {spec['name']}.transfer_overhead",
+                    ),
+                    receive_overhead=num(
+                        spec.get("receive_overhead", 0.0),
+                        f"device {spec['name']}.receive_overhead",
                     ),
                 )
             )

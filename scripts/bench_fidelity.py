@@ -115,17 +115,32 @@ def make_plans(
     _, inv = graph.group_index()
     ngroups = int(inv.max()) + 1
     D = cluster.num_devices
-    for i in range(n_random):
-        # walk the groups in order, switching device with probability q: q spread over
-        # (0, 1) gives plans from one cut to a cut at nearly every group boundary
-        q = (i + 0.5) / max(n_random, 1)
-        per_group = np.empty(ngroups, np.int64)
+
+    # random plans: the groups (a chain, in order) cut at c random boundaries, c drawn
+    # afresh for every plan, so cut counts spread from 1 to ngroups - 1; every plan's
+    # placement (up to renaming devices) differs from all plans before it
+    def canonical(per_group: np.ndarray) -> tuple[int, ...]:
+        first: dict[int, int] = {}
+        return tuple(first.setdefault(int(x), len(first)) for x in per_group)
+
+    seen = {canonical(np.asarray(p.placement)[first_of_group(graph)]) for _, p in plans}
+    i = 0
+    for _ in range(1000 * max(n_random, 1)):
+        if i == n_random:
+            break
+        c = int(rng.integers(1, ngroups)) if D > 1 else 0
+        per_group = np.zeros(ngroups, np.int64)
         per_group[0] = rng.integers(0, D)
+        cut_at = set(rng.choice(np.arange(1, ngroups), size=c, replace=False).tolist())
         for k in range(1, ngroups):
-            stay = rng.random() >= q or D == 1
-            other = (per_group[k - 1] + rng.integers(1, D)) % D if D > 1 else 0
-            per_group[k] = per_group[k - 1] if stay else other
+            step = rng.integers(1, D) if k in cut_at else 0
+            per_group[k] = (per_group[k - 1] + step) % D
+        key = canonical(per_group)
+        if key in seen:
+            continue
+        seen.add(key)
         plans.append((f"random{i}", Plan.for_graph(per_group[inv], graph, cluster)))
+        i += 1
     # the simulator scores placements, not stages: every plan runs as an op-level plan; the
     # runtime runs a backward/optimizer node where its forward node runs, so plans say so too
     fwd = forward_of(graph)
@@ -146,6 +161,12 @@ def make_plans(
     ]  # fmt: skip
 
 
+def first_of_group(graph) -> np.ndarray:
+    """Index of the first node of each colocation group (groups in ``group_index`` order)."""
+    _, inv = graph.group_index()
+    return np.array([int(np.flatnonzero(inv == k)[0]) for k in range(int(inv.max()) + 1)])
+
+
 def cuts(graph, placement: np.ndarray) -> int:
     """Forward edges whose ends are on different devices (each is a hand-off forward and back)."""
     f = (graph.kind[graph.src] == 0) & (graph.kind[graph.dst] == 0)
@@ -154,11 +175,12 @@ def cuts(graph, placement: np.ndarray) -> int:
 
 ANALYSIS = "<!-- analysis: written by hand, kept when the script rewrites the file -->"
 COLUMNS = {
-    "gpipe": "gpipe order (work-conserving), measured per-node times, hand-off latency",
-    "roofline": "in_order, roofline (one launch overhead per original op), hand-off latency, endpoint cost",
+    "in_order": "in_order, measured per-node times, hand-off latency, endpoint cost",
     "in_order_o0": "in_order, measured per-node times, hand-off latency, no endpoint cost",
     "in_order_p2p": "in_order, measured per-node times, idle p2p latency, endpoint cost",
-    "in_order": "in_order, measured per-node times, hand-off latency, endpoint cost",
+    "roofline": "in_order, roofline (launch overhead per original op), hand-off latency, endpoint cost",
+    "shared": "in_order as the first row, device speed x measured time-sharing factor",
+    "gpipe": "gpipe order (work-conserving), otherwise as the first row",
 }
 
 
@@ -214,7 +236,10 @@ def main() -> None:
     for N in args.devices:
         cluster = cpu_cluster(N, calibration=cal)
         for name, plan in make_plans(graph, cluster, args.random, rng, M):
-            row = dict(cluster=f"cpu_{N}", N=N, plan=name, world=used(plan.placement), runs=[])
+            row = dict(
+                cluster=f"cpu_{N}", N=N, plan=name, world=used(plan.placement), runs=[],
+                placement=plan.placement.tolist(),
+            )  # fmt: skip
             jobs.append((row, plan, cluster))
     rows = [row for row, _, _ in jobs]
     placements = {(row["cluster"], row["plan"]): plan.placement for row, plan, _ in jobs}
@@ -225,7 +250,14 @@ def main() -> None:
     if args.resimulate:
         runs = {(r["cluster"], r["plan"]): r for r in old["rows"]}
         for row in rows:
-            row["runs"] = runs[row["cluster"], row["plan"]]["runs"]
+            was = runs[row["cluster"], row["plan"]]
+            for key in ("runs", "compute", "comm", "idle"):
+                if key in was:
+                    row[key] = was[key]
+            if "placement" in was:  # the plans as measured (plan generation may have changed since)
+                row["placement"] = was["placement"]
+                row["world"] = used(np.asarray(was["placement"]))
+                placements[row["cluster"], row["plan"]] = np.asarray(was["placement"], np.int64)
         done = min(len(row["runs"]) for row in rows)
         seconds = old.get("seconds", float("nan"))
         report(
@@ -268,30 +300,33 @@ def main() -> None:
 def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int) -> None:
     """Fill each row's simulated step time (seconds) for every simulator input of COLUMNS.
 
-    Every input scales device speed by the time-sharing factor of the plan's process
-    count; link latency is the hand-off latency (``cal["link"]``) or the idle p2p
-    latency; the endpoint cost is ``cal["measured"]["transfer_overhead_used"]``.
+    Devices run at their one-process speed (each process of a 2-process plan has a
+    vCPU of its own) except in ``shared``, where speed is scaled by the measured
+    time-sharing factor of the plan's process count. Link latency is the hand-off
+    latency (``cal["link"]``) or the idle p2p latency; the endpoint cost is
+    ``cal["measured"]["transfer_overhead_used"]``.
     """
-    p2p = dict(cal, link=dict(cal["link"], latency=cal["measured"]["p2p_latency"]))
+    free = dict(cal, concurrency={})
+    p2p = dict(free, link=dict(cal["link"], latency=cal["measured"]["p2p_latency"]))
     o = float(cal["measured"]["transfer_overhead_used"])
     for row in rows:
         N, k, placement = row["N"], row["world"], placements[row["cluster"], row["plan"]]
+        cluster = cpu_cluster(N, calibration=free)
         scaled = cpu_cluster(N, calibration=cal, processes=k)
         f = concurrency_factor(cal, k)
-        roof_ops = graph.replace(times=dict(graph.times, cpu=per_op_times(graph, scaled, M)))
+        roof_ops = graph.replace(times=dict(graph.times, cpu=per_op_times(graph, cluster, M)))
         t_scaled = timed.replace(times={"cpu": timed.times["cpu"] / f})
 
         def sim(g, c, schedule="in_order", p=placement):
             return float(Simulator(g, c, microbatches=M, schedule=schedule).evaluate(p).step_time)
 
         row.update(
-            gpipe=sim(t_scaled, scaled, "gpipe"),
-            roofline=sim(roof_ops, with_overhead(scaled, o)),
-            in_order_o0=sim(t_scaled, scaled),
-            in_order_p2p=sim(
-                t_scaled, with_overhead(cpu_cluster(N, calibration=p2p, processes=k), o)
-            ),
-            in_order=sim(t_scaled, with_overhead(scaled, o)),
+            in_order=sim(timed, with_overhead(cluster, o)),
+            in_order_o0=sim(timed, cluster),
+            in_order_p2p=sim(timed, with_overhead(cpu_cluster(N, calibration=p2p), o)),
+            roofline=sim(roof_ops, with_overhead(cluster, o)),
+            shared=sim(t_scaled, with_overhead(scaled, o)),
+            gpipe=sim(timed, with_overhead(cluster, o), "gpipe"),
             cuts=cuts(graph, placement),
         )
 
@@ -365,6 +400,24 @@ def summarize(rows: list[dict], key: str) -> tuple[float, float]:
     return rho, mape
 
 
+def compute_line(rows: list[dict]) -> str:
+    """What the runtime's own compute timers say about time-sharing (per step, summed over ranks)."""
+    by: dict[int, list[float]] = {}
+    for r in rows:
+        for ranks in r.get("compute", []):
+            by.setdefault(r["world"], []).append(sum(ranks))
+    if not by:
+        return "- runtime compute timers: not recorded in this run"
+    parts = [
+        f"{k} process{'es' if k > 1 else ''}: median {np.median(v) * 1e3:.0f} ms ({len(v)} runs)"
+        for k, v in sorted(by.items())
+    ]
+    return (
+        "- compute time per step summed over the ranks, from the runtime's own timers "
+        "(`ExecResult.compute`; the same work in every plan): " + "; ".join(parts)
+    )
+
+
 def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds) -> None:
     d, ln = cal["device"], cal["link"]
     conc = ", ".join(f"{k}: {v:.2f}" for k, v in sorted(cal.get("concurrency", {}).items()))
@@ -429,7 +482,8 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
             ", ".join(f"{k}: {v:.2f}" for k, v in sorted(c.items()))
             for c in cal["measured"].get("concurrency_during_runs", [])
         )
-        + " (their mean is the factor above)",
+        + " (their mean is the factor above; used only by the `shared` input)",
+        compute_line(rows),
         "",
         "## Plans",
         "",

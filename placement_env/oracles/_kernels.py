@@ -189,7 +189,8 @@ def simulate_makespan(
     rlink,  # int64[r]
     lat,  # float64[L]
     bw,  # float64[L]
-    ovh,  # float64[D] endpoint cost per transfer sent or received (seconds of compute stream)
+    ovh_send,  # float64[D] endpoint cost per transfer sent (seconds of compute stream)
+    ovh_recv,  # float64[D] endpoint cost per transfer received
     fwd_of,  # int64[n] forward node whose partition a node joins (in_order; -1 none)
     topo_pos,  # int64[n] position of each node in topo
     record,  # bool: also return every run's start and duration and every hop interval
@@ -275,7 +276,7 @@ def simulate_makespan(
     # (in_order: the first run of that run's partition, where the runtime receives)
     has_ovh = False
     for d in range(D):
-        if ovh[d] > 0.0:
+        if ovh_send[d] > 0.0 or ovh_recv[d] > 0.0:
             has_ovh = True
     ext = np.zeros(T if has_ovh else 0, np.float64)
     if has_ovh:
@@ -285,10 +286,10 @@ def simulate_makespan(
             if ng == 0:
                 continue
             for t in range(base[i], base[i + 1]):
-                ext[t] += ng * ovh[a]
+                ext[t] += ng * ovh_send[a]
             for g in range(gptr[i], gptr[i + 1]):
                 b = gdev[g]
-                if ovh[b] == 0.0:
+                if ovh_recv[b] == 0.0:
                     continue
                 for t in range(base[i], base[i + 1]):
                     m = t - base[i]
@@ -302,7 +303,7 @@ def simulate_makespan(
                             tbest = tj
                     if in_order:
                         tbest = pfirst[tbest]
-                    ext[tbest] += ovh[b]
+                    ext[tbest] += ovh_recv[b]
 
     # ---- per-device bookkeeping
     tcount = np.zeros(D, np.int64)

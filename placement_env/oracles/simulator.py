@@ -80,10 +80,10 @@ class Simulator:
       largest such time ``* 1e-6 / s`` and uses no link (no contention, no link bytes).
     * Endpoint cost (LogP's ``o``, ``Device.transfer_overhead``, default 0): each
       transfer adds ``transfer_overhead`` of the sender to the producer run (it
-      leaves after it) and ``transfer_overhead`` of the receiver to the first run
-      on the receiving device that needs it (smallest schedule priority; in
-      ``in_order`` the first run of that run's partition). These seconds count as
-      busy time.
+      leaves after it) and ``transfer_overhead + receive_overhead`` of the receiver
+      to the first run on the receiving device that needs it (smallest schedule
+      priority; in ``in_order`` the first run of that run's partition). These
+      seconds count as busy time.
     * Time advances event by event; all events at the same instant are applied
       before links and then devices are dispatched (a "round").
     * ``step_time`` = finish time of the last task.
@@ -247,7 +247,8 @@ class Simulator:
         self._lat = np.array([ln.latency for ln in c.links], dtype=np.float64)
         self._bw = np.array([ln.bandwidth for ln in c.links], dtype=np.float64)
         self._nocomm = np.array([dev.kind == "cpu" for dev in c.devices])
-        self._ovh = np.array([dev.transfer_overhead for dev in c.devices], dtype=np.float64)
+        self._ovh_send = np.array([dev.transfer_overhead for dev in c.devices], dtype=np.float64)
+        self._ovh_recv = self._ovh_send + np.array([dev.receive_overhead for dev in c.devices])
         self._capacity = c.memory
 
         # ---- memory terms per node
@@ -400,7 +401,8 @@ class Simulator:
             self._rlink,
             self._lat,
             self._bw,
-            self._ovh,
+            self._ovh_send,
+            self._ovh_recv,
             self._fwd_of,
             self._topo_pos,
             record,

@@ -24,6 +24,8 @@ def test_zero_overhead_is_left_out_and_keeps_the_hash() -> None:
     # the preset's hash as computed before the field existed
     assert load("dgx1_v100_8").content_hash() == "6e8f1685e9322627"
     assert two(3e-5).content_hash() != c0.content_hash()
+    dv = Device("r", "x", peak_flops=1, mem_bw=1, memory=1, receive_overhead=1e-3)
+    assert dv.to_dict()["receive_overhead"] == 1e-3 and "transfer_overhead" not in dv.to_dict()
 
 
 def test_round_trip_and_yaml_form() -> None:

@@ -151,6 +151,7 @@ def reference_simulate(
     # endpoint cost: sender once per (run, destination device); receiver once per transfer,
     # on the first run there that needs it (in_order: the first run of its partition)
     ovh = [cluster.devices[d].transfer_overhead for d in range(D)]
+    ovh_in = [ovh[d] + cluster.devices[d].receive_overhead for d in range(D)]
     extra = {t: 0.0 for t in pending}
     for i in range(n):
         dests = sorted({p[j] for j in succ[i]} - {p[i]})
@@ -158,7 +159,7 @@ def reference_simulate(
             extra[(i, m)] += len(dests) * ovh[p[i]]
             for b in dests:
                 needs = [t for j in succ[i] if p[j] == b for t in consumers_of(i, m, j)]
-                extra[first_of(min(needs, key=lambda t: priority(*t)))] += ovh[b]
+                extra[first_of(min(needs, key=lambda t: priority(*t)))] += ovh_in[b]
 
     def gated(i: int) -> bool:
         return (schedule == "gpipe" and kind[i] == 1) or (schedule == "1f1b" and kind[i] == 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -79,6 +80,10 @@ def test_endpoint_cost_on_sender_and_receiver() -> None:
     r = Simulator(g2, c).evaluate(np.array([0, 1, 1]))
     assert r.device_busy == pytest.approx([1.5 * US, 2.5 * US])
     assert r.step_time == pytest.approx(4 * US)  # a [0,1.5], b [1.5,3] (+ receive), c [3,4]
+    # a receive-only cost (receive_overhead) of 2 us more on device 1: b takes 1 + 0.5 + 2 + 0.5
+    devs = tuple(replace(d, receive_overhead=2 * US * (i == 1)) for i, d in enumerate(c.devices))
+    r = Simulator(g, Cluster("m", devs, c.links), schedule="in_order").evaluate(np.array([0, 1, 0]))
+    assert r.device_busy == pytest.approx([3 * US, 4 * US]) and r.step_time == pytest.approx(7 * US)
     # o = 0 leaves every result as before
     assert Simulator(g, mesh(2)).evaluate(np.array([0, 1, 0])).step_time == pytest.approx(3 * US)
 
@@ -188,7 +193,8 @@ def training_instances(draw: st.DrawFn) -> tuple[CompGraph, Cluster, np.ndarray]
     ovh = draw(st.sampled_from([0.0, 1e-6, 2.5e-6]))
     devs = tuple(
         Device(f"d{d}", "x", peak_flops=1e12 * (d + 1), mem_bw=1e18, memory=1e12,
-               launch_overhead=draw(st.sampled_from([0.0, 1e-6])), transfer_overhead=ovh * (d + 1))
+               launch_overhead=draw(st.sampled_from([0.0, 1e-6])), transfer_overhead=ovh * (d + 1),
+               receive_overhead=draw(st.sampled_from([0.0, 3e-6])))
         for d in range(D)
     )  # fmt: skip
     links = tuple(Link(a, b, 1e9, 1e-6) for a in range(D) for b in range(D) if a != b)
