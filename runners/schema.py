@@ -78,6 +78,11 @@ class AgentConfig:
     ``warm_start`` (PPO on a fixed problem): every episode starts from the best baseline's
     plan, so the policy refines the reference (Placeto-style) instead of starting from a
     random placement; ``result.json`` names the plan it started from.
+    ``warm_search`` (with ``warm_start`` on ``Sweep-v0``): run the refinement as a local
+    search with the policy as the proposal, as ``scripts/bench_quality.py`` does: a move
+    that makes the plan worse is undone (``accept="improve"``), each episode restarts from
+    the best plan so far (``restart="best"``) and the policy's keep logit starts at
+    ``keep_prob=0.5``. Values already set in ``env.env_kwargs`` / ``agent.ppo.extra`` win.
     """
 
     name: str = MISSING
@@ -88,6 +93,7 @@ class AgentConfig:
     budget: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     warm_start: bool = True
+    warm_search: bool = True
 
 
 @dataclass

@@ -171,17 +171,21 @@ def _make_env(env_id: str, generator: Any, oracle_factory: Any, env_kwargs: dict
 
 
 def env_factory(
-    problem: common.Problem, *, init_placement: np.ndarray | None = None
+    problem: common.Problem,
+    *,
+    init_placement: np.ndarray | None = None,
+    env_defaults: Mapping[str, Any] | None = None,
 ) -> Callable[[], Any]:
     """A picklable ``() -> gym.Env`` for ``problem.spec`` (generator and oracle injected).
 
     ``init_placement`` (a per-node placement of the problem's graph) warm-starts every
-    episode from that plan; only for a fixed problem.
+    episode from that plan; only for a fixed problem. ``env_defaults`` are env keywords
+    used where ``spec.env_kwargs`` does not set them.
     """
     from placement_env import generators
 
     spec = problem.spec
-    kwargs = dict(spec.env_kwargs)
+    kwargs = {**dict(env_defaults or {}), **dict(spec.env_kwargs)}
     if spec.generator == "fixed":
         gen = generators.fixed(problem.graph, problem.cluster)
         if init_placement is not None:
@@ -256,6 +260,36 @@ def ppo_kwargs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in ppo.items() if v is not None}, **extra}
 
 
+WARM_SEARCH_ENV = {"accept": "improve", "restart": "best"}
+WARM_SEARCH_KEEP_PROB = 0.5
+
+
+def warm_search_options(
+    problem: common.Problem, agent_cfg: Mapping[str, Any], warm: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(env defaults, make_ppo kwargs)`` of a PPO run.
+
+    A warm-started ``Sweep-v0`` run with ``agent.warm_search`` (the default) searches
+    locally around its start, as ``scripts/bench_quality.py``'s warm PPO-placeto does:
+    worse moves undone, episodes restarting from the best plan so far, keep logit at
+    :data:`WARM_SEARCH_KEEP_PROB`. Explicit ``env.env_kwargs`` and ``agent.ppo.extra``
+    values are kept.
+    """
+    kwargs = ppo_kwargs(agent_cfg)
+    on = (
+        warm
+        and bool(agent_cfg.get("warm_search", True))
+        and problem.spec.env_id.endswith("Sweep-v0")
+        and dict(problem.spec.env_kwargs).get("reward_mode", "dense") == "dense"
+    )
+    if not on:
+        return {}, kwargs
+    net = dict(kwargs.get("net_kwargs") or {})
+    net.setdefault("keep_prob", WARM_SEARCH_KEEP_PROB)
+    kwargs["net_kwargs"] = net
+    return dict(WARM_SEARCH_ENV), kwargs
+
+
 def search_ppo(
     problem: common.Problem,
     agent_cfg: Mapping[str, Any],
@@ -305,11 +339,12 @@ def search_ppo(
         from agents.ppo import make_ppo
 
         init = None if warm_start is None else warm_start[1]
+        env_defaults, kwargs = warm_search_options(problem, agent_cfg, warm_start is not None)
         model = make_ppo(
-            env_factory(problem, init_placement=init),
+            env_factory(problem, init_placement=init, env_defaults=env_defaults),
             policy=policy,
             seed=seed,
-            **ppo_kwargs(agent_cfg),
+            **kwargs,
         )
         remaining, reset = total, True
     if remaining > 0:

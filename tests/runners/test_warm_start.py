@@ -10,7 +10,7 @@ import pytest
 
 from runners import common
 from runners.tracking import NullTracker
-from runners.train import _warm_start, best_with_start, search_ppo
+from runners.train import _warm_start, best_with_start, env_factory, search_ppo, warm_search_options
 from tests.runners.conftest import compose, small_env
 
 START = np.array([0, 0, 1, 1], dtype=np.int64)
@@ -81,3 +81,25 @@ def test_search_ppo_never_reports_worse_than_its_warm_start(graph_file: Path, tm
     else:
         assert out.step_time < start_t
     assert float(problem.oracle().evaluate(out.placement).step_time) == pytest.approx(out.step_time)
+
+
+def test_warm_search_options(graph_file: Path) -> None:
+    cfg = compose(small_env(graph_file))
+    plain = common.to_plain(cfg)
+    problem = common.build_problem(common.env_spec(cfg.env))
+    assert problem.spec.env_id.endswith("Sweep-v0")
+    env, kw = warm_search_options(problem, plain["agent"], warm=True)
+    assert env == {"accept": "improve", "restart": "best"}
+    assert kw["net_kwargs"]["keep_prob"] == 0.5
+    # cold runs, agent.warm_search=false and explicit values are left alone
+    assert warm_search_options(problem, plain["agent"], warm=False)[0] == {}
+    off = compose([*small_env(graph_file), "agent.warm_search=false"])
+    assert warm_search_options(problem, common.to_plain(off)["agent"], warm=True)[0] == {}
+    mine = compose([*small_env(graph_file), "+agent.ppo.extra.net_kwargs.keep_prob=0.8"])
+    _, kw = warm_search_options(problem, common.to_plain(mine)["agent"], warm=True)
+    assert kw["net_kwargs"]["keep_prob"] == 0.8
+    # the env keywords reach the env, and the spec's own env_kwargs win over the defaults
+    env_fn = env_factory(problem, init_placement=None, env_defaults={"accept": "improve"})
+    e = env_fn()
+    assert e.unwrapped.accept == "improve"
+    e.close()
