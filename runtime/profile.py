@@ -348,8 +348,9 @@ def measure_graph_times(
     holds it (``meta["members"]`` for coarse graphs). Backward: the measured
     backward pass is shared among backward nodes in proportion to their forward
     node's time. Optimizer: the measured Adam step is shared among optimizer nodes
-    in proportion to ``param_bytes``. Times are multiplied by ``microbatches``
-    because the simulator divides a graph's times by M.
+    in proportion to ``param_bytes``. Forward and backward times are multiplied by
+    ``microbatches`` because the simulator divides their times by M; optimizer times
+    are not (an optimizer node runs once per step and the simulator does not divide).
     """
     from torch import fx
 
@@ -408,5 +409,5 @@ def measure_graph_times(
         t[optn] = t_opt * pb / pb.sum()
     assert FWD == 0
     times = dict(graph.times)
-    times[kind] = t * 1e6 * M
+    times[kind] = t * 1e6 * np.where(graph.kind == OPT, 1, M)
     return graph.replace(times=times)

@@ -77,9 +77,12 @@ def message_bytes(microbatches: int = 4) -> int:
     return CONFIG["batch"] // microbatches * CONFIG["seq"] * CONFIG["d_model"] * 4
 
 
-def with_overhead(cluster: Cluster, seconds: float) -> Cluster:
-    """``cluster`` with every device's ``transfer_overhead`` set to ``seconds``."""
-    devs = tuple(replace(d, transfer_overhead=seconds) for d in cluster.devices)
+def with_overhead(cluster: Cluster, seconds: float, receive: float = 0.0) -> Cluster:
+    """``cluster`` with every device's ``transfer_overhead`` set to ``seconds`` and its
+    ``receive_overhead`` to ``receive``."""
+    devs = tuple(
+        replace(d, transfer_overhead=seconds, receive_overhead=receive) for d in cluster.devices
+    )
     return Cluster(cluster.name, devs, cluster.links, cluster.switches, dict(cluster.meta))
 
 
@@ -178,6 +181,8 @@ COLUMNS = {
     "in_order": "in_order, measured per-node times, hand-off latency, endpoint cost",
     "in_order_o0": "in_order, measured per-node times, hand-off latency, no endpoint cost",
     "in_order_p2p": "in_order, measured per-node times, idle p2p latency, endpoint cost",
+    "rendezvous": "in_order, measured per-node times, idle p2p latency, endpoint cost, "
+    "each receive waits one hand-off (gloo rendezvous)",
     "roofline": "in_order, roofline (launch overhead per original op), hand-off latency, endpoint cost",
     "shared": "in_order as the first row, device speed x measured time-sharing factor",
     "gpipe": "gpipe order (work-conserving), otherwise as the first row",
@@ -231,6 +236,10 @@ def main() -> None:
         timed = graph.replace(times={"cpu": np.asarray(old["node_times_us"], float)})
     else:
         timed = measure_graph_times(graph, MODEL, microbatches=M)
+    # per-node times are re-measured before every round (under that moment's load) and averaged
+    node_times = [np.asarray(x, float) for x in old.get("node_times_rounds", [])]
+    if not node_times:
+        node_times = [timed.times["cpu"]]
     rng = np.random.default_rng(0)
     jobs = []
     for N in args.devices:
@@ -262,13 +271,16 @@ def main() -> None:
         seconds = old.get("seconds", float("nan"))
         report(
             rows, placements, cal, args, seconds, old["load"], done, timed, graph, handoffs,
-            overheads, concs,
+            overheads, concs, node_times,
         )  # fmt: skip
         return
     t_start = time.time()
     for r in range(args.rounds):  # interleaved: a load drift hits every plan alike
         # the hand-off latency under the load of this moment (see measure_handoff)
         handoffs.append(measure_handoff()["mean"])
+        if r > 0:
+            node_times.append(measure_graph_times(graph, MODEL, microbatches=M).times["cpu"])
+            timed = graph.replace(times={"cpu": np.mean(node_times, axis=0)})
         overheads.append(measure_transfer_overhead(nbytes=message_bytes(M))["send"])
         concs.append(measure_concurrent_speed(sorted(set(args.devices) | {1}), seconds=2.0))
         print(f"round {r}: hand-off {handoffs[-1] * 1e6:.0f} us, endpoint cost "
@@ -294,6 +306,7 @@ def main() -> None:
         # written after every round, so a stopped run still leaves its completed rounds
         load = {"before": load_before, "after": os.getloadavg()}
         args_ = (time.time() - t_start, load, r + 1, timed, graph, handoffs, overheads, concs)
+        args_ = (*args_, node_times)
         report(rows, placements, cal, args, *args_)
 
 
@@ -309,6 +322,7 @@ def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int
     free = dict(cal, concurrency={})
     p2p = dict(free, link=dict(cal["link"], latency=cal["measured"]["p2p_latency"]))
     o = float(cal["measured"]["transfer_overhead_used"])
+    hand = float(cal["link"]["latency"])  # the hand-off latency (mean over the rounds)
     for row in rows:
         N, k, placement = row["N"], row["world"], placements[row["cluster"], row["plan"]]
         cluster = cpu_cluster(N, calibration=free)
@@ -324,6 +338,7 @@ def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int
             in_order=sim(timed, with_overhead(cluster, o)),
             in_order_o0=sim(timed, cluster),
             in_order_p2p=sim(timed, with_overhead(cpu_cluster(N, calibration=p2p), o)),
+            rendezvous=sim(timed, with_overhead(cpu_cluster(N, calibration=p2p), o, hand)),
             roofline=sim(roof_ops, with_overhead(cluster, o)),
             shared=sim(t_scaled, with_overhead(scaled, o)),
             gpipe=sim(timed, with_overhead(cluster, o), "gpipe"),
@@ -344,6 +359,7 @@ def report(
     handoffs: list[float],
     overheads: list[float],
     concs: list[dict[str, float]],
+    node_times: list[np.ndarray],
 ) -> None:
     """Simulate, take each plan's median run, Spearman/MAPE per cluster and column, write markdown (and JSON).
 
@@ -362,6 +378,7 @@ def report(
         measured["concurrency_during_runs"] = list(concs)
         mean_conc = {k: float(np.mean([c[k] for c in concs])) for k in concs[0]}
         cal = dict(cal, concurrency=mean_conc)
+    measured["node_times_total_ms"] = [float(np.sum(x) / 1e3) for x in node_times]
     cal = dict(cal, measured=measured)
     simulate(rows, placements, cal, graph, timed, args.microbatches)
     for row in rows:
@@ -380,6 +397,7 @@ def report(
                     "load": load,
                     "seconds": seconds,
                     "node_times_us": timed.times["cpu"].tolist(),
+                    "node_times_rounds": [list(map(float, x)) for x in node_times],
                 },
                 indent=1,
             )
@@ -483,6 +501,10 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
             for c in cal["measured"].get("concurrency_during_runs", [])
         )
         + " (their mean is the factor above; used only by the `shared` input)",
+        "- per-node times (`measure_graph_times`: one process, each op best of 5, at microbatch "
+        "size) measured before each round, one-device step total "
+        + ", ".join(f"{x:.0f}" for x in cal["measured"].get("node_times_total_ms", []))
+        + " ms; their mean is the simulator's input",
         compute_line(rows),
         "",
         "## Plans",
