@@ -316,7 +316,8 @@ def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int
     Devices run at their one-process speed (each process of a 2-process plan has a
     vCPU of its own) except in ``shared``, where speed is scaled by the measured
     time-sharing factor of the plan's process count. Link latency is the hand-off
-    latency (``cal["link"]``) or the idle p2p latency; the endpoint cost is
+    latency (``cal["link"]``) or the idle p2p latency (``rendezvous`` adds one hand-off
+    to every receive instead); the endpoint cost is
     ``cal["measured"]["transfer_overhead_used"]``.
     """
     free = dict(cal, concurrency={})
