@@ -37,7 +37,7 @@ def run_partitions(parts, placeholders, inputs, loss_name):
     for p in parts:
         outs = p.module(*[vals[n] for n in p.inputs])
         vals.update(zip(p.outputs, outs))
-    return float(vals[loss_name])
+    return float(vals[loss_name].detach())
 
 
 def test_export_names_and_loss(program):
