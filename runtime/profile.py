@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import fx
 
 from runtime.dist import init_distributed, teardown
 from runtime.launch import spawn
@@ -269,9 +270,25 @@ def measure_p2p(
     return {"latency": lat, "bandwidth": bw, "sizes": list(sizes), "times": times}
 
 
+class _OpTimer(fx.Interpreter):
+    """Runs an FX module, keeping each ``call_function`` op's best wall time (seconds) in ``best``."""
+
+    def __init__(self, gm: fx.GraphModule, best: dict[str, float]) -> None:
+        super().__init__(gm)
+        self.best = best
+
+    def run_node(self, n: fx.Node) -> Any:
+        if n.op != "call_function":
+            return super().run_node(n)
+        t0 = time.perf_counter()
+        out = super().run_node(n)
+        dt = time.perf_counter() - t0
+        self.best[n.name] = min(self.best.get(n.name, float("inf")), dt)
+        return out
+
+
 def measure_ops(model: dict[str, Any], *, repeats: int = 5, threads: int = 1) -> dict[str, float]:
     """Forward time (microseconds, best of ``repeats``) of every op of the model's exported program."""
-    from torch import fx
 
     from runtime.dist import seed_everything
     from runtime.model import load_model
@@ -282,21 +299,10 @@ def measure_ops(model: dict[str, Any], *, repeats: int = 5, threads: int = 1) ->
     zm = load_model(model)
     gm = export_with_loss(zm.module, zm.example_inputs, zm.loss_fn)
     best: dict[str, float] = {}
-
-    class Timed(fx.Interpreter):
-        def run_node(self, n: fx.Node) -> Any:
-            if n.op != "call_function":
-                return super().run_node(n)
-            t0 = time.perf_counter()
-            out = super().run_node(n)
-            dt = (time.perf_counter() - t0) * 1e6
-            best[n.name] = min(best.get(n.name, float("inf")), dt)
-            return out
-
     with torch.no_grad():
         for _ in range(repeats + 1):
-            Timed(gm).run(*zm.example_inputs)
-    return best
+            _OpTimer(gm, best).run(*zm.example_inputs)
+    return {k: v * 1e6 for k, v in best.items()}
 
 
 def write_calibration(
@@ -352,7 +358,6 @@ def measure_graph_times(
     ``microbatches`` because the simulator divides their times by M; optimizer times
     are not (an optimizer node runs once per step and the simulator does not divide).
     """
-    from torch import fx
 
     from graphs.compgraph import BWD, FWD, OPT
     from runtime.dist import seed_everything
@@ -367,21 +372,10 @@ def measure_graph_times(
     inputs = tuple(x.chunk(M, dim=0)[0] for x in zm.example_inputs)
     gm = export_with_loss(zm.module, inputs, zm.loss_fn)
     op: dict[str, float] = {}
-
-    class Timed(fx.Interpreter):
-        def run_node(self, n: fx.Node) -> Any:
-            if n.op != "call_function":
-                return super().run_node(n)
-            t0 = time.perf_counter()
-            out = super().run_node(n)
-            dt = time.perf_counter() - t0
-            op[n.name] = min(op.get(n.name, float("inf")), dt)
-            return out
-
     opt = torch.optim.Adam(gm.parameters(), lr=1e-4)
     t_bwd, t_opt = float("inf"), float("inf")
     for _ in range(repeats + 1):
-        loss = Timed(gm).run(*inputs)
+        loss = _OpTimer(gm, op).run(*inputs)
         t0 = time.perf_counter()
         loss.backward()
         t1 = time.perf_counter()
