@@ -405,3 +405,135 @@ def measure_graph_times(
     times = dict(graph.times)
     times[kind] = t * 1e6 * np.where(graph.kind == OPT, 1, M)
     return graph.replace(times=times)
+
+
+def fit_runtime_slowdown(
+    node_time: Sequence[float], transfers: Sequence[float], compute: Sequence[float]
+) -> tuple[float, float, float]:
+    """Least-squares ``compute = factor * node_time + overhead * transfers`` (both >= 0).
+
+    One sample per rank of a calibration run: ``node_time`` is the rank's share of
+    the one-process per-node times (seconds per step), ``transfers`` the number of
+    transfer endpoints the simulator charges on it, ``compute`` the runtime's own
+    compute timer. Returns ``(factor, overhead_seconds, mape)``, ``mape`` the fit's
+    mean absolute percentage error over the samples.
+    """
+    from scipy.optimize import nnls
+
+    a = np.column_stack([np.asarray(node_time, float), np.asarray(transfers, float)])
+    y = np.asarray(compute, float)
+    if a.shape[0] < 2 or a.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"fit_runtime_slowdown needs >= 2 samples of equal length, got {a.shape[0]} "
+            f"node times and {y.shape[0]} compute times"
+        )
+    if np.linalg.matrix_rank(a) < 2:
+        raise ValueError(
+            "fit_runtime_slowdown: the calibration plans must differ in their transfers per "
+            "unit of compute (e.g. one cut and many cuts), else factor and overhead cannot be told apart"
+        )
+    coef, _ = nnls(a, y)
+    mape = float(np.mean(np.abs(a @ coef - y) / np.maximum(y, 1e-12)) * 100)
+    return float(coef[0]), float(coef[1]), mape
+
+
+def runtime_compute_shares(graph: Any, cluster: Any, placement: Any, microbatches: int) -> tuple:
+    """Per device: seconds of node time and the number of transfer endpoints the
+    ``in_order`` simulator charges (the regressors of :func:`fit_runtime_slowdown`)."""
+    from dataclasses import replace as dc_replace
+
+    from graphs.cluster import Cluster
+    from placement_env.oracles.simulator import Simulator
+
+    def busy(o: float) -> np.ndarray:
+        devs = tuple(
+            dc_replace(d, transfer_overhead=o, receive_overhead=0.0) for d in cluster.devices
+        )
+        c = Cluster(cluster.name, devs, cluster.links, cluster.switches, dict(cluster.meta))
+        sim = Simulator(graph, c, microbatches=microbatches, schedule="in_order")
+        return np.asarray(sim.evaluate(np.asarray(placement)).device_busy, float)
+
+    b0 = busy(0.0)
+    return b0, np.rint((busy(1e-3) - b0) / 1e-3)
+
+
+def fit_runtime_runs(
+    runs: Sequence[dict[str, Any]], timed: Any, cluster: Any, microbatches: int
+) -> dict[str, Any]:
+    """Fit :func:`fit_runtime_slowdown` to executed calibration runs.
+
+    Each run is ``{"placement": [...], "devices": [...], "compute": [...]}`` (the
+    placement executed, the cluster device of each rank, each rank's compute seconds
+    per step); the regressors come from ``timed`` (one-process per-node times) through
+    :func:`runtime_compute_shares`, so runs can be refitted with later per-node times.
+    """
+    node, transfers, compute = [], [], []
+    for run in runs:
+        b, n = runtime_compute_shares(timed, cluster, run["placement"], microbatches)
+        for dev, c in zip(run["devices"], run["compute"]):
+            node.append(float(b[dev]))
+            transfers.append(float(n[dev]))
+            compute.append(float(c))
+    f, o, mape = fit_runtime_slowdown(node, transfers, compute)
+    procs = sorted({len(run["devices"]) for run in runs})
+    return {
+        "processes": procs,
+        "factor": f,
+        "transfer_overhead": o,
+        "fit_mape": mape,
+        "samples": len(compute),
+    }
+
+
+def measure_runtime_slowdown(
+    graph: Any,
+    cluster: Any,
+    placements: Sequence[Any],
+    *,
+    timed: Any,
+    model: dict[str, Any],
+    microbatches: int,
+    steps: int = 5,
+    warmup: int = 2,
+    timeout_s: float = 300.0,
+) -> dict[str, Any]:
+    """How much slower the runtime computes with several processes at once, and what
+    each transfer costs the compute stream, measured on the runtime itself.
+
+    Executes every calibration placement (op-level, ``runtime.execute``: one process
+    per device it uses; all with the same number of processes) and records each
+    rank's compute timer. ``timed`` is ``graph`` with one-process per-node times
+    (:func:`measure_graph_times`). The per-rank samples are fitted by
+    :func:`fit_runtime_runs`: the returned ``factor`` multiplies the one-process node
+    times of plans with that many processes, and ``transfer_overhead`` is the
+    per-endpoint ``Device.transfer_overhead``. The calibration placements should not
+    be the plans one then evaluates. ``runs`` holds what was executed, for pooling
+    several calls and refitting them.
+    """
+    from graphs.plan import Plan
+    from runtime.execute import execute
+
+    runs = []
+    for placement in placements:
+        p = np.asarray(placement, np.int64)
+        used = sorted(set(p.tolist()))
+        if len(used) < 2:
+            raise ValueError(
+                "measure_runtime_slowdown: a calibration placement must use >= 2 devices, "
+                f"this one uses {used}"
+            )
+        plan = Plan.for_graph(
+            p, graph, cluster, microbatches=microbatches, schedule="gpipe", meta={"model": model}
+        )
+        res = execute(plan, graph, cluster, steps=steps, warmup=warmup, optimizer="adam",
+                      timeout_s=timeout_s)  # fmt: skip
+        runs.append(
+            {"placement": p.tolist(), "devices": list(res.devices), "compute": list(res.compute)}
+        )
+    procs = {len(r["devices"]) for r in runs}
+    if len(procs) != 1:
+        raise ValueError(
+            f"measure_runtime_slowdown: calibration placements use {sorted(procs)} processes; "
+            "give placements with one process count per call"
+        )
+    return dict(fit_runtime_runs(runs, timed, cluster, microbatches), runs=runs)

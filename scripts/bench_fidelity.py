@@ -101,8 +101,34 @@ def used(placement: np.ndarray) -> int:
     return len(np.unique(placement))
 
 
+def owner(graph) -> np.ndarray:
+    """Per node, the node whose device it takes: a backward node its forward node, an
+    optimizer node its group's forward node (where the runtime runs them)."""
+    fwd = forward_of(graph)
+    own = np.where(fwd >= 0, fwd, np.arange(graph.num_nodes))
+    for j in np.flatnonzero(graph.kind == 2):
+        same = np.flatnonzero((graph.group == graph.group[j]) & (graph.kind == 0))
+        own[j] = same[0] if len(same) else j
+    return own
+
+
+def calibration_groups(ngroups: int, N: int) -> list[np.ndarray]:
+    """Per-group devices of the runtime-calibration plans on N devices: one with N - 1 cuts
+    (contiguous, unequal blocks), one that changes device every second group and one that
+    changes device at every group. They are kept out of the evaluated plans
+    (``make_plans(exclude=...)``)."""
+    g = np.arange(ngroups)
+    return [np.minimum(g * N // (ngroups + 2), N - 1), (g // 2) % N, g % N]
+
+
+def canonical(per_group) -> tuple[int, ...]:
+    """A per-group placement up to renaming devices."""
+    first: dict[int, int] = {}
+    return tuple(first.setdefault(int(x), len(first)) for x in per_group)
+
+
 def make_plans(
-    graph, cluster, n_random: int, rng: np.random.Generator, M: int
+    graph, cluster, n_random: int, rng: np.random.Generator, M: int, exclude=()
 ) -> list[tuple[str, Plan]]:
     from agents import baselines
 
@@ -121,12 +147,9 @@ def make_plans(
 
     # random plans: the groups (a chain, in order) cut at c random boundaries, c drawn
     # afresh for every plan, so cut counts spread from 1 to ngroups - 1; every plan's
-    # placement (up to renaming devices) differs from all plans before it
-    def canonical(per_group: np.ndarray) -> tuple[int, ...]:
-        first: dict[int, int] = {}
-        return tuple(first.setdefault(int(x), len(first)) for x in per_group)
-
+    # placement (up to renaming devices) differs from all plans before it and from ``exclude``
     seen = {canonical(np.asarray(p.placement)[first_of_group(graph)]) for _, p in plans}
+    seen |= {canonical(x) for x in exclude}
     i = 0
     for _ in range(1000 * max(n_random, 1)):
         if i == n_random:
@@ -146,12 +169,7 @@ def make_plans(
         i += 1
     # the simulator scores placements, not stages: every plan runs as an op-level plan; the
     # runtime runs a backward/optimizer node where its forward node runs, so plans say so too
-    fwd = forward_of(graph)
-    own = np.where(fwd >= 0, fwd, np.arange(graph.num_nodes))
-    opt = np.flatnonzero(graph.kind == 2)
-    for j in opt:  # an optimizer node follows its group's forward node
-        same = np.flatnonzero((graph.group == graph.group[j]) & (graph.kind == 0))
-        own[j] = same[0] if len(same) else j
+    own = owner(graph)
     return [
         (
             name,
@@ -186,6 +204,13 @@ COLUMNS = {
     "roofline": "in_order, roofline (launch overhead per original op), hand-off latency, endpoint cost",
     "shared": "in_order as the first row, device speed x measured time-sharing factor",
     "gpipe": "gpipe order (work-conserving), otherwise as the first row",
+}
+# the main input: per-node times x the runtime's multi-process compute factor and the
+# per-transfer endpoint cost, both fitted on separate calibration plans executed by the runtime
+COLUMNS = {
+    "calibrated": "in_order, measured per-node times x runtime compute factor (k >= 2 processes), "
+    "runtime-fitted endpoint cost, hand-off latency",
+    **COLUMNS,
 }
 
 
@@ -227,6 +252,7 @@ def main() -> None:
         measure_concurrent_speed,
         measure_graph_times,
         measure_handoff,
+        measure_runtime_slowdown,
         measure_transfer_overhead,
     )
 
@@ -242,9 +268,17 @@ def main() -> None:
         node_times = [timed.times["cpu"]]
     rng = np.random.default_rng(0)
     jobs = []
+    _, inv = graph.group_index()
+    own = owner(graph)
+    calib = {  # runtime-calibration placements per device count (not among the evaluated plans)
+        N: [pg[inv][own] for pg in calibration_groups(int(inv.max()) + 1, N)]
+        for N in args.devices
+        if N >= 2
+    }
     for N in args.devices:
         cluster = cpu_cluster(N, calibration=cal)
-        for name, plan in make_plans(graph, cluster, args.random, rng, M):
+        excl = calibration_groups(int(inv.max()) + 1, N) if N >= 2 else []
+        for name, plan in make_plans(graph, cluster, args.random, rng, M, exclude=excl):
             row = dict(
                 cluster=f"cpu_{N}", N=N, plan=name, world=used(plan.placement), runs=[],
                 placement=plan.placement.tolist(),
@@ -256,6 +290,7 @@ def main() -> None:
     handoffs = list(old_measured.get("handoff_during_runs") or [])
     overheads = list(old_measured.get("transfer_overhead_during_runs") or [])
     concs = list(old_measured.get("concurrency_during_runs") or [])
+    slow_runs = list(old_measured.get("runtime_runs") or [])  # runtime-calibration executions
     if args.resimulate:
         runs = {(r["cluster"], r["plan"]): r for r in old["rows"]}
         for row in rows:
@@ -271,7 +306,7 @@ def main() -> None:
         seconds = old.get("seconds", float("nan"))
         report(
             rows, placements, cal, args, seconds, old["load"], done, timed, graph, handoffs,
-            overheads, concs, node_times,
+            overheads, concs, node_times, slow_runs,
         )  # fmt: skip
         return
     t_start = time.time()
@@ -283,6 +318,15 @@ def main() -> None:
             timed = graph.replace(times={"cpu": np.mean(node_times, axis=0)})
         overheads.append(measure_transfer_overhead(nbytes=message_bytes(M))["send"])
         concs.append(measure_concurrent_speed(sorted(set(args.devices) | {1}), seconds=2.0))
+        for N, pls in calib.items():  # the runtime's own multi-process compute factor
+            slow = measure_runtime_slowdown(
+                graph, cpu_cluster(N, calibration=cal), pls, timed=timed, model=MODEL,
+                microbatches=M, steps=args.steps,
+            )  # fmt: skip
+            slow_runs.extend(slow["runs"])
+            print(f"round {r}: cpu_{N} runtime compute factor {slow['factor']:.2f}, endpoint "
+                  f"cost {slow['transfer_overhead'] * 1e6:.0f} us (fit {slow['fit_mape']:.1f} %)",
+                  flush=True)  # fmt: skip
         print(f"round {r}: hand-off {handoffs[-1] * 1e6:.0f} us, endpoint cost "
               f"{overheads[-1] * 1e6:.0f} us", flush=True)  # fmt: skip
         for i in rng.permutation(len(jobs)):
@@ -306,7 +350,7 @@ def main() -> None:
         # written after every round, so a stopped run still leaves its completed rounds
         load = {"before": load_before, "after": os.getloadavg()}
         args_ = (time.time() - t_start, load, r + 1, timed, graph, handoffs, overheads, concs)
-        args_ = (*args_, node_times)
+        args_ = (*args_, node_times, slow_runs)
         report(rows, placements, cal, args, *args_)
 
 
@@ -321,6 +365,7 @@ def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int
     ``cal["measured"]["transfer_overhead_used"]``.
     """
     free = dict(cal, concurrency={})
+    fits = {int(k): v for k, v in cal["measured"].get("runtime_slowdown", {}).items()}
     p2p = dict(free, link=dict(cal["link"], latency=cal["measured"]["p2p_latency"]))
     o = float(cal["measured"]["transfer_overhead_used"])
     hand = float(cal["link"]["latency"])  # the hand-off latency (mean over the rounds)
@@ -335,7 +380,14 @@ def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int
         def sim(g, c, schedule="in_order", p=placement):
             return float(Simulator(g, c, microbatches=M, schedule=schedule).evaluate(p).step_time)
 
+        if k >= 2 and fits:  # the fit of the nearest measured process count
+            fit = fits[min(fits, key=lambda n: (abs(n - k), n))]
+            t_rt = timed.replace(times={"cpu": timed.times["cpu"] * fit["factor"]})
+            calibrated = sim(t_rt, with_overhead(cluster, fit["transfer_overhead"]))
+        else:  # one process: the per-node times were measured in one process
+            calibrated = sim(timed, with_overhead(cluster, o))
         row.update(
+            calibrated=calibrated,
             in_order=sim(timed, with_overhead(cluster, o)),
             in_order_o0=sim(timed, cluster),
             in_order_p2p=sim(timed, with_overhead(cpu_cluster(N, calibration=p2p), o)),
@@ -361,6 +413,7 @@ def report(
     overheads: list[float],
     concs: list[dict[str, float]],
     node_times: list[np.ndarray],
+    slow_runs: list[dict] = (),
 ) -> None:
     """Simulate, take each plan's median run, Spearman/MAPE per cluster and column, write markdown (and JSON).
 
@@ -380,6 +433,19 @@ def report(
         mean_conc = {k: float(np.mean([c[k] for c in concs])) for k in concs[0]}
         cal = dict(cal, concurrency=mean_conc)
     measured["node_times_total_ms"] = [float(np.sum(x) / 1e3) for x in node_times]
+    if slow_runs:  # pooled over the rounds, refitted with the final per-node times
+        from runtime.profile import fit_runtime_runs
+
+        measured["runtime_runs"] = list(slow_runs)
+        by_n: dict[int, list[dict]] = {}
+        for run in slow_runs:
+            by_n.setdefault(len(run["devices"]), []).append(run)
+        measured["runtime_slowdown"] = {
+            str(k): fit_runtime_runs(
+                runs, timed, cpu_cluster(k, calibration=cal), args.microbatches
+            )
+            for k, runs in by_n.items()  # a calibration placement uses all k devices of cpu_k
+        }
     cal = dict(cal, measured=measured)
     simulate(rows, placements, cal, graph, timed, args.microbatches)
     for row in rows:
@@ -434,6 +500,30 @@ def compute_line(rows: list[dict]) -> str:
     return (
         "- compute time per step summed over the ranks, from the runtime's own timers "
         "(`ExecResult.compute`; the same work in every plan): " + "; ".join(parts)
+    )
+
+
+def runtime_line(cal: dict) -> str:
+    """The runtime-calibration fit (``measure_runtime_slowdown``) behind the main input."""
+    fits = cal["measured"].get("runtime_slowdown") or {}
+    runs = cal["measured"].get("runtime_runs") or []
+    if not fits:
+        return (
+            "- runtime compute factor: not measured in this run (the main input equals `in_order`)"
+        )
+    per = "; ".join(
+        f"{k} processes: factor {v['factor']:.3f}, endpoint cost {v['transfer_overhead'] * 1e6:.0f} us "
+        f"(fit MAPE {v['fit_mape']:.1f} % over {v['samples']} rank samples)"
+        for k, v in sorted(fits.items())
+    )
+    return (
+        "- runtime compute factor and endpoint cost (`runtime.profile.measure_runtime_slowdown`: "
+        "before each round the runtime executes three calibration plans that are not among the "
+        "evaluated plans (one cut; a device change every second group; at every group) and each rank's "
+        "compute timer is fitted as factor x its one-process per-node time + endpoint cost x "
+        "its transfers, non-negative least squares over all "
+        f"{len(runs)} calibration runs, refitted with the final per-node times): {per}. The "
+        "main input multiplies the per-node times of plans with >= 2 processes by the factor."
     )
 
 
@@ -507,6 +597,7 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
         + ", ".join(f"{x:.0f}" for x in cal["measured"].get("node_times_total_ms", []))
         + " ms; their mean is the simulator's input",
         compute_line(rows),
+        runtime_line(cal),
         "",
         "## Plans",
         "",

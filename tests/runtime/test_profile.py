@@ -75,3 +75,76 @@ def test_measure_handoff_is_positive_and_ordered():
     h = measure_handoff(repeats=3, work=32)
     assert set(h) == {"mean", "median", "min"}
     assert 0.0 <= h["min"] <= h["median"] and h["min"] <= h["mean"] < 1.0
+
+
+def test_fit_runtime_slowdown_recovers_factor_and_overhead():
+    from runtime.profile import fit_runtime_slowdown
+
+    node = [0.10, 0.08, 0.05, 0.12]
+    transfers = [12, 12, 88, 40]
+    compute = [1.3 * n + 2e-4 * t for n, t in zip(node, transfers)]
+    f, o, mape = fit_runtime_slowdown(node, transfers, compute)
+    assert f == pytest.approx(1.3, rel=1e-9) and o == pytest.approx(2e-4, rel=1e-9)
+    assert mape == pytest.approx(0.0, abs=1e-9)
+    # a compute that is faster than the node times alone can explain: the overhead stays >= 0
+    f, o, _ = fit_runtime_slowdown([0.1, 0.1], [10, 20], [0.12, 0.11])
+    assert o == 0.0 and f > 0
+
+
+def test_fit_runtime_slowdown_refuses_degenerate_samples():
+    from runtime.profile import fit_runtime_slowdown
+
+    with pytest.raises(ValueError, match="cannot be told apart"):
+        fit_runtime_slowdown([0.1, 0.2], [10, 20], [0.2, 0.4])  # transfers proportional to time
+    with pytest.raises(ValueError, match="samples of equal length"):
+        fit_runtime_slowdown([0.1, 0.2], [10, 20], [0.2])
+
+
+@pytest.fixture(scope="module")
+def branchy_graph():
+    from graphs.extract import extract
+    from runtime.dist import seed_everything
+    from runtime.toy import branchy
+
+    seed_everything(0)
+    zm = branchy(batch=8)
+    return extract(zm.module, zm.example_inputs, loss_fn=zm.loss_fn, name="branchy")
+
+
+def test_runtime_compute_shares_split_node_time_and_count_endpoints(branchy_graph):
+    import numpy as np
+
+    from runtime.profile import runtime_compute_shares
+
+    g = branchy_graph.replace(times={"cpu": np.full(branchy_graph.num_nodes, 100.0)})
+    c = cpu_cluster(2, calibration={})
+    total = g.num_nodes * 100e-6
+    busy, n = runtime_compute_shares(g, c, np.zeros(g.num_nodes, np.int64), 2)
+    assert busy[0] == pytest.approx(total) and busy[1] == 0 and n.tolist() == [0, 0]
+    busy, n = runtime_compute_shares(g, c, g.group % 2, 2)
+    assert busy.sum() == pytest.approx(total) and (busy > 0).all()
+    # every transfer has one sending and one receiving endpoint: equal counts on 2 devices
+    assert n[0] == n[1] > 0
+
+
+def test_measure_runtime_slowdown_executes_and_fits(branchy_graph):
+    import numpy as np
+
+    from runtime.profile import fit_runtime_runs, measure_graph_times, measure_runtime_slowdown
+
+    model = {"factory": "runtime.toy:branchy", "config": {"batch": 8}}
+    g, c = branchy_graph, cpu_cluster(2, calibration={})
+    timed = measure_graph_times(g, model, microbatches=2, repeats=1)
+    one_cut = (g.group >= np.median(g.group)).astype(np.int64)
+    with pytest.raises(ValueError, match="must use >= 2 devices"):
+        measure_runtime_slowdown(
+            g, c, [np.zeros(g.num_nodes, np.int64)], timed=timed, model=model, microbatches=2
+        )
+    fit = measure_runtime_slowdown(
+        g, c, [one_cut, g.group % 2], timed=timed, model=model, microbatches=2, steps=1, warmup=1
+    )
+    assert len(fit["runs"]) == 2 and fit["samples"] == 4 and fit["processes"] == [2]
+    assert all(x > 0 for r in fit["runs"] for x in r["compute"])
+    assert fit["factor"] > 0 and fit["transfer_overhead"] >= 0 and np.isfinite(fit["fit_mape"])
+    again = fit_runtime_runs(fit["runs"], timed, c, 2)
+    assert again["factor"] == pytest.approx(fit["factor"])
