@@ -27,16 +27,34 @@ def calibration_path() -> Path:
     return Path.home() / ".cache" / "devplace" / "cpu_calibration.json"
 
 
+def runtime_fit(calibration: dict | None, processes: int) -> dict | None:
+    """The runtime-measured fit for ``processes`` processes, if the calibration has one.
+
+    ``calibration["runtime"]`` (``str(k) -> {"factor", "transfer_overhead", ...}``) is
+    written by ``python -m runners.profile runtime.model=...`` from
+    ``runtime.profile.measure_runtime_slowdown``: how much slower the runtime's
+    compute runs with k processes at once, and the compute time one transfer costs.
+    One process has no fit (the one-process figures are the reference).
+    """
+    fits = (calibration or {}).get("runtime") or {}
+    return fits.get(str(int(processes))) if processes >= 2 else None
+
+
 def concurrency_factor(calibration: dict | None, processes: int) -> float:
     """Per-process speed with ``processes`` processes computing at once, relative to one alone.
 
-    Read from ``calibration["concurrency"]`` (``str(k) -> factor``, written by
-    ``runtime.profile.measure_concurrent_speed``); 1.0 when absent. A count
-    beyond the measured ones uses the largest measured count's total throughput
-    shared among ``processes``. Factors are capped at 1.
+    From the runtime's own fit (:func:`runtime_fit`, ``1 / factor``) when the
+    calibration has one for this count, else from ``calibration["concurrency"]``
+    (``str(k) -> factor``, written by ``runtime.profile.measure_concurrent_speed``);
+    1.0 when neither is there. A count beyond the measured ones uses the largest
+    measured count's total throughput shared among ``processes``. Factors are
+    capped at 1.
     """
     if processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
+    fit = runtime_fit(calibration, processes)
+    if fit is not None and float(fit["factor"]) > 0:
+        return min(1.0, 1.0 / float(fit["factor"]))
     conc = {int(k): float(v) for k, v in ((calibration or {}).get("concurrency") or {}).items()}
     if not conc:
         return 1.0
@@ -56,7 +74,9 @@ def cpu_cluster(n: int, calibration: dict | None = None, processes: int | None =
     ``peak_flops`` and ``mem_bw`` are multiplied and its ``launch_overhead`` divided
     by :func:`concurrency_factor`: processes that time-share cores run slower.
     A calibrated ``device.transfer_overhead`` (per-transfer CPU cost, see
-    ``runtime.profile.measure_transfer_overhead``) is divided by it too.
+    ``runtime.profile.measure_transfer_overhead``) is divided by it too, unless the
+    calibration has the runtime's own fit for that many processes (:func:`runtime_fit`),
+    whose fitted ``transfer_overhead`` is used as it is.
     """
     if n < 1:
         raise ValueError(f"cpu_N needs N >= 1, got {n}")
@@ -69,7 +89,10 @@ def cpu_cluster(n: int, calibration: dict | None = None, processes: int | None =
         dev["peak_flops"] *= f
         dev["mem_bw"] *= f
         dev["launch_overhead"] /= f
-        if "transfer_overhead" in dev:
+        fit = runtime_fit(cal, processes)
+        if fit is not None:
+            dev["transfer_overhead"] = float(fit["transfer_overhead"])
+        elif "transfer_overhead" in dev:
             dev["transfer_overhead"] /= f
     link = dict(DEFAULT_LINK, **((cal or {}).get("link") or {}))
     devices = tuple(Device(name=f"cpu{i}", kind="cpu", **dev) for i in range(n))

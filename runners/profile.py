@@ -15,6 +15,7 @@ from graphs.cpu_cluster import calibration_path
 @hydra.main(version_base=None, config_path="../conf", config_name="profile")
 def main(cfg: DictConfig) -> None:
     from runtime.profile import (
+        calibrate_runtime,
         measure_concurrent_speed,
         measure_device,
         measure_ops,
@@ -35,9 +36,19 @@ def main(cfg: DictConfig) -> None:
     path = Path(cfg.calibration) if cfg.calibration else calibration_path()
     counts = [int(k) for k in cfg.concurrency or []]
     conc = measure_concurrent_speed(counts) if counts else None
-    cal = write_calibration(
-        device, link, path, memory=float(cfg.memory_gib) * 2**30, concurrency=conc
-    )
+    memory = float(cfg.memory_gib) * 2**30
+    cal = write_calibration(device, link, path, memory=memory, concurrency=conc)
+    rt = cfg.get("runtime") or {}
+    if rt.get("model") is not None:  # the runtime's own multi-process compute factor
+        fits = calibrate_runtime(
+            OmegaConf.to_container(rt.model, resolve=True),
+            [int(n) for n in rt.devices],
+            microbatches=int(rt.microbatches),
+            rounds=int(rt.rounds),
+            steps=int(rt.steps),
+            calibration=cal,
+        )
+        cal = write_calibration(device, link, path, memory=memory, concurrency=conc, runtime=fits)
     (out / "calibration.json").write_text(json.dumps(cal, indent=1))
     d, ln = cal["device"], cal["link"]
     print(
@@ -45,6 +56,12 @@ def main(cfg: DictConfig) -> None:
         f"op overhead {d['launch_overhead'] * 1e6:.1f} us; gloo p2p: latency "
         f"{ln['latency'] * 1e6:.0f} us, {ln['bandwidth'] / 1e9:.2f} GB/s; concurrent speed {conc} -> {path}"
     )
+    for n, fit in (cal.get("runtime") or {}).items():
+        print(
+            f"runtime with {n} processes: compute x{fit['factor']:.3f}, "
+            f"{fit['transfer_overhead'] * 1e6:.0f} us per transfer endpoint "
+            f"(fit MAPE {fit['fit_mape']:.1f} % over {fit['samples']} rank samples)"
+        )
 
 
 if __name__ == "__main__":

@@ -311,10 +311,12 @@ def write_calibration(
     path: str | Path,
     memory: float | None = None,
     concurrency: dict[str, float] | None = None,
+    runtime: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write the ``cpu_N`` calibration JSON read by ``graphs.cpu_cluster.cpu_cluster``.
 
-    ``concurrency`` (from :func:`measure_concurrent_speed`) is stored under that key.
+    ``concurrency`` (from :func:`measure_concurrent_speed`) and ``runtime`` (from
+    :func:`calibrate_runtime`) are stored under those keys.
     """
     dev = dict(device)
     if memory is not None:
@@ -332,6 +334,8 @@ def write_calibration(
     }
     if concurrency is not None:
         cal["concurrency"] = {str(k): float(v) for k, v in concurrency.items()}
+    if runtime is not None:
+        cal["runtime"] = {str(k): dict(v) for k, v in runtime.items()}
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(cal, indent=1))
@@ -405,6 +409,46 @@ def measure_graph_times(
     times = dict(graph.times)
     times[kind] = t * 1e6 * np.where(graph.kind == OPT, 1, M)
     return graph.replace(times=times)
+
+
+def node_owner(graph: Any) -> np.ndarray:
+    """Per node, the node whose device it takes: a backward node its forward node, an
+    optimizer node its group's forward node (where the runtime runs them)."""
+    from placement_env.oracles.simulator import forward_of
+
+    fwd = forward_of(graph)
+    own = np.where(fwd >= 0, fwd, np.arange(graph.num_nodes))
+    for j in np.flatnonzero(graph.kind == 2):
+        same = np.flatnonzero((graph.group == graph.group[j]) & (graph.kind == 0))
+        own[j] = same[0] if len(same) else j
+    return own
+
+
+def calibration_groups(ngroups: int, N: int) -> list[np.ndarray]:
+    """Per-group devices of the runtime-calibration plans on N devices: contiguous blocks
+    (N - 1 cuts; unequal where the groups divide evenly, so not the balanced split), a
+    device change every second group, and a device change at every group.
+    ``scripts/bench_fidelity.py`` keeps them out of the plans it evaluates."""
+    if ngroups < N:
+        raise ValueError(f"calibration plans for {N} devices need >= {N} groups, got {ngroups}")
+    sizes = np.full(N, ngroups // N)
+    sizes[: ngroups % N] += 1
+    if ngroups % N == 0 and sizes[-1] > 1:
+        sizes[0] += 1
+        sizes[-1] -= 1
+    g = np.arange(ngroups)
+    return [np.repeat(np.arange(N), sizes), (g // 2) % N, g % N]
+
+
+def calibration_placements(graph: Any, n: int) -> list[np.ndarray]:
+    """Per-node placements of :func:`calibration_groups` for ``graph`` on ``n`` devices
+    (groups in ``graph.group_index()`` order; backward and optimizer nodes with their
+    forward node, as the runtime runs them)."""
+    if n < 2:
+        raise ValueError(f"calibration placements need >= 2 devices, got {n}")
+    _, inv = graph.group_index()
+    own = node_owner(graph)
+    return [pg[inv][own] for pg in calibration_groups(int(inv.max()) + 1, n)]
 
 
 def fit_runtime_slowdown(
@@ -537,3 +581,49 @@ def measure_runtime_slowdown(
             "give placements with one process count per call"
         )
     return dict(fit_runtime_runs(runs, timed, cluster, microbatches), runs=runs)
+
+
+def calibrate_runtime(
+    model: dict[str, Any],
+    devices: Sequence[int] = (2,),
+    *,
+    microbatches: int = 4,
+    rounds: int = 2,
+    steps: int = 5,
+    calibration: dict[str, Any] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The runtime's multi-process compute factor and per-transfer cost for each count in
+    ``devices``, measured on ``model`` (a ``runtime.model.load_model`` spec).
+
+    Per-node times of the model are measured in one process
+    (:func:`measure_graph_times`); then, ``rounds`` times, the :func:`calibration_placements`
+    on n devices are executed (:func:`measure_runtime_slowdown`) and all runs are fitted
+    together (:func:`fit_runtime_runs`). Returns ``str(n) -> fit`` (``factor``,
+    ``transfer_overhead``, ``fit_mape``, ``samples``, ``model``, ``microbatches``), the
+    ``runtime`` entry of the calibration file that ``graphs.cpu_cluster`` reads.
+    """
+    from graphs.cpu_cluster import cpu_cluster
+    from runtime.model import graph_for_model
+
+    graph = graph_for_model(model)
+    timed = measure_graph_times(graph, model, microbatches=microbatches)
+    out: dict[str, dict[str, Any]] = {}
+    base = {k: v for k, v in (calibration or {}).items() if k != "runtime"}
+    for n in devices:
+        cluster = cpu_cluster(int(n), calibration=base)
+        placements = calibration_placements(graph, int(n))
+        runs: list[dict[str, Any]] = []
+        for r in range(rounds):
+            fit = measure_runtime_slowdown(
+                graph, cluster, placements, timed=timed, model=model,
+                microbatches=microbatches, steps=steps,
+            )  # fmt: skip
+            runs += fit["runs"]
+            print(
+                f"runtime calibration cpu_{n}, round {r + 1}/{rounds}: factor "
+                f"{fit['factor']:.3f}, endpoint cost {fit['transfer_overhead'] * 1e6:.0f} us",
+                flush=True,
+            )
+        fit = fit_runtime_runs(runs, timed, cluster, microbatches)
+        out[str(n)] = dict(fit, model=dict(model), microbatches=int(microbatches))
+    return out

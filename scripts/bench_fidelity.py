@@ -1,7 +1,8 @@
 """Simulator fidelity: measured (runtime.execute) vs simulated step time of many plans of a small GPT-2 on cpu_N.
 
 Usage: python scripts/bench_fidelity.py [--devices 2] [--random 14] [--rounds 2]
-       [--microbatches 4] [--nice -10] [--json RAW.json] [--resimulate RAW.json] [--out docs/fidelity.md]
+       [--microbatches 4] [--nice -10] [--seed 0] [--json RAW.json] [--resimulate RAW.json]
+       [--out docs/fidelity.md]
 
 Calibrates cpu_N with runtime.profile (device roofline figures, per-op overhead, gloo
 p2p, hand-off latency, per-transfer endpoint cost, per-process speed with k processes
@@ -38,8 +39,9 @@ from graphs import zoo  # noqa: E402
 from graphs.cluster import Cluster  # noqa: E402
 from graphs.cpu_cluster import concurrency_factor, cpu_cluster  # noqa: E402
 from graphs.plan import Plan  # noqa: E402
-from placement_env.oracles.simulator import Simulator, forward_of  # noqa: E402
+from placement_env.oracles.simulator import Simulator  # noqa: E402
 from runtime.execute import execute  # noqa: E402
+from runtime.profile import calibration_groups, calibration_placements, node_owner  # noqa: E402
 
 CONFIG = dict(batch=8, seq=64, n_layer=4, d_model=256, n_head=4, vocab=512, n_ctx=64)
 MODEL = {"name": "gpt2", "config": CONFIG, "max_groups": 12}
@@ -101,26 +103,6 @@ def used(placement: np.ndarray) -> int:
     return len(np.unique(placement))
 
 
-def owner(graph) -> np.ndarray:
-    """Per node, the node whose device it takes: a backward node its forward node, an
-    optimizer node its group's forward node (where the runtime runs them)."""
-    fwd = forward_of(graph)
-    own = np.where(fwd >= 0, fwd, np.arange(graph.num_nodes))
-    for j in np.flatnonzero(graph.kind == 2):
-        same = np.flatnonzero((graph.group == graph.group[j]) & (graph.kind == 0))
-        own[j] = same[0] if len(same) else j
-    return own
-
-
-def calibration_groups(ngroups: int, N: int) -> list[np.ndarray]:
-    """Per-group devices of the runtime-calibration plans on N devices: one with N - 1 cuts
-    (contiguous, unequal blocks), one that changes device every second group and one that
-    changes device at every group. They are kept out of the evaluated plans
-    (``make_plans(exclude=...)``)."""
-    g = np.arange(ngroups)
-    return [np.minimum(g * N // (ngroups + 2), N - 1), (g // 2) % N, g % N]
-
-
 def canonical(per_group) -> tuple[int, ...]:
     """A per-group placement up to renaming devices."""
     first: dict[int, int] = {}
@@ -169,7 +151,7 @@ def make_plans(
         i += 1
     # the simulator scores placements, not stages: every plan runs as an op-level plan; the
     # runtime runs a backward/optimizer node where its forward node runs, so plans say so too
-    own = owner(graph)
+    own = node_owner(graph)
     return [
         (
             name,
@@ -230,6 +212,7 @@ def main() -> None:
         default=0,
         help="os.nice increment for this process and its children (negative needs root)",
     )
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random plans")
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--json", default=None, help="also write raw rows here")
     ap.add_argument(
@@ -266,15 +249,11 @@ def main() -> None:
     node_times = [np.asarray(x, float) for x in old.get("node_times_rounds", [])]
     if not node_times:
         node_times = [timed.times["cpu"]]
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.seed)
     jobs = []
     _, inv = graph.group_index()
-    own = owner(graph)
-    calib = {  # runtime-calibration placements per device count (not among the evaluated plans)
-        N: [pg[inv][own] for pg in calibration_groups(int(inv.max()) + 1, N)]
-        for N in args.devices
-        if N >= 2
-    }
+    # runtime-calibration placements per device count (not among the evaluated plans)
+    calib = {N: calibration_placements(graph, N) for N in args.devices if N >= 2}
     for N in args.devices:
         cluster = cpu_cluster(N, calibration=cal)
         excl = calibration_groups(int(inv.max()) + 1, N) if N >= 2 else []
@@ -545,7 +524,7 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
         "",
         f"Produced by `python scripts/bench_fidelity.py --devices {' '.join(map(str, args.devices))} "
         f"--random {args.random} --rounds {args.rounds} --microbatches {args.microbatches} "
-        f"--nice {args.nice}`, {rounds} round(s) "
+        f"--nice {args.nice}{f' --seed {args.seed}' if getattr(args, 'seed', 0) else ''}`, {rounds} round(s) "
         "completed; "
         f"({seconds / 60:.1f} min of measurement). Machine: {os.cpu_count()} logical CPUs shared "
         "with other developers' jobs; load average (1/5/15 min) before "

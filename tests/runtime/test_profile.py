@@ -148,3 +148,56 @@ def test_measure_runtime_slowdown_executes_and_fits(branchy_graph):
     assert fit["factor"] > 0 and fit["transfer_overhead"] >= 0 and np.isfinite(fit["fit_mape"])
     again = fit_runtime_runs(fit["runs"], timed, c, 2)
     assert again["factor"] == pytest.approx(fit["factor"])
+
+
+def test_calibration_groups_use_every_device_and_skip_the_balanced_split():
+    import numpy as np
+
+    from runtime.profile import calibration_groups
+
+    blocks, pairs, alternate = calibration_groups(12, 2)
+    assert blocks.tolist() == [0] * 7 + [1] * 5  # one cut, not the 6/6 split
+    assert pairs.tolist() == [0, 0, 1, 1] * 3 and alternate.tolist() == [0, 1] * 6
+    for n in (2, 3, 4):
+        for pg in calibration_groups(12, n):
+            assert sorted(set(pg.tolist())) == list(range(n))
+        assert (np.diff(calibration_groups(12, n)[0]) >= 0).all()  # contiguous blocks
+    assert calibration_groups(5, 2)[0].tolist() == [0, 0, 0, 1, 1]
+    with pytest.raises(ValueError, match="need >= 3 groups"):
+        calibration_groups(2, 3)
+
+
+def test_calibration_placements_keep_backward_with_forward(branchy_graph):
+
+    from placement_env.oracles.simulator import forward_of
+    from runtime.profile import calibration_placements
+
+    g = branchy_graph
+    fwd = forward_of(g)
+    for p in calibration_placements(g, 2):
+        assert p.shape == (g.num_nodes,) and set(p.tolist()) == {0, 1}
+        has = fwd >= 0
+        assert (p[has] == p[fwd[has]]).all()
+    with pytest.raises(ValueError, match=">= 2 devices"):
+        calibration_placements(g, 1)
+
+
+def test_cpu_cluster_prefers_the_runtime_fit():
+    from graphs.cpu_cluster import concurrency_factor, runtime_fit
+
+    dev = {"peak_flops": 8e10, "mem_bw": 2e10, "efficiency": 1.0, "launch_overhead": 1e-5}
+    cal = {
+        "device": dict(dev, transfer_overhead=1e-4),
+        "concurrency": {"2": 0.9},
+        "runtime": {"2": {"factor": 1.25, "transfer_overhead": 3e-4}},
+    }
+    assert runtime_fit(cal, 2)["factor"] == 1.25 and runtime_fit(cal, 1) is None
+    assert concurrency_factor(cal, 2) == pytest.approx(0.8)  # 1 / 1.25, not the matmul 0.9
+    c = cpu_cluster(2, calibration=cal, processes=2)
+    assert c.devices[0].peak_flops == pytest.approx(6.4e10)
+    assert c.devices[0].transfer_overhead == pytest.approx(3e-4)  # the fitted cost, as it is
+    # no runtime fit for 3 processes: the matmul factors, extrapolated (0.9 x 2 / 3 = 0.6)
+    c3 = cpu_cluster(3, calibration=cal, processes=3)
+    assert c3.devices[0].peak_flops == pytest.approx(4.8e10)
+    assert c3.devices[0].transfer_overhead == pytest.approx(1e-4 / 0.6)
+    assert concurrency_factor(cal, 1) == 1.0

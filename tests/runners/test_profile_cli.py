@@ -1,0 +1,37 @@
+"""``python -m runners.profile``: the calibration file it writes, with the runtime's own fit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphs.cpu_cluster import concurrency_factor, cpu_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(300)
+def test_profile_writes_calibration_with_runtime_fit(tmp_path):
+    out = tmp_path / "cal.json"
+    cmd = [
+        sys.executable, "-m", "runners.profile", f"calibration={out}", f"output_dir={tmp_path}",
+        "matmul_n=128", "copy_mb=8", "p2p_repeats=2", "concurrency=null",
+        "+runtime.model={factory: 'runtime.toy:branchy', config: {batch: 8}}",
+        "runtime.microbatches=2", "runtime.rounds=1", "runtime.steps=1",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "runtime with 2 processes: compute x" in proc.stdout
+    cal = json.loads(out.read_text())
+    fit = cal["runtime"]["2"]
+    assert fit["factor"] > 0 and fit["transfer_overhead"] >= 0 and fit["samples"] == 6
+    assert fit["model"]["factory"] == "runtime.toy:branchy" and fit["microbatches"] == 2
+    assert cal["device"]["peak_flops"] > 0 and cal["link"]["latency"] > 0
+    assert json.loads((tmp_path / "calibration.json").read_text()) == cal
+    c = cpu_cluster(2, calibration=cal, processes=2)
+    assert concurrency_factor(cal, 2) == pytest.approx(min(1.0, 1 / fit["factor"]))
+    assert c.devices[0].transfer_overhead == pytest.approx(fit["transfer_overhead"])
