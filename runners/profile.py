@@ -20,6 +20,7 @@ def main(cfg: DictConfig) -> None:
         measure_device,
         measure_ops,
         measure_p2p,
+        measure_transfer_overhead,
         write_calibration,
     )
 
@@ -40,6 +41,8 @@ def main(cfg: DictConfig) -> None:
     cal = write_calibration(device, link, path, memory=memory, concurrency=conc)
     rt = cfg.get("runtime") or {}
     if rt.get("model") is not None:  # the runtime's own multi-process compute factor
+        # the per-transfer cost measured on its own (the fit then needs only the factor)
+        o = measure_transfer_overhead()["send"] if rt.get("fix_overhead", True) else None
         fits = calibrate_runtime(
             OmegaConf.to_container(rt.model, resolve=True),
             [int(n) for n in rt.devices],
@@ -47,6 +50,7 @@ def main(cfg: DictConfig) -> None:
             rounds=int(rt.rounds),
             steps=int(rt.steps),
             calibration=cal,
+            overhead=o,
         )
         cal = write_calibration(device, link, path, memory=memory, concurrency=conc, runtime=fits)
     (out / "calibration.json").write_text(json.dumps(cal, indent=1))

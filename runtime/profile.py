@@ -452,14 +452,22 @@ def calibration_placements(graph: Any, n: int) -> list[np.ndarray]:
 
 
 def fit_runtime_slowdown(
-    node_time: Sequence[float], transfers: Sequence[float], compute: Sequence[float]
+    node_time: Sequence[float],
+    transfers: Sequence[float],
+    compute: Sequence[float],
+    overhead: float | None = None,
 ) -> tuple[float, float, float]:
     """Least-squares ``compute = factor * node_time + overhead * transfers`` (both >= 0).
 
     One sample per rank of a calibration run: ``node_time`` is the rank's share of
     the one-process per-node times (seconds per step), ``transfers`` the number of
     transfer endpoints the simulator charges on it, ``compute`` the runtime's own
-    compute timer. Returns ``(factor, overhead_seconds, mape)``, ``mape`` the fit's
+    compute timer. With ``overhead`` (seconds per endpoint, e.g. from
+    :func:`measure_transfer_overhead`) only the factor is fitted; a few calibration
+    plans pin the overhead down poorly (fits of single rounds ranged 0-330 us here),
+    the factor well. If the held cost leaves no compute for the factor to explain
+    (a tiny model whose transfers cost more than its ops), both are fitted instead,
+    with a warning. Returns ``(factor, overhead_seconds, mape)``, ``mape`` the fit's
     mean absolute percentage error over the samples.
     """
     from scipy.optimize import nnls
@@ -470,6 +478,23 @@ def fit_runtime_slowdown(
         raise ValueError(
             f"fit_runtime_slowdown needs >= 2 samples of equal length, got {a.shape[0]} "
             f"node times and {y.shape[0]} compute times"
+        )
+    if overhead is not None:
+        if overhead < 0:
+            raise ValueError(f"fit_runtime_slowdown: overhead must be >= 0, got {overhead}")
+        rest = y - overhead * a[:, 1]
+        f = float(a[:, 0] @ rest / max(a[:, 0] @ a[:, 0], 1e-300))
+        if f > 0:
+            coef = np.array([f, float(overhead)])
+            mape = float(np.mean(np.abs(a @ coef - y) / np.maximum(y, 1e-12)) * 100)
+            return f, float(overhead), mape
+        import warnings
+
+        warnings.warn(
+            f"fit_runtime_slowdown: an endpoint cost of {overhead * 1e6:.0f} us per transfer "
+            "explains more than the measured compute; fitting factor and cost together",
+            RuntimeWarning,
+            stacklevel=2,
         )
     if np.linalg.matrix_rank(a) < 2:
         raise ValueError(
@@ -502,7 +527,11 @@ def runtime_compute_shares(graph: Any, cluster: Any, placement: Any, microbatche
 
 
 def fit_runtime_runs(
-    runs: Sequence[dict[str, Any]], timed: Any, cluster: Any, microbatches: int
+    runs: Sequence[dict[str, Any]],
+    timed: Any,
+    cluster: Any,
+    microbatches: int,
+    overhead: float | None = None,
 ) -> dict[str, Any]:
     """Fit :func:`fit_runtime_slowdown` to executed calibration runs.
 
@@ -510,6 +539,7 @@ def fit_runtime_runs(
     placement executed, the cluster device of each rank, each rank's compute seconds
     per step); the regressors come from ``timed`` (one-process per-node times) through
     :func:`runtime_compute_shares`, so runs can be refitted with later per-node times.
+    ``overhead`` fixes the per-endpoint cost (see :func:`fit_runtime_slowdown`).
     """
     node, transfers, compute = [], [], []
     for run in runs:
@@ -518,7 +548,7 @@ def fit_runtime_runs(
             node.append(float(b[dev]))
             transfers.append(float(n[dev]))
             compute.append(float(c))
-    f, o, mape = fit_runtime_slowdown(node, transfers, compute)
+    f, o, mape = fit_runtime_slowdown(node, transfers, compute, overhead)
     procs = sorted({len(run["devices"]) for run in runs})
     return {
         "processes": procs,
@@ -526,6 +556,7 @@ def fit_runtime_runs(
         "transfer_overhead": o,
         "fit_mape": mape,
         "samples": len(compute),
+        "overhead_fixed": overhead is not None and o == overhead,
     }
 
 
@@ -540,6 +571,7 @@ def measure_runtime_slowdown(
     steps: int = 5,
     warmup: int = 2,
     timeout_s: float = 300.0,
+    overhead: float | None = None,
 ) -> dict[str, Any]:
     """How much slower the runtime computes with several processes at once, and what
     each transfer costs the compute stream, measured on the runtime itself.
@@ -550,8 +582,8 @@ def measure_runtime_slowdown(
     (:func:`measure_graph_times`). The per-rank samples are fitted by
     :func:`fit_runtime_runs`: the returned ``factor`` multiplies the one-process node
     times of plans with that many processes, and ``transfer_overhead`` is the
-    per-endpoint ``Device.transfer_overhead``. The calibration placements should not
-    be the plans one then evaluates. ``runs`` holds what was executed, for pooling
+    per-endpoint ``Device.transfer_overhead`` (fixed to ``overhead`` if given). The
+    calibration placements should not be the plans one then evaluates. ``runs`` holds what was executed, for pooling
     several calls and refitting them.
     """
     from graphs.plan import Plan
@@ -580,7 +612,7 @@ def measure_runtime_slowdown(
             f"measure_runtime_slowdown: calibration placements use {sorted(procs)} processes; "
             "give placements with one process count per call"
         )
-    return dict(fit_runtime_runs(runs, timed, cluster, microbatches), runs=runs)
+    return dict(fit_runtime_runs(runs, timed, cluster, microbatches, overhead), runs=runs)
 
 
 def calibrate_runtime(
@@ -591,6 +623,7 @@ def calibrate_runtime(
     rounds: int = 2,
     steps: int = 5,
     calibration: dict[str, Any] | None = None,
+    overhead: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The runtime's multi-process compute factor and per-transfer cost for each count in
     ``devices``, measured on ``model`` (a ``runtime.model.load_model`` spec).
@@ -598,7 +631,8 @@ def calibrate_runtime(
     Per-node times of the model are measured in one process
     (:func:`measure_graph_times`); then, ``rounds`` times, the :func:`calibration_placements`
     on n devices are executed (:func:`measure_runtime_slowdown`) and all runs are fitted
-    together (:func:`fit_runtime_runs`). Returns ``str(n) -> fit`` (``factor``,
+    together (:func:`fit_runtime_runs`; ``overhead`` fixes the per-transfer cost, e.g.
+    :func:`measure_transfer_overhead`'s, and only the factor is fitted). Returns ``str(n) -> fit`` (``factor``,
     ``transfer_overhead``, ``fit_mape``, ``samples``, ``model``, ``microbatches``), the
     ``runtime`` entry of the calibration file that ``graphs.cpu_cluster`` reads.
     """
@@ -616,7 +650,7 @@ def calibrate_runtime(
         for r in range(rounds):
             fit = measure_runtime_slowdown(
                 graph, cluster, placements, timed=timed, model=model,
-                microbatches=microbatches, steps=steps,
+                microbatches=microbatches, steps=steps, overhead=overhead,
             )  # fmt: skip
             runs += fit["runs"]
             print(
@@ -624,6 +658,6 @@ def calibrate_runtime(
                 f"{fit['factor']:.3f}, endpoint cost {fit['transfer_overhead'] * 1e6:.0f} us",
                 flush=True,
             )
-        fit = fit_runtime_runs(runs, timed, cluster, microbatches)
+        fit = fit_runtime_runs(runs, timed, cluster, microbatches, overhead)
         out[str(n)] = dict(fit, model=dict(model), microbatches=int(microbatches))
     return out

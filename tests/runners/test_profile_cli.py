@@ -29,6 +29,8 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
     cal = json.loads(out.read_text())
     fit = cal["runtime"]["2"]
     assert fit["factor"] > 0 and fit["transfer_overhead"] >= 0 and fit["samples"] == 6
+    # the toy model's ops are too small for the separately measured cost to be held
+    # (fit_runtime_slowdown then fits both), so either way the fit is usable
     assert fit["model"]["factory"] == "runtime.toy:branchy" and fit["microbatches"] == 2
     assert cal["device"]["peak_flops"] > 0 and cal["link"]["latency"] > 0
     assert json.loads((tmp_path / "calibration.json").read_text()) == cal

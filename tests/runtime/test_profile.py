@@ -91,6 +91,28 @@ def test_fit_runtime_slowdown_recovers_factor_and_overhead():
     assert o == 0.0 and f > 0
 
 
+def test_fit_runtime_slowdown_with_the_overhead_held_fixed():
+    from runtime.profile import fit_runtime_slowdown
+
+    # compute = 1.2 x node + 1e-4 x transfers exactly: holding the true cost recovers 1.2
+    node, transfers = [0.10, 0.05, 0.08], [10, 40, 20]
+    compute = [1.2 * n + 1e-4 * t for n, t in zip(node, transfers)]
+    f, o, mape = fit_runtime_slowdown(node, transfers, compute, overhead=1e-4)
+    assert (f, o) == (pytest.approx(1.2), 1e-4) and mape == pytest.approx(0.0, abs=1e-9)
+    # by hand: with cost 0 the factor is sum(node * compute) / sum(node^2)
+    f0, o0, _ = fit_runtime_slowdown([0.1, 0.2], [1, 1], [0.1, 0.3], overhead=0.0)
+    assert o0 == 0.0 and f0 == pytest.approx((0.01 + 0.06) / (0.01 + 0.04))
+    # one sample ratio is enough when the cost is known (no rank condition)
+    f1, _, _ = fit_runtime_slowdown([0.1, 0.2], [10, 20], [0.2, 0.4], overhead=0.0)
+    assert f1 == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="overhead must be >= 0"):
+        fit_runtime_slowdown(node, transfers, compute, overhead=-1.0)
+    # a held cost larger than the compute it should explain: both fitted, with a warning
+    with pytest.warns(RuntimeWarning, match="explains more than the measured compute"):
+        f, o, _ = fit_runtime_slowdown(node, transfers, compute, overhead=1e-2)
+    assert f == pytest.approx(1.2) and o == pytest.approx(1e-4)
+
+
 def test_fit_runtime_slowdown_refuses_degenerate_samples():
     from runtime.profile import fit_runtime_slowdown
 
@@ -147,7 +169,9 @@ def test_measure_runtime_slowdown_executes_and_fits(branchy_graph):
     assert all(x > 0 for r in fit["runs"] for x in r["compute"])
     assert fit["factor"] > 0 and fit["transfer_overhead"] >= 0 and np.isfinite(fit["fit_mape"])
     again = fit_runtime_runs(fit["runs"], timed, c, 2)
-    assert again["factor"] == pytest.approx(fit["factor"])
+    assert again["factor"] == pytest.approx(fit["factor"]) and not again["overhead_fixed"]
+    held = fit_runtime_runs(fit["runs"], timed, c, 2, overhead=1e-4)
+    assert held["transfer_overhead"] == 1e-4 and held["overhead_fixed"] and held["factor"] > 0
 
 
 def test_calibration_groups_use_every_device_and_skip_the_balanced_split():
