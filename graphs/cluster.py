@@ -6,7 +6,7 @@ import hashlib
 import heapq
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -287,6 +287,14 @@ class Cluster:
             self.switches,
             dict(self.meta),
         )
+
+    def with_endpoint_costs(self, transfer: float, receive: float = 0.0) -> Cluster:
+        """This cluster with every device's ``transfer_overhead`` set to ``transfer`` and
+        ``receive_overhead`` to ``receive`` (seconds; see :class:`Device`)."""
+        devices = tuple(
+            replace(d, transfer_overhead=transfer, receive_overhead=receive) for d in self.devices
+        )
+        return Cluster(self.name, devices, self.links, self.switches, dict(self.meta))
 
     # ------------------------------------------------------------------- I/O
     def to_dict(self) -> dict[str, Any]:

@@ -484,24 +484,24 @@ def fit_runtime_slowdown(
             raise ValueError(f"fit_runtime_slowdown: overhead must be >= 0, got {overhead}")
         rest = y - overhead * a[:, 1]
         f = float(a[:, 0] @ rest / max(a[:, 0] @ a[:, 0], 1e-300))
-        if f > 0:
-            coef = np.array([f, float(overhead)])
-            mape = float(np.mean(np.abs(a @ coef - y) / np.maximum(y, 1e-12)) * 100)
-            return f, float(overhead), mape
-        import warnings
+        coef = np.array([f, float(overhead)])
+        if f <= 0:
+            import warnings
 
-        warnings.warn(
-            f"fit_runtime_slowdown: an endpoint cost of {overhead * 1e6:.0f} us per transfer "
-            "explains more than the measured compute; fitting factor and cost together",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    if np.linalg.matrix_rank(a) < 2:
-        raise ValueError(
-            "fit_runtime_slowdown: the calibration plans must differ in their transfers per "
-            "unit of compute (e.g. one cut and many cuts), else factor and overhead cannot be told apart"
-        )
-    coef, _ = nnls(a, y)
+            warnings.warn(
+                f"fit_runtime_slowdown: an endpoint cost of {overhead * 1e6:.0f} us per transfer "
+                "explains more than the measured compute; fitting factor and cost together",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    if overhead is None or coef[0] <= 0:
+        if np.linalg.matrix_rank(a) < 2:
+            raise ValueError(
+                "fit_runtime_slowdown: the calibration plans must differ in their transfers per "
+                "unit of compute (e.g. one cut and many cuts), else factor and overhead cannot "
+                "be told apart"
+            )
+        coef, _ = nnls(a, y)
     mape = float(np.mean(np.abs(a @ coef - y) / np.maximum(y, 1e-12)) * 100)
     return float(coef[0]), float(coef[1]), mape
 
@@ -509,16 +509,10 @@ def fit_runtime_slowdown(
 def runtime_compute_shares(graph: Any, cluster: Any, placement: Any, microbatches: int) -> tuple:
     """Per device: seconds of node time and the number of transfer endpoints the
     ``in_order`` simulator charges (the regressors of :func:`fit_runtime_slowdown`)."""
-    from dataclasses import replace as dc_replace
-
-    from graphs.cluster import Cluster
     from placement_env.oracles.simulator import Simulator
 
     def busy(o: float) -> np.ndarray:
-        devs = tuple(
-            dc_replace(d, transfer_overhead=o, receive_overhead=0.0) for d in cluster.devices
-        )
-        c = Cluster(cluster.name, devs, cluster.links, cluster.switches, dict(cluster.meta))
+        c = cluster.with_endpoint_costs(o)
         sim = Simulator(graph, c, microbatches=microbatches, schedule="in_order")
         return np.asarray(sim.evaluate(np.asarray(placement)).device_busy, float)
 
@@ -542,8 +536,12 @@ def fit_runtime_runs(
     ``overhead`` fixes the per-endpoint cost (see :func:`fit_runtime_slowdown`).
     """
     node, transfers, compute = [], [], []
+    shares: dict[tuple[int, ...], tuple] = {}  # rounds repeat the same few placements
     for run in runs:
-        b, n = runtime_compute_shares(timed, cluster, run["placement"], microbatches)
+        key = tuple(run["placement"])
+        if key not in shares:
+            shares[key] = runtime_compute_shares(timed, cluster, run["placement"], microbatches)
+        b, n = shares[key]
         for dev, c in zip(run["devices"], run["compute"]):
             node.append(float(b[dev]))
             transfers.append(float(n[dev]))

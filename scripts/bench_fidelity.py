@@ -26,7 +26,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from graphs import zoo  # noqa: E402
-from graphs.cluster import Cluster  # noqa: E402
 from graphs.cpu_cluster import concurrency_factor, cpu_cluster  # noqa: E402
 from graphs.plan import Plan  # noqa: E402
 from placement_env.oracles.simulator import Simulator  # noqa: E402
@@ -77,15 +75,6 @@ def calibrate(path: Path, counts: list[int]) -> dict:
 def message_bytes(microbatches: int = 4) -> int:
     """Bytes of one activation of the model at microbatch size (batch/M x seq x d_model x fp32)."""
     return CONFIG["batch"] // microbatches * CONFIG["seq"] * CONFIG["d_model"] * 4
-
-
-def with_overhead(cluster: Cluster, seconds: float, receive: float = 0.0) -> Cluster:
-    """``cluster`` with every device's ``transfer_overhead`` set to ``seconds`` and its
-    ``receive_overhead`` to ``receive``."""
-    devs = tuple(
-        replace(d, transfer_overhead=seconds, receive_overhead=receive) for d in cluster.devices
-    )
-    return Cluster(cluster.name, devs, cluster.links, cluster.switches, dict(cluster.meta))
 
 
 def per_op_times(graph, cluster, microbatches: int) -> np.ndarray:
@@ -177,7 +166,12 @@ def cuts(graph, placement: np.ndarray) -> int:
 
 
 ANALYSIS = "<!-- analysis: written by hand, kept when the script rewrites the file -->"
+# the first input is the main one: per-node times x the runtime's multi-process compute factor,
+# fitted on separate calibration plans executed by the runtime
 COLUMNS = {
+    "calibrated": "in_order, measured per-node times x runtime compute factor (k >= 2 processes; "
+    "fitted with the measured endpoint cost held fixed), hand-off latency, endpoint cost",
+    "calibrated_free": "as the first row, factor and endpoint cost both fitted to the runtime",
     "in_order": "in_order, measured per-node times, hand-off latency, endpoint cost",
     "in_order_o0": "in_order, measured per-node times, hand-off latency, no endpoint cost",
     "in_order_p2p": "in_order, measured per-node times, idle p2p latency, endpoint cost",
@@ -186,14 +180,6 @@ COLUMNS = {
     "roofline": "in_order, roofline (launch overhead per original op), hand-off latency, endpoint cost",
     "shared": "in_order as the first row, device speed x measured time-sharing factor",
     "gpipe": "gpipe order (work-conserving), otherwise as the first row",
-}
-# the main input: per-node times x the runtime's multi-process compute factor and the
-# per-transfer endpoint cost, both fitted on separate calibration plans executed by the runtime
-COLUMNS = {
-    "calibrated": "in_order, measured per-node times x runtime compute factor (k >= 2 processes; "
-    "fitted with the measured endpoint cost held fixed), hand-off latency, endpoint cost",
-    "calibrated_free": "as the first row, factor and endpoint cost both fitted to the runtime",
-    **COLUMNS,
 }
 
 
@@ -345,14 +331,23 @@ def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int
     ``cal["measured"]["transfer_overhead_used"]``.
     """
     free = dict(cal, concurrency={})
-    fits = {int(k): v for k, v in cal["measured"].get("runtime_slowdown", {}).items()}
-    free_fits = {int(k): v for k, v in cal["measured"].get("runtime_slowdown_free", {}).items()}
+    # per fit variant and process count: (per-node times x factor, fitted endpoint cost)
+    fitted = {
+        key: {
+            int(k): (timed.replace(times={"cpu": timed.times["cpu"] * v["factor"]}),
+                     v["transfer_overhead"])
+            for k, v in cal["measured"].get(src, {}).items()
+        }
+        for key, src in (("calibrated", "runtime_slowdown"),
+                         ("calibrated_free", "runtime_slowdown_free"))
+    }  # fmt: skip
     p2p = dict(free, link=dict(cal["link"], latency=cal["measured"]["p2p_latency"]))
     o = float(cal["measured"]["transfer_overhead_used"])
     hand = float(cal["link"]["latency"])  # the hand-off latency (mean over the rounds)
     for row in rows:
         N, k, placement = row["N"], row["world"], placements[row["cluster"], row["plan"]]
         cluster = cpu_cluster(N, calibration=free)
+        idle = cpu_cluster(N, calibration=p2p)  # idle p2p latency on the links
         scaled = cpu_cluster(N, calibration=cal, processes=k)
         f = concurrency_factor(cal, k)
         roof_ops = graph.replace(times=dict(graph.times, cpu=per_op_times(graph, cluster, M)))
@@ -362,22 +357,21 @@ def simulate(rows: list[dict], placements: dict, cal: dict, graph, timed, M: int
             return float(Simulator(g, c, microbatches=M, schedule=schedule).evaluate(p).step_time)
 
         calibrated = {}
-        for key, fs in (("calibrated", fits), ("calibrated_free", free_fits)):
+        for key, fs in fitted.items():
             if k >= 2 and fs:  # the fit of the nearest measured process count
-                fit = fs[min(fs, key=lambda n: (abs(n - k), n))]
-                t_rt = timed.replace(times={"cpu": timed.times["cpu"] * fit["factor"]})
-                calibrated[key] = sim(t_rt, with_overhead(cluster, fit["transfer_overhead"]))
+                t_rt, o_rt = fs[min(fs, key=lambda n: (abs(n - k), n))]
+                calibrated[key] = sim(t_rt, cluster.with_endpoint_costs(o_rt))
             else:  # one process: the per-node times were measured in one process
-                calibrated[key] = sim(timed, with_overhead(cluster, o))
+                calibrated[key] = sim(timed, cluster.with_endpoint_costs(o))
         row.update(
             **calibrated,
-            in_order=sim(timed, with_overhead(cluster, o)),
+            in_order=sim(timed, cluster.with_endpoint_costs(o)),
             in_order_o0=sim(timed, cluster),
-            in_order_p2p=sim(timed, with_overhead(cpu_cluster(N, calibration=p2p), o)),
-            rendezvous=sim(timed, with_overhead(cpu_cluster(N, calibration=p2p), o, hand)),
-            roofline=sim(roof_ops, with_overhead(cluster, o)),
-            shared=sim(t_scaled, with_overhead(scaled, o)),
-            gpipe=sim(timed, with_overhead(cluster, o), "gpipe"),
+            in_order_p2p=sim(timed, idle.with_endpoint_costs(o)),
+            rendezvous=sim(timed, idle.with_endpoint_costs(o, hand)),
+            roofline=sim(roof_ops, cluster.with_endpoint_costs(o)),
+            shared=sim(t_scaled, scaled.with_endpoint_costs(o)),
+            gpipe=sim(timed, cluster.with_endpoint_costs(o), "gpipe"),
             cuts=cuts(graph, placement),
         )
 
@@ -536,7 +530,7 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
         "",
         f"Produced by `python scripts/bench_fidelity.py --devices {' '.join(map(str, args.devices))} "
         f"--random {args.random} --rounds {args.rounds} --microbatches {args.microbatches} "
-        f"--nice {args.nice}{f' --seed {args.seed}' if getattr(args, 'seed', 0) else ''}`, {rounds} round(s) "
+        f"--nice {args.nice}{f' --seed {args.seed}' if args.seed else ''}`, {rounds} round(s) "
         "completed; "
         f"({seconds / 60:.1f} min of measurement). Machine: {os.cpu_count()} logical CPUs shared "
         "with other developers' jobs; load average (1/5/15 min) before "

@@ -60,3 +60,13 @@ def test_cpu_cluster_reads_and_scales_calibrated_overhead() -> None:
     assert cpu_cluster(2, calibration=cal).devices[0].transfer_overhead == 1e-4
     assert cpu_cluster(2, calibration=cal, processes=2).devices[1].transfer_overhead == 2e-4
     assert cpu_cluster(2, calibration={}).devices[0].transfer_overhead == 0.0
+
+
+def test_with_endpoint_costs_sets_every_device_and_keeps_the_rest() -> None:
+    c = two(1e-5)
+    w = c.with_endpoint_costs(3e-5, 2e-5)
+    assert [d.transfer_overhead for d in w.devices] == [3e-5, 3e-5]
+    assert [d.receive_overhead for d in w.devices] == [2e-5, 2e-5]
+    assert w.links == c.links and w.name == c.name and w.devices[0].peak_flops == 1e12
+    assert c.devices[0].transfer_overhead == 1e-5  # the original is unchanged
+    assert c.with_endpoint_costs(0.0).content_hash() == two(0.0).content_hash()
