@@ -108,6 +108,48 @@ def torchrun_command(nproc: int, spec_path: Path, out_dir: Path) -> list[str]:
     ]
 
 
+def _launch(text: str, nproc: int, folder: Path, timeout_s: float) -> list[Any]:
+    """Run ``runtime.worker`` on spec file text under torchrun; the per-rank JSON records.
+
+    Raises :class:`RankFailure` with the first rank's root-cause error, or on timeout
+    (the whole process group is killed).
+    """
+    spec_path = folder / "spec.json"
+    spec_path.write_text(text)
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    threads = json.loads(text)
+    threads = threads[0]["threads"] if isinstance(threads, list) else threads["threads"]
+    env.setdefault("OMP_NUM_THREADS", str(threads))
+    proc = subprocess.Popen(
+        torchrun_command(nproc, spec_path, folder),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+    )
+    try:
+        log, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        raise RankFailure(
+            -1, "timeout", f"plan execution did not finish within {timeout_s} s"
+        ) from None
+    (folder / "torchrun.log").write_text(log or "")
+    if proc.returncode != 0:
+        errors = read_error_files(folder)
+        if errors:
+            e = errors[0]
+            raise RankFailure(e["rank"], e["type"], e["message"], e["traceback"])
+        raise RankFailure(
+            -1, "exit", f"torchrun exited with {proc.returncode}:\n{(log or '')[-3000:]}"
+        )
+    return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
 def run_spec(
     spec: RunSpec, *, timeout_s: float = 600.0, out_dir: str | Path | None = None
 ) -> ExecResult:
@@ -120,44 +162,47 @@ def run_spec(
     with tempfile.TemporaryDirectory(prefix="devplace_exec_") as tmp:
         folder = Path(out_dir) if out_dir else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        spec_path = folder / "spec.json"
-        spec_path.write_text(spec.to_json())
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        env.setdefault("OMP_NUM_THREADS", str(spec.threads))
-        proc = subprocess.Popen(
-            torchrun_command(spec.world_size, spec_path, folder),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            text=True,
-        )
-        try:
-            log, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            log, _ = proc.communicate()
-            raise RankFailure(
-                -1, "timeout", f"plan execution did not finish within {timeout_s} s"
-            ) from None
-        (folder / "torchrun.log").write_text(log or "")
-        if proc.returncode != 0:
-            errors = read_error_files(folder)
-            if errors:
-                e = errors[0]
-                raise RankFailure(e["rank"], e["type"], e["message"], e["traceback"])
-            raise RankFailure(
-                -1, "exit", f"torchrun exited with {proc.returncode}:\n{(log or '')[-3000:]}"
-            )
-        records = [
-            json.loads((folder / f"rank{r}.json").read_text()) for r in range(spec.world_size)
-        ]
+        records = _launch(spec.to_json(), spec.world_size, folder, timeout_s)
         result = ExecResult.from_ranks(spec, records)
         if out_dir:
             result.save(folder / "result.json")
         return result
+
+
+def run_specs(
+    specs: list[RunSpec], *, timeout_s: float = 600.0, out_dir: str | Path | None = None
+) -> list[ExecResult]:
+    """Run several specs of one world size and backend in one torchrun launch, in order.
+
+    The processes start, import torch and form the process group once; each spec is
+    then built (seeded) and run exactly as :func:`run_spec` would, one after another.
+    This saves the launch cost (seconds per plan on CPU), so many plans can be
+    measured close together in time. One failing spec fails the whole launch.
+    """
+    if not specs:
+        return []
+    for spec in specs:
+        spec.validate()
+    sizes = sorted({(s.world_size, str(s.backend)) for s in specs})
+    if len(sizes) > 1:
+        raise ValueError(
+            f"run_specs launches one process group: every spec needs the same world size "
+            f"and backend, got (world size, backend) {sizes}; use execute_many to group them"
+        )
+    with tempfile.TemporaryDirectory(prefix="devplace_exec_") as tmp:
+        folder = Path(out_dir) if out_dir else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        text = json.dumps([json.loads(s.to_json()) for s in specs])
+        per_rank = _launch(text, specs[0].world_size, folder, timeout_s)
+        results = [
+            ExecResult.from_ranks(spec, [rec["records"][i] for rec in per_rank])
+            for i, spec in enumerate(specs)
+        ]
+        if out_dir:
+            Path(folder, "results.json").write_text(
+                json.dumps([r.to_dict() for r in results], indent=1)
+            )
+        return results
 
 
 def execute(
@@ -208,3 +253,47 @@ def execute(
             )
         )
     return run_spec(spec, timeout_s=timeout_s, out_dir=out_dir)
+
+
+def execute_many(
+    plans: list[Plan],
+    graph: CompGraph,
+    cluster: Cluster,
+    *,
+    model: dict[str, Any] | None = None,
+    steps: int = 5,
+    warmup: int = 2,
+    seed: int = 0,
+    backend: str | None = None,
+    timeout_s: float = 600.0,
+    out_dir: str | Path | None = None,
+    **options: Any,
+) -> list[ExecResult]:
+    """Execute several plans, one torchrun launch per world size; results in the order of ``plans``.
+
+    Every plan is checked before anything is launched, as in :func:`execute`. Plans
+    that need the same number of processes run one after another, in the given
+    order, in one launch (:func:`run_specs`), each with its own model build, warm-up
+    and timed steps; this amortises the launch (process start, ``import torch``,
+    process group) over the plans. A plan may appear more than once (repeated
+    measurements). ``timeout_s`` applies to each launch; with ``out_dir`` each
+    launch keeps its files in ``out_dir/world{k}``.
+    """
+    specs = [
+        make_run_spec(
+            plan, graph, cluster, model, steps=steps, warmup=warmup, seed=seed,
+            backend=backend, **options,
+        )
+        for plan in plans
+    ]  # fmt: skip
+    groups: dict[int, list[int]] = {}
+    for i, spec in enumerate(specs):
+        groups.setdefault(spec.world_size, []).append(i)
+    results: list[ExecResult | None] = [None] * len(specs)
+    for k, idx in groups.items():
+        folder = Path(out_dir, f"world{k}") if out_dir else None
+        for i, res in zip(
+            idx, run_specs([specs[i] for i in idx], timeout_s=timeout_s, out_dir=folder)
+        ):
+            results[i] = res
+    return [r for r in results if r is not None]

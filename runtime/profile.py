@@ -574,10 +574,10 @@ def measure_runtime_slowdown(
     """How much slower the runtime computes with several processes at once, and what
     each transfer costs the compute stream, measured on the runtime itself.
 
-    Executes every calibration placement (op-level, ``runtime.execute``: one process
-    per device it uses; all with the same number of processes) and records each
-    rank's compute timer. ``timed`` is ``graph`` with one-process per-node times
-    (:func:`measure_graph_times`). The per-rank samples are fitted by
+    Executes every calibration placement (op-level, ``runtime.execute_many``: one
+    process per device it uses, all placements one after another in one launch, as
+    the plans one then measures should be) and records each rank's compute timer.
+    ``timed`` is ``graph`` with one-process per-node times (:func:`measure_graph_times`). The per-rank samples are fitted by
     :func:`fit_runtime_runs`: the returned ``factor`` multiplies the one-process node
     times of plans with that many processes, and ``transfer_overhead`` is the
     per-endpoint ``Device.transfer_overhead`` (fixed to ``overhead`` if given). The
@@ -585,9 +585,9 @@ def measure_runtime_slowdown(
     several calls and refitting them.
     """
     from graphs.plan import Plan
-    from runtime.execute import execute
+    from runtime.execute import execute_many
 
-    runs = []
+    plans = []
     for placement in placements:
         p = np.asarray(placement, np.int64)
         used = sorted(set(p.tolist()))
@@ -596,20 +596,25 @@ def measure_runtime_slowdown(
                 "measure_runtime_slowdown: a calibration placement must use >= 2 devices, "
                 f"this one uses {used}"
             )
-        plan = Plan.for_graph(
-            p, graph, cluster, microbatches=microbatches, schedule="gpipe", meta={"model": model}
-        )
-        res = execute(plan, graph, cluster, steps=steps, warmup=warmup, optimizer="adam",
-                      timeout_s=timeout_s)  # fmt: skip
-        runs.append(
-            {"placement": p.tolist(), "devices": list(res.devices), "compute": list(res.compute)}
-        )
-    procs = {len(r["devices"]) for r in runs}
+        plans.append(
+            Plan.for_graph(
+                p, graph, cluster, microbatches=microbatches, schedule="gpipe",
+                meta={"model": model},
+            )
+        )  # fmt: skip
+    procs = {len(set(p.placement.tolist())) for p in plans}
     if len(procs) != 1:
         raise ValueError(
             f"measure_runtime_slowdown: calibration placements use {sorted(procs)} processes; "
             "give placements with one process count per call"
         )
+    results = execute_many(plans, graph, cluster, steps=steps, warmup=warmup, optimizer="adam",
+                           timeout_s=timeout_s)  # fmt: skip
+    runs = [
+        {"placement": plan.placement.tolist(), "devices": list(res.devices),
+         "compute": list(res.compute)}
+        for plan, res in zip(plans, results)
+    ]  # fmt: skip
     return dict(fit_runtime_runs(runs, timed, cluster, microbatches, overhead), runs=runs)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -103,21 +104,80 @@ def local_grads(runner: Any) -> dict[str, list]:
     return {n: g.detach().cpu().tolist() for n, g in grads.items() if g is not None}
 
 
-def run_rank(
-    spec_json: str, out_dir: str | None = None, capture_grads: bool = False
+def run_steps(
+    spec: RunSpec, rank: int, device: torch.device, capture_grads: bool
 ) -> dict[str, Any]:
-    """Run the plan on this rank: ``warmup`` then ``steps`` timed steps; returns this rank's record.
+    """Build ``spec``'s runner on this (initialised) rank and run ``warmup`` + ``steps`` steps.
 
     Each step starts after a barrier; its time is this rank's wall time to finish
     forward, backward and optimizer step. With ``capture_grads`` the gradients of
-    the first step (before the optimizer) are included. On error the error is
-    written to ``out_dir/error_rank{r}.json`` and re-raised.
+    the first step (before the optimizer) are included.
+    """
+    timer = StepTimer(device)
+    runner, inputs = build_runner(spec, rank, device, timer)
+    params = runner.parameters()
+    opt = OPTIMIZERS[spec.optimizer](params, lr=spec.lr) if params else None
+    rec: dict[str, Any] = {"rank": rank, "device": spec.devices[rank], "steps": []}
+    for i in range(spec.warmup + spec.steps):
+        dist.barrier()
+        timer.reset()
+        t0 = time.perf_counter()
+        loss = runner.forward_backward(inputs)
+        if i == 0:
+            lt = torch.tensor([loss], dtype=torch.float64)
+            dist.all_reduce(lt)
+            rec["loss"] = float(lt.item())
+            if capture_grads:
+                rec["grads"] = local_grads(runner)
+        if opt is not None:  # a rank may hold only parameter-free ops
+            with timer.timed("compute"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        wall = time.perf_counter() - t0
+        if i >= spec.warmup:
+            rec["steps"].append(
+                {
+                    "wall": wall,
+                    "compute": timer.compute,
+                    "comm": timer.comm,
+                    "idle": max(0.0, wall - timer.compute - timer.comm),
+                }
+            )
+    dist.barrier()
+    return rec
+
+
+def run_rank(
+    spec_json: str, out_dir: str | None = None, capture_grads: bool = False
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """Run the plan(s) on this rank: for each, ``warmup`` then ``steps`` timed steps.
+
+    ``spec_json`` is one :class:`RunSpec` (returns this rank's record, written to
+    ``out_dir/rank{r}.json``) or a JSON list of RunSpecs of the same world size and
+    backend, run one after another in this process group (returns the list of
+    records, written as ``{"records": [...]}``); a spec's own ``capture_grads`` is used
+    in the list form. On error the error is written to ``out_dir/error_rank{r}.json``
+    and re-raised.
     """
     rank = -1
     try:
-        spec = RunSpec.from_json(spec_json)
-        spec.validate()
-        info = init_distributed(spec.backend, timeout_s=spec.timeout_s)
+        many = spec_json.lstrip().startswith("[")
+        specs = (
+            [RunSpec.from_json(json.dumps(d)) for d in json.loads(spec_json)]
+            if many
+            else [RunSpec.from_json(spec_json)]
+        )
+        if not specs:
+            raise ValueError("empty list of RunSpecs")
+        for spec in specs:
+            spec.validate()
+        sizes = {(s.world_size, s.backend) for s in specs}
+        if len(sizes) > 1:
+            raise ValueError(
+                f"RunSpecs launched together need one world size and backend, got {sorted(sizes, key=str)}"
+            )
+        spec = specs[0]
+        info = init_distributed(spec.backend, timeout_s=max(s.timeout_s for s in specs))
         rank = info.rank
         if info.device.type == "cpu":
             torch.set_num_threads(max(1, spec.threads))
@@ -126,40 +186,15 @@ def run_rank(
                 f"plan needs {spec.world_size} processes (one per device {spec.devices}), "
                 f"but WORLD_SIZE={info.world_size}"
             )
-        timer = StepTimer(info.device)
-        runner, inputs = build_runner(spec, rank, info.device, timer)
-        params = runner.parameters()
-        opt = OPTIMIZERS[spec.optimizer](params, lr=spec.lr) if params else None
-        rec: dict[str, Any] = {"rank": rank, "device": spec.devices[rank], "steps": []}
-        for i in range(spec.warmup + spec.steps):
-            dist.barrier()
-            timer.reset()
-            t0 = time.perf_counter()
-            loss = runner.forward_backward(inputs)
-            if i == 0:
-                lt = torch.tensor([loss], dtype=torch.float64)
-                dist.all_reduce(lt)
-                rec["loss"] = float(lt.item())
-                if capture_grads:
-                    rec["grads"] = local_grads(runner)
-            if opt is not None:  # a rank may hold only parameter-free ops
-                with timer.timed("compute"):
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-            wall = time.perf_counter() - t0
-            if i >= spec.warmup:
-                rec["steps"].append(
-                    {
-                        "wall": wall,
-                        "compute": timer.compute,
-                        "comm": timer.comm,
-                        "idle": max(0.0, wall - timer.compute - timer.comm),
-                    }
-                )
-        dist.barrier()
+        recs = []
+        for s in specs:
+            recs.append(run_steps(s, rank, info.device, s.capture_grads if many else capture_grads))
+            gc.collect()  # the previous plan's runner and optimizer state
+        out: dict[str, Any] | list[dict[str, Any]] = recs if many else recs[0]
         if out_dir:
-            Path(out_dir, f"rank{rank}.json").write_text(json.dumps(rec))
-        return rec
+            payload = {"records": recs} if many else recs[0]
+            Path(out_dir, f"rank{rank}.json").write_text(json.dumps(payload))
+        return out
     except BaseException as exc:
         if out_dir:
             import os
@@ -177,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="folder for rank{r}.json / error_rank{r}.json")
     args = ap.parse_args(argv)
     text = Path(args.spec).read_text()
-    run_rank(text, args.out, capture_grads=RunSpec.from_json(text).capture_grads)
+    many = text.lstrip().startswith("[")
+    run_rank(text, args.out, capture_grads=False if many else RunSpec.from_json(text).capture_grads)
     return 0
 
 

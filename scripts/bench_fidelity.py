@@ -9,8 +9,10 @@ p2p, hand-off latency, per-transfer endpoint cost, per-process speed with k proc
 at once) unless the calibration file already has them; measures per-node times of the
 model in one process; makes baseline plans (agents.baselines, scored by the simulator)
 and random group-respecting placements with a spread of cut counts for each N;
-executes every plan (torchrun, one process per device used, gloo, op-level) in
---rounds shuffled interleaved rounds and takes the median; simulates each plan with
+executes every plan (gloo, op-level, one process per device used) in --rounds
+shuffled interleaved rounds and takes the median -- in each round all plans with
+the same process count run one after another in one torchrun launch
+(runtime.execute_many), each with its own model build and warm-up steps; simulates each plan with
 placement_env.oracles.simulator under several inputs (the runtime's ``in_order``
 schedule and, for comparison, ``gpipe``); and writes Spearman rank correlation and
 MAPE per cluster and input to a markdown file (rewritten after every round; text
@@ -38,7 +40,7 @@ from graphs import zoo  # noqa: E402
 from graphs.cpu_cluster import concurrency_factor, cpu_cluster  # noqa: E402
 from graphs.plan import Plan  # noqa: E402
 from placement_env.oracles.simulator import Simulator  # noqa: E402
-from runtime.execute import execute  # noqa: E402
+from runtime.execute import execute_many  # noqa: E402
 from runtime.profile import calibration_groups, calibration_placements, node_owner  # noqa: E402
 
 CONFIG = dict(batch=8, seq=64, n_layer=4, d_model=256, n_head=4, vocab=512, n_ctx=64)
@@ -295,24 +297,25 @@ def main() -> None:
                   flush=True)  # fmt: skip
         print(f"round {r}: hand-off {handoffs[-1] * 1e6:.0f} us, endpoint cost "
               f"{overheads[-1] * 1e6:.0f} us", flush=True)  # fmt: skip
-        for i in rng.permutation(len(jobs)):
-            row, plan, cluster = jobs[i]
+        order = rng.permutation(len(jobs))
+        for N in args.devices:  # one execute_many per cluster: a launch per process count
+            mine = [i for i in order if jobs[i][0]["N"] == N]
             try:
-                res = execute(
-                    plan,
-                    graph,
-                    cluster,
-                    steps=args.steps,
-                    warmup=2,
-                    optimizer="adam",
-                    timeout_s=300,
-                )
+                results = execute_many(
+                    [jobs[i][1] for i in mine], graph, jobs[mine[0]][2], steps=args.steps,
+                    warmup=2, optimizer="adam", timeout_s=1800,
+                )  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - record the failure in the table
+                for i in mine:
+                    jobs[i][0]["error"] = str(exc)[:200]
+                print(f"round {r}: cpu_{N} failed: {exc}", flush=True)
+                continue
+            for i, res in zip(mine, results):
+                row = jobs[i][0]
                 row["runs"].append(res.step_time)
                 for key in ("compute", "comm", "idle"):  # per rank, seconds per step
                     row.setdefault(key, []).append(getattr(res, key))
-            except Exception as exc:  # noqa: BLE001 - record the failure in the table
-                row["error"] = str(exc)[:200]
-            print(r, row["cluster"], row["plan"], row["runs"], row.get("error", ""), flush=True)
+                print(r, row["cluster"], row["plan"], f"{res.step_time * 1e3:.0f} ms", flush=True)
         # written after every round, so a stopped run still leaves its completed rounds
         load = {"before": load_before, "after": os.getloadavg()}
         args_ = (time.time() - t_start, load, r + 1, timed, graph, handoffs, overheads, concs)
@@ -518,8 +521,10 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
     lines = [
         "# Simulator fidelity on this machine's CPU",
         "",
-        "Measured step time (`runtime.execute`, torchrun, one gloo process per device the plan "
-        f"uses, one torch thread each, {args.steps} timed steps after 2 warm-up steps, median of "
+        "Measured step time (`runtime.execute_many`: one gloo process per device the plan "
+        "uses, one torch thread each; in each round the plans with the same process count run "
+        "one after another in one torchrun launch, each with its own model build, "
+        f"{args.steps} timed steps after 2 warm-up steps, median of "
         f"the slowest rank; each plan measured {rounds} times in shuffled, interleaved rounds "
         "and the median taken) versus the simulator's makespan "
         "(`placement_env.oracles.simulator.Simulator`, schedule `in_order` = the op-level "

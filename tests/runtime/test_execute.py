@@ -12,8 +12,9 @@ from graphs.cpu_cluster import cpu_cluster
 from graphs.extract import extract
 from graphs.plan import Plan
 from runtime.dist import seed_everything
-from runtime.execute import ExecResult, execute
-from runtime.spec import RunSpec, make_run_spec
+from runtime.execute import ExecResult, execute, execute_many, run_specs
+from runtime.launch import RankFailure
+from runtime.spec import RunSpec, make_run_spec, plan_hash
 from runtime.toy import branchy
 
 pytestmark = pytest.mark.timeout(150)
@@ -109,3 +110,42 @@ def test_execute_with_torchrun(graph, cluster, tmp_path):
     assert res.loss == pytest.approx(ref, abs=1e-5)
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["plan_hash"] == res.plan_hash and (tmp_path / "rank1.json").exists()
+
+
+def test_execute_many_runs_plans_in_order_one_launch_per_world_size(graph, cluster, tmp_path):
+    """Two 2-process plans (one repeated) and a 1-process plan: results in plan order, each
+    equal to the single-process reference loss, files kept per world size."""
+    pp = ping_pong(graph, cluster, microbatches=2)
+    pp4 = ping_pong(graph, cluster, microbatches=4)
+    one = Plan.for_graph(np.zeros(graph.num_nodes, np.int64), graph, cluster, meta={"model": MODEL})
+    res = execute_many([pp, one, pp4, pp], graph, cluster, steps=2, warmup=1, out_dir=tmp_path)
+    assert [r.world_size for r in res] == [2, 1, 2, 2]
+    assert [r.microbatches for r in res] == [2, 1, 4, 2]
+    assert [r.plan_hash for r in res] == [plan_hash(p) for p in (pp, one, pp4, pp)]
+    seed_everything(0)
+    zm = branchy(batch=8)
+    with torch.no_grad():
+        ref = zm.loss_fn(zm.module(*zm.example_inputs), *zm.example_inputs).item()
+    for r in res:  # every plan rebuilt from the seed: the same first-step loss
+        assert r.loss == pytest.approx(ref, abs=1e-5)
+        assert len(r.step_times) == 2 and r.step_time > 0
+    saved = json.loads((tmp_path / "world2" / "results.json").read_text())
+    assert [s["microbatches"] for s in saved] == [2, 4, 2]
+    assert (tmp_path / "world1" / "results.json").exists()
+
+
+def test_run_specs_refuses_mixed_world_sizes(graph, cluster):
+    a = make_run_spec(ping_pong(graph, cluster), graph, cluster)
+    one = Plan.for_graph(np.zeros(graph.num_nodes, np.int64), graph, cluster, meta={"model": MODEL})
+    b = make_run_spec(one, graph, cluster)
+    with pytest.raises(ValueError, match=r"same world size.*\(1, .*\(2, "):
+        run_specs([a, b])
+    assert run_specs([]) == []
+
+
+def test_run_specs_one_failing_spec_fails_the_launch(graph, cluster):
+    """The second spec's microbatches do not divide the batch: every rank raises there."""
+    good = make_run_spec(ping_pong(graph, cluster), graph, cluster, steps=1, warmup=0)
+    bad = make_run_spec(ping_pong(graph, cluster, microbatches=3), graph, cluster, steps=1)
+    with pytest.raises(RankFailure, match="cannot be split into 3 equal microbatches"):
+        run_specs([good, bad], timeout_s=120)
