@@ -623,7 +623,7 @@ def calibrate_runtime(
     devices: Sequence[int] = (2,),
     *,
     microbatches: int = 4,
-    rounds: int = 2,
+    rounds: int = 6,
     steps: int = 5,
     calibration: dict[str, Any] | None = None,
     overhead: float | None = None,
