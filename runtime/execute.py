@@ -108,7 +108,7 @@ def torchrun_command(nproc: int, spec_path: Path, out_dir: Path) -> list[str]:
     ]
 
 
-def _launch(text: str, nproc: int, folder: Path, timeout_s: float) -> list[Any]:
+def _launch(text: str, nproc: int, threads: int, folder: Path, timeout_s: float) -> list[Any]:
     """Run ``runtime.worker`` on spec file text under torchrun; the per-rank JSON records.
 
     Raises :class:`RankFailure` with the first rank's root-cause error, or on timeout
@@ -119,8 +119,6 @@ def _launch(text: str, nproc: int, folder: Path, timeout_s: float) -> list[Any]:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    threads = json.loads(text)
-    threads = threads[0]["threads"] if isinstance(threads, list) else threads["threads"]
     env.setdefault("OMP_NUM_THREADS", str(threads))
     proc = subprocess.Popen(
         torchrun_command(nproc, spec_path, folder),
@@ -162,7 +160,7 @@ def run_spec(
     with tempfile.TemporaryDirectory(prefix="devplace_exec_") as tmp:
         folder = Path(out_dir) if out_dir else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        records = _launch(spec.to_json(), spec.world_size, folder, timeout_s)
+        records = _launch(spec.to_json(), spec.world_size, spec.threads, folder, timeout_s)
         result = ExecResult.from_ranks(spec, records)
         if out_dir:
             result.save(folder / "result.json")
@@ -193,7 +191,7 @@ def run_specs(
         folder = Path(out_dir) if out_dir else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps([json.loads(s.to_json()) for s in specs])
-        per_rank = _launch(text, specs[0].world_size, folder, timeout_s)
+        per_rank = _launch(text, specs[0].world_size, specs[0].threads, folder, timeout_s)
         results = [
             ExecResult.from_ranks(spec, [rec["records"][i] for rec in per_rank])
             for i, spec in enumerate(specs)

@@ -188,6 +188,8 @@ def run_rank(
             )
         recs = []
         for s in specs:
+            if info.device.type == "cpu":
+                torch.set_num_threads(max(1, s.threads))
             recs.append(run_steps(s, rank, info.device, s.capture_grads if many else capture_grads))
             gc.collect()  # the previous plan's runner and optimizer state
         out: dict[str, Any] | list[dict[str, Any]] = recs if many else recs[0]
