@@ -587,10 +587,11 @@ def measure_runtime_slowdown(
     from graphs.plan import Plan
     from runtime.execute import execute_many
 
-    plans = []
+    plans, procs = [], set()
     for placement in placements:
         p = np.asarray(placement, np.int64)
         used = sorted(set(p.tolist()))
+        procs.add(len(used))
         if len(used) < 2:
             raise ValueError(
                 "measure_runtime_slowdown: a calibration placement must use >= 2 devices, "
@@ -602,7 +603,6 @@ def measure_runtime_slowdown(
                 meta={"model": model},
             )
         )  # fmt: skip
-    procs = {len(set(p.placement.tolist())) for p in plans}
     if len(procs) != 1:
         raise ValueError(
             f"measure_runtime_slowdown: calibration placements use {sorted(procs)} processes; "

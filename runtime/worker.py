@@ -179,8 +179,6 @@ def run_rank(
         spec = specs[0]
         info = init_distributed(spec.backend, timeout_s=max(s.timeout_s for s in specs))
         rank = info.rank
-        if info.device.type == "cpu":
-            torch.set_num_threads(max(1, spec.threads))
         if info.world_size != spec.world_size:
             raise ValueError(
                 f"plan needs {spec.world_size} processes (one per device {spec.devices}), "
@@ -192,11 +190,10 @@ def run_rank(
                 torch.set_num_threads(max(1, s.threads))
             recs.append(run_steps(s, rank, info.device, s.capture_grads if many else capture_grads))
             gc.collect()  # the previous plan's runner and optimizer state
-        out: dict[str, Any] | list[dict[str, Any]] = recs if many else recs[0]
         if out_dir:
             payload = {"records": recs} if many else recs[0]
             Path(out_dir, f"rank{rank}.json").write_text(json.dumps(payload))
-        return out
+        return recs if many else recs[0]
     except BaseException as exc:
         if out_dir:
             import os
