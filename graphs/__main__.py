@@ -95,7 +95,7 @@ def _load(args: argparse.Namespace) -> CompGraph:
 
         graph = io.load(target)
         if args.max_groups is not None:
-            from graphs.coarsen import coarsen
+            from graphs.coarsening import coarsen
 
             graph = coarsen(graph, args.max_groups)
         return graph

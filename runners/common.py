@@ -103,7 +103,7 @@ def load_graph(spec: EnvSpec) -> CompGraph:
 
         graph = gio.load(spec.graph_file)
         if spec.max_groups and graph.num_groups > spec.max_groups:
-            from graphs.coarsen import coarsen
+            from graphs.coarsening import coarsen
 
             graph = coarsen(graph, spec.max_groups)
         return graph
