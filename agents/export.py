@@ -32,7 +32,11 @@ MODE_ENV: dict[str, str] = {
 #: Logit of actions the env's mask forbids: sb3-contrib's value, so actions match SB3's.
 ACTION_MASK_LOGIT = -1e8
 #: Env constructor options copied from the training env into the export, when it has them.
+#: None of them may be per-instance state: ``init`` is kept only as a *name* (``"balanced"``,
+#: ...); a per-node warm-start placement belongs to the training graph and is not exported.
 ENV_OPTIONS = ("init", "order", "horizon", "oom_penalty", "accept", "restart")
+#: Where a policy trained from a per-node warm-start placement starts its episodes instead.
+WARM_START_INIT = "balanced"
 
 
 def _encoding_spec() -> dict[str, list[str]]:
@@ -81,7 +85,16 @@ def _training_env(model: Any) -> tuple[str | None, dict[str, Any]]:
             options[k] = venv.get_attr(k, indices=[0])[0]
         except AttributeError:
             continue
-    return env_id, _plain(options)
+    return env_id, instance_free(_plain(options))
+
+
+def instance_free(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Env options without per-instance state: a per-node ``init`` placement becomes
+    :data:`WARM_START_INIT` (the policy then plans any graph, starting from a balanced split)."""
+    out = dict(options)
+    if "init" in out and not isinstance(out["init"], str):
+        out["init"] = WARM_START_INIT
+    return out
 
 
 def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | None = None) -> Path:
@@ -154,7 +167,7 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         network=d["network"],
         mode=d["mode"],
         env_id=d["env_id"],
-        env_options=dict(d.get("env_options") or {}),
+        env_options=instance_free(d.get("env_options") or {}),  # files from before the fix
         meta=dict(d.get("meta") or {}),
     )
 
@@ -167,7 +180,8 @@ class ExportedPolicy:
         network: its registry name (``"placeto"``, ``"gdp"``).
         mode: how scores become actions (``"current_row"``, ``"flat"``, ``"per_node"``).
         env_id: the env whose episodes :meth:`plan` rolls out.
-        env_options: that env's options at training time (``init``, ``order``, ...).
+        env_options: that env's options at training time (``order``, ``accept``, ...; ``init``
+            only as a name): nothing tied to one graph, so any graph and cluster can be planned.
         meta: provenance stored at export.
     """
 
