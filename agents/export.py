@@ -113,13 +113,22 @@ def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | Non
         path: output file (parents are created).
         meta: provenance to store (training instances, budgets, ...), JSON-like.
     """
+    payload = policy_payload(model, meta=meta)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(payload, path)
+    return path
+
+
+def policy_payload(model: Any, *, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The plain dict :func:`export_policy` writes (see there for its keys)."""
     policy = getattr(model, "policy", model)
     if not isinstance(policy, GraphActorCriticPolicy):
         raise TypeError(
             f"export_policy needs a model with a GraphActorCriticPolicy, got {type(policy).__name__}"
         )
     env_id, options = _training_env(model)
-    payload = {
+    return {
         "format": POLICY_FORMAT,
         "version": POLICY_VERSION,
         "network": policy.network,
@@ -131,10 +140,6 @@ def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | Non
         "features": _encoding_spec(),
         "meta": _plain(dict(meta or {})),
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(payload, path)
-    return path
 
 
 def load_policy(path: str | Path) -> ExportedPolicy:
@@ -148,6 +153,12 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         raise ValueError(
             f"{path}: not a devplace policy (format={fmt!r}, expected {POLICY_FORMAT!r})"
         )
+    return from_payload(d, source=str(path))
+
+
+def from_payload(d: Mapping[str, Any], *, source: str = "policy") -> ExportedPolicy:
+    """The :class:`ExportedPolicy` of a payload (:func:`policy_payload` or a loaded file)."""
+    path = source
     if d.get("version") != POLICY_VERSION:
         raise ValueError(
             f"{path}: policy version {d.get('version')!r} is not supported (expected {POLICY_VERSION})"

@@ -10,7 +10,8 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,15 +86,37 @@ class Problem:
         return self.oracle_factory(self.graph, self.cluster)
 
     def plan(self, placement: Any, **meta: Any) -> Plan:
-        """A ``Plan`` of ``placement`` for this problem, with the env's pipeline settings."""
+        """A ``Plan`` of ``placement`` for this problem, with the env's pipeline settings and
+        what ``runners.execute`` needs to run it: the model spec, the cluster, the env."""
         return Plan.for_graph(
             np.asarray(placement, dtype=np.int64),
             self.graph,
             self.cluster,
             microbatches=self.spec.microbatches,
             schedule=self.spec.schedule,
-            meta=meta,
+            meta={**plan_provenance(self.spec), **meta},
         )
+
+
+def model_spec(spec: EnvSpec) -> dict[str, Any] | None:
+    """The env's model as :func:`runtime.model.load_model` / ``graph_for_model`` take it
+    (``None`` for a graph file, which names no PyTorch model). ``model`` is a zoo name or
+    ``package.module:function`` (a factory of the researcher's own)."""
+    if spec.graph_file or not spec.model:
+        return None
+    key = "factory" if ":" in spec.model else "name"
+    return {key: spec.model, "config": dict(spec.model_config), "max_groups": spec.max_groups}
+
+
+def plan_provenance(spec: EnvSpec) -> dict[str, Any]:
+    """The ``meta`` every plan file written by a runner carries: env, model, cluster, graph file."""
+    out: dict[str, Any] = {"env": spec.name, "cluster": spec.cluster}
+    model = model_spec(spec)
+    if model is not None:
+        out["model"] = model
+    if spec.graph_file:
+        out["graph_file"] = str(spec.graph_file)
+    return out
 
 
 def load_graph(spec: EnvSpec) -> CompGraph:
@@ -321,6 +344,64 @@ def run_dir_from_hydra(fallback: str | None) -> Path:
         p = Path(HydraConfig.get().runtime.output_dir)
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+#: Errors a user can fix from the message alone: reported in one line, no traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, KeyError)
+
+
+@contextmanager
+def reported_errors(run_dir: Path | None, app: str) -> Iterator[None]:
+    """Run a runner's body so that a failure is reported, not dumped.
+
+    A user error (:data:`USER_ERRORS`, a failed rank of an executed plan) prints one
+    ``error: ...`` line and exits with status 2; any other exception keeps its
+    traceback. Either way the run folder is left with ``error.txt`` saying why (the
+    message, then the traceback), and the message goes to the run's log file.
+    """
+    from runtime.launch import RankFailure
+
+    try:
+        yield
+    except (*USER_ERRORS, RankFailure) as exc:
+        msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        _record_failure(run_dir, app, f"{type(exc).__name__}: {msg}")
+        sys.stderr.write(f"error: {msg}\n")
+        raise SystemExit(2) from None
+    except Exception as exc:
+        _record_failure(run_dir, app, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _record_failure(run_dir: Path | None, app: str, message: str) -> None:
+    import traceback
+
+    if run_dir is None or not run_dir.is_dir():
+        return
+    RunLog(run_dir, app)(f"error: {message}", echo=False)
+    text = f"runners.{app} failed: {message}\n\n{traceback.format_exc()}"
+    (run_dir / "error.txt").write_text(text)
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """A runner's ``echo``: each line is printed and appended, time-stamped, to
+    ``RUN_DIR/APP.log`` (``train.log``, ``plan.log``, ...), so the run folder keeps what the
+    terminal showed."""
+
+    run_dir: Path
+    app: str
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / f"{self.app}.log"
+
+    def __call__(self, line: str, *, echo: bool = True) -> None:
+        if echo:
+            print(line, flush=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}\n")
 
 
 def ms(seconds: float | None) -> str:
