@@ -180,15 +180,63 @@ class BaselineOutcome:
         }
 
 
-def _call_with_options(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
-    """Call ``fn`` with those ``options`` its signature accepts (e.g. ``seed``)."""
+#: The positional arguments every baseline takes: ``(graph, cluster, oracle, budget)``.
+BASELINE_ARGS = 4
+
+
+def baseline_option_names(fn: Callable[..., Any]) -> list[str] | None:
+    """The options (keywords beyond the positional arguments and ``seed``) baseline ``fn`` takes.
+
+    ``None`` when any keyword goes (``**kwargs``) or ``fn`` has no signature to read.
+    """
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return fn(*args, **options)
+        return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(*args, **options)
-    return fn(*args, **{k: v for k, v in options.items() if k in params})
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    taken = [p.name for p in params.values() if p.kind in positional][:BASELINE_ARGS]
+    return sorted(set(params) - set(taken) - {"seed"})
+
+
+def check_baseline_options(name: str, options: Mapping[str, Any] | None) -> None:
+    """``ValueError`` naming baseline ``name``, the options it does not take and the valid ones.
+
+    The run's seed is not an option: it is passed to the baselines that take one.
+    """
+    from agents import baselines
+
+    _refuse_unknown_options(name, baselines.get(name), options or {})
+
+
+def _refuse_unknown_options(name: str, fn: Callable[..., Any], options: Mapping[str, Any]) -> None:
+    valid = baseline_option_names(fn)
+    unknown = sorted(set(options) - set(valid)) if valid is not None else []
+    if unknown:
+        raise ValueError(
+            f"baseline {name!r} has no option(s) {unknown}; valid options: {valid or 'none'}"
+            + (" (the run's seed is set with seed=, not as an option)" if "seed" in unknown else "")
+        )
+
+
+def _call_with_options(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    options: Mapping[str, Any],
+    *,
+    name: str,
+    seed: int,
+) -> Any:
+    """Call baseline ``fn`` (called ``name``) with ``args``, ``options``, and ``seed`` if it takes one.
+
+    Unknown options are refused first, naming the valid ones.
+    """
+    _refuse_unknown_options(name, fn, options)
+    kw = dict(options)
+    if baseline_option_names(fn) is None or "seed" in inspect.signature(fn).parameters:
+        kw["seed"] = seed
+    return fn(*args, **kw)
 
 
 def run_baseline(
@@ -207,7 +255,11 @@ def run_baseline(
     t0 = time.perf_counter()
     try:
         plan = _call_with_options(
-            fn, problem.graph, problem.cluster, oracle, budget, seed=seed, **dict(options or {})
+            fn,
+            (problem.graph, problem.cluster, oracle, budget),
+            options or {},
+            name=name,
+            seed=seed,
         )
     except baselines.InfeasiblePlanError as exc:
         return BaselineOutcome(
