@@ -96,8 +96,36 @@ class Problem:
         )
 
 
+def is_factory(model: str | None) -> bool:
+    """Whether an env's ``model`` names a factory by import path (``pkg.mod:fn``), not a zoo model."""
+    return bool(model) and ":" in str(model)
+
+
+def model_spec(spec: EnvSpec) -> dict[str, Any] | None:
+    """The env's model as a runtime model spec (what ``plan.meta["model"]`` holds), or ``None``.
+
+    ``{"factory": "pkg.mod:fn", "config": {...}, "max_groups": K}`` for a model named by
+    import path, ``{"name": zoo_name, "config": {...}, "max_groups": K}`` for a zoo model
+    (``max_groups`` left out when ``None``); ``None`` when the env names no model (a
+    ``graph_file`` alone). ``runtime.model.load_model`` builds the model from it and
+    ``runtime.model.graph_for_model`` its training graph, the one :func:`load_graph` gives.
+    """
+    if not spec.model:
+        return None
+    key = "factory" if is_factory(spec.model) else "name"
+    out: dict[str, Any] = {key: str(spec.model), "config": dict(spec.model_config)}
+    if spec.max_groups:
+        out["max_groups"] = int(spec.max_groups)
+    return out
+
+
 def load_graph(spec: EnvSpec) -> CompGraph:
-    """The env's graph: ``graph_file`` (devplace JSON) or the zoo ``model`` (disk-cached)."""
+    """The env's graph: ``graph_file`` (devplace JSON), else the ``model``.
+
+    ``model`` is a zoo name (built and disk-cached by ``graphs.zoo``) or a factory by
+    import path, ``package.module:function`` (called with ``model_config`` as keywords,
+    extracted with ``torch.export``); both coarsened to ``max_groups``.
+    """
     if spec.graph_file:
         from graphs import io as gio
 
@@ -107,11 +135,26 @@ def load_graph(spec: EnvSpec) -> CompGraph:
 
             graph = coarsen(graph, spec.max_groups)
         return graph
-    if not spec.model:
-        raise ValueError(f"env {spec.name!r}: set either 'model' (a zoo name) or 'graph_file'")
-    from graphs import zoo
+    model = model_spec(spec)
+    if model is None:
+        raise ValueError(
+            f"env {spec.name!r}: set either 'model' (a zoo name or 'package.module:function') "
+            "or 'graph_file'"
+        )
+    from runtime.model import graph_for_model
 
-    return zoo.build(spec.model, max_groups=spec.max_groups, **dict(spec.model_config))
+    if "factory" not in model:
+        return graph_for_model(model)
+    try:
+        return graph_for_model(model)
+    except (ValueError, TypeError) as exc:
+        hint = ""
+        if "cannot be imported" in str(exc):
+            hint = " (the module must be importable: installed, or on PYTHONPATH or in the current folder)"
+        raise ValueError(
+            f"env {spec.name!r}: model {spec.model!r} with model_config "
+            f"{dict(spec.model_config)} could not be built and extracted: {exc}{hint}"
+        ) from exc
 
 
 def oracle_factory(spec: EnvSpec) -> OracleFactory:
