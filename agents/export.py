@@ -318,7 +318,8 @@ class ExportedPolicy:
                 done = False
                 while True:
                     t = float(info.get("step_time", float("nan")))
-                    if np.isfinite(t) and not info["oom"] and t < best_t:
+                    scored = info.get("scored", True)  # step_time is of this placement
+                    if np.isfinite(t) and scored and not info["oom"] and t < best_t:
                         if (np.asarray(info["placement"]) >= 0).all():
                             best_t, best_p = t, np.asarray(info["placement"]).copy()
                     if done:

@@ -98,14 +98,27 @@ class Problem:
         )
 
 
+def is_factory(model: str | None) -> bool:
+    """Whether an env's ``model`` names a factory by import path (``pkg.mod:fn``), not a zoo model."""
+    return bool(model) and ":" in str(model)
+
+
 def model_spec(spec: EnvSpec) -> dict[str, Any] | None:
-    """The env's model as :func:`runtime.model.load_model` / ``graph_for_model`` take it
-    (``None`` for a graph file, which names no PyTorch model). ``model`` is a zoo name or
-    ``package.module:function`` (a factory of the researcher's own)."""
-    if spec.graph_file or not spec.model:
+    """The env's model as a runtime model spec (what ``plan.meta["model"]`` holds), or ``None``.
+
+    ``{"factory": "pkg.mod:fn", "config": {...}, "max_groups": K}`` for a model named by
+    import path, ``{"name": zoo_name, "config": {...}, "max_groups": K}`` for a zoo model
+    (``max_groups`` left out when ``None``); ``None`` when the env names no model (a
+    ``graph_file`` alone). ``runtime.model.load_model`` builds the model from it and
+    ``runtime.model.graph_for_model`` its training graph, the one :func:`load_graph` gives.
+    """
+    if spec.graph_file or not spec.model:  # load_graph reads the file, not the model
         return None
-    key = "factory" if ":" in spec.model else "name"
-    return {key: spec.model, "config": dict(spec.model_config), "max_groups": spec.max_groups}
+    key = "factory" if is_factory(spec.model) else "name"
+    out: dict[str, Any] = {key: str(spec.model), "config": dict(spec.model_config)}
+    if spec.max_groups:
+        out["max_groups"] = int(spec.max_groups)
+    return out
 
 
 def plan_provenance(spec: EnvSpec) -> dict[str, Any]:
@@ -120,7 +133,12 @@ def plan_provenance(spec: EnvSpec) -> dict[str, Any]:
 
 
 def load_graph(spec: EnvSpec) -> CompGraph:
-    """The env's graph: ``graph_file`` (devplace JSON) or the zoo ``model`` (disk-cached)."""
+    """The env's graph: ``graph_file`` (devplace JSON), else the ``model``.
+
+    ``model`` is a zoo name (built and disk-cached by ``graphs.zoo``) or a factory by
+    import path, ``package.module:function`` (called with ``model_config`` as keywords,
+    extracted with ``torch.export``); both coarsened to ``max_groups``.
+    """
     if spec.graph_file:
         from graphs import io as gio
 
@@ -130,11 +148,26 @@ def load_graph(spec: EnvSpec) -> CompGraph:
 
             graph = coarsen(graph, spec.max_groups)
         return graph
-    if not spec.model:
-        raise ValueError(f"env {spec.name!r}: set either 'model' (a zoo name) or 'graph_file'")
-    from graphs import zoo
+    model = model_spec(spec)
+    if model is None:
+        raise ValueError(
+            f"env {spec.name!r}: set either 'model' (a zoo name or 'package.module:function') "
+            "or 'graph_file'"
+        )
+    from runtime.model import graph_for_model
 
-    return zoo.build(spec.model, max_groups=spec.max_groups, **dict(spec.model_config))
+    if "factory" not in model:
+        return graph_for_model(model)
+    try:
+        return graph_for_model(model)
+    except (ValueError, TypeError) as exc:
+        hint = ""
+        if "cannot be imported" in str(exc):
+            hint = " (the module must be importable: installed, or on PYTHONPATH or in the current folder)"
+        raise ValueError(
+            f"env {spec.name!r}: model {spec.model!r} with model_config "
+            f"{dict(spec.model_config)} could not be built and extracted: {exc}{hint}"
+        ) from exc
 
 
 def oracle_factory(spec: EnvSpec) -> OracleFactory:
@@ -203,15 +236,63 @@ class BaselineOutcome:
         }
 
 
-def _call_with_options(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
-    """Call ``fn`` with those ``options`` its signature accepts (e.g. ``seed``)."""
+#: The positional arguments every baseline takes: ``(graph, cluster, oracle, budget)``.
+BASELINE_ARGS = 4
+
+
+def baseline_option_names(fn: Callable[..., Any]) -> list[str] | None:
+    """The options (keywords beyond the positional arguments and ``seed``) baseline ``fn`` takes.
+
+    ``None`` when any keyword goes (``**kwargs``) or ``fn`` has no signature to read.
+    """
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return fn(*args, **options)
+        return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(*args, **options)
-    return fn(*args, **{k: v for k, v in options.items() if k in params})
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    taken = [p.name for p in params.values() if p.kind in positional][:BASELINE_ARGS]
+    return sorted(set(params) - set(taken) - {"seed"})
+
+
+def check_baseline_options(name: str, options: Mapping[str, Any] | None) -> None:
+    """``ValueError`` naming baseline ``name``, the options it does not take and the valid ones.
+
+    The run's seed is not an option: it is passed to the baselines that take one.
+    """
+    from agents import baselines
+
+    _refuse_unknown_options(name, baselines.get(name), options or {})
+
+
+def _refuse_unknown_options(name: str, fn: Callable[..., Any], options: Mapping[str, Any]) -> None:
+    valid = baseline_option_names(fn)
+    unknown = sorted(set(options) - set(valid)) if valid is not None else []
+    if unknown:
+        raise ValueError(
+            f"baseline {name!r} has no option(s) {unknown}; valid options: {valid or 'none'}"
+            + (" (the run's seed is set with seed=, not as an option)" if "seed" in unknown else "")
+        )
+
+
+def _call_with_options(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    options: Mapping[str, Any],
+    *,
+    name: str,
+    seed: int,
+) -> Any:
+    """Call baseline ``fn`` (called ``name``) with ``args``, ``options``, and ``seed`` if it takes one.
+
+    Unknown options are refused first, naming the valid ones.
+    """
+    _refuse_unknown_options(name, fn, options)
+    kw = dict(options)
+    if baseline_option_names(fn) is None or "seed" in inspect.signature(fn).parameters:
+        kw["seed"] = seed
+    return fn(*args, **kw)
 
 
 def run_baseline(
@@ -230,7 +311,11 @@ def run_baseline(
     t0 = time.perf_counter()
     try:
         plan = _call_with_options(
-            fn, problem.graph, problem.cluster, oracle, budget, seed=seed, **dict(options or {})
+            fn,
+            (problem.graph, problem.cluster, oracle, budget),
+            options or {},
+            name=name,
+            seed=seed,
         )
     except baselines.InfeasiblePlanError as exc:
         return BaselineOutcome(

@@ -376,6 +376,10 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
     common.seed_everything(seed)
     spec = common.env_spec(cfg.env)
     agent_cfg = plain["agent"]
+    if agent_cfg["kind"] == "baseline":  # refuse a misspelled option before any work
+        common.check_baseline_options(
+            agent_cfg.get("baseline") or agent_cfg["name"], agent_cfg.get("options")
+        )
 
     # ---- problem
     problem = common.build_problem(spec)
