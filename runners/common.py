@@ -358,8 +358,9 @@ def run_baseline(
             seed=seed,
         )
     except baselines.InfeasiblePlanError as exc:
+        oom = bool(getattr(exc, "oom", True))  # False: the plan cannot run (e.g. ranks failed)
         return BaselineOutcome(
-            name, None, int(oracle.calls), time.perf_counter() - t0, oom=True, error=str(exc)
+            name, None, int(oracle.calls), time.perf_counter() - t0, oom=oom, error=str(exc)
         )
     seconds = time.perf_counter() - t0
     res = problem.oracle().evaluate(plan)
