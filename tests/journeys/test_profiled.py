@@ -78,6 +78,7 @@ def test_profiled_training_then_execute_its_plan(tmp_path):
     last = out.strip().splitlines()[-1]
     assert last.startswith("cpu_profiled ppo seed=0: best "), out[-2000:]
     assert "speed-up vs single x" in last and str(train_dir) in last
+    assert last in (train_dir / "train.log").read_text()
 
     # ---- what train wrote
     for name in (
