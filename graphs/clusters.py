@@ -6,8 +6,6 @@ import os
 import re
 from pathlib import Path
 
-import yaml
-
 from graphs.cluster import Cluster
 
 _CPU_RE = re.compile(r"^cpu_(\d+)$")
@@ -45,11 +43,6 @@ def load(name: str) -> Cluster:
 
 def from_file(path: str | Path) -> Cluster:
     """Read a cluster from a YAML or JSON file (the :meth:`Cluster.from_dict` form)."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML/JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return Cluster.from_dict(data, source=str(path))
+    from graphs.schema import read_yaml
+
+    return Cluster.from_dict(read_yaml(path), source=str(path))
