@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
 import time
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,12 +15,14 @@ import torch
 from torch import Tensor
 
 from agents.policies import GraphActorCriticPolicy, network_class
+from agents.policies import names as network_names
 from agents.policies.base import PlacementNet
 from agents.policies.dense import dense_from_obs
 from agents.policies.sb3 import scores_to_logits
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
+from graphs.schema import Fields
 from placement_env.oracles.base import Oracle
 
 POLICY_FORMAT = "devplace.policy"
@@ -124,21 +128,109 @@ def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | Non
     return path
 
 
-def load_policy(path: str | Path) -> ExportedPolicy:
-    """Read a file written by :func:`export_policy` (safely: ``weights_only=True``)."""
+def _read_policy_file(path: Path) -> Any:
+    """``torch.load(path, weights_only=True)`` with refusals that name the file and never
+    suggest ``weights_only=False`` (that would run whatever the file's pickle says)."""
+    if not path.is_file():
+        raise ValueError(f"{path}: not a loadable policy file (no such file)")
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+        raise ValueError(
+            f"{path}: not a loadable policy file (starts with {head!r}; a devplace policy is the "
+            "zip archive torch.save writes, made by agents.export_policy or runners.train)"
+        )
     try:
-        d = torch.load(Path(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # unpickling refusals and corrupt files alike
-        raise ValueError(f"{path}: not a loadable policy file ({exc})") from None
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise ValueError(
+            f"{path}: not a loadable policy file: it holds Python objects other than tensors and "
+            "plain values, which are refused unread (a devplace policy holds only those)"
+        ) from None
+    except Exception as exc:  # corrupt or truncated archives: torch raises several types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "weights_only" in first:
+            first = type(exc).__name__
+        raise ValueError(
+            f"{path}: not a loadable policy file (corrupt or truncated torch file: {first})"
+        ) from None
+
+
+def _check_policy(d: Any, f: Fields) -> None:
+    """The schema of an exported policy (see :func:`export_policy`); ``ValueError`` naming
+    the file, the field and the value."""
     if not isinstance(d, dict) or d.get("format") != POLICY_FORMAT:
         fmt = d.get("format") if isinstance(d, dict) else type(d).__name__
         raise ValueError(
-            f"{path}: not a devplace policy (format={fmt!r}, expected {POLICY_FORMAT!r})"
+            f"{f.source}: not a devplace policy (format={fmt!r}, expected {POLICY_FORMAT!r})"
         )
-    if d.get("version") != POLICY_VERSION:
+    if not (type(d.get("version")) is int and d["version"] == POLICY_VERSION):
         raise ValueError(
-            f"{path}: policy version {d.get('version')!r} is not supported (expected {POLICY_VERSION})"
+            f"{f.source}: policy version {d.get('version')!r} is not supported "
+            f"(expected {POLICY_VERSION})"
         )
+    f.obj(
+        d,
+        "",
+        required=(
+            "format",
+            "version",
+            "network",
+            "config",
+            "state_dict",
+            "mode",
+            "env_id",
+            "env_options",
+            "features",
+        ),
+        optional=("meta",),
+    )
+    f.string(d["network"], "network", choices=network_names())
+    f.obj(d["config"], "config", free=True)
+    for k, v in d["config"].items():
+        if not _plain_value(v):
+            raise f.error(f"config.{k}", v, "a plain value (number, string, list, object)")
+    sd = f.obj(d["state_dict"], "state_dict", free=True)
+    for k, t in sd.items():
+        if not isinstance(t, Tensor):
+            raise f.error(f"state_dict.{k}", t, "a tensor")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise f.fail(f"state_dict.{k}", "holds NaN or infinite weights; re-export the policy")
+    f.string(d["mode"], "mode", choices=MODE_ENV)
+    env_id = f.string(d["env_id"], "env_id")
+    if env_id not in gym.registry:
+        known = sorted(k for k in gym.registry if k.startswith("placement_env/"))
+        raise f.error("env_id", env_id, f"a registered env id {known}")
+    opts = f.obj(d["env_options"], "env_options", optional=(*ENV_OPTIONS, "max_episode_steps"))
+    for k, v in opts.items():
+        if not _plain_value(v):
+            raise f.error(f"env_options.{k}", v, "a plain value (number, string, list, object)")
+    if "max_episode_steps" in opts:
+        f.integer(opts["max_episode_steps"], "env_options.max_episode_steps", lo=1, hi=2**31)
+    feats = f.obj(d["features"], "features", required=_encoding_spec())
+    for key, names in feats.items():
+        f.array(names, f"features.{key}", f.string, what="feature names")
+    if d.get("meta") is not None:
+        f.obj(d["meta"], "meta", free=True)
+
+
+def _plain_value(v: Any) -> bool:
+    """True for JSON-like values (what :func:`_plain` writes)."""
+    if isinstance(v, Mapping):
+        return all(isinstance(k, str) and _plain_value(x) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return all(_plain_value(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def load_policy(path: str | Path) -> ExportedPolicy:
+    """Read a file written by :func:`export_policy`, safely: only tensors and plain values are
+    unpickled (``weights_only=True``), then every field is checked (see :func:`_check_policy`)
+    before the network is built. ``ValueError`` naming the file, the field and the value."""
+    path = Path(path)
+    f = Fields(path)
+    d = _read_policy_file(path)
+    _check_policy(d, f)
     now = _encoding_spec()
     for key, names in now.items():
         saved = d["features"].get(key)
@@ -147,8 +239,17 @@ def load_policy(path: str | Path) -> ExportedPolicy:
                 f"{path}: the policy was trained on {key} features {saved}, but the observation "
                 f"encoding now has {names}; retrain or re-export it"
             )
-    net = network_class(d["network"])(**d["config"])
-    net.load_state_dict(d["state_dict"])
+    try:
+        net = network_class(d["network"])(**d["config"])
+    except (TypeError, ValueError) as exc:
+        raise f.fail("config", f"does not build a {d['network']!r} network ({exc})") from None
+    try:
+        net.load_state_dict(d["state_dict"])
+    except RuntimeError as exc:
+        msg = " ".join(str(exc).split())
+        raise f.fail(
+            "state_dict", f"does not fit the {d['network']!r} network ({msg[:300]})"
+        ) from None
     return ExportedPolicy(
         net.eval(),
         network=d["network"],
