@@ -388,7 +388,7 @@ class Cluster:
         from graphs.schema import Fields
 
         f = Fields(source)
-        f.depth(d)
+        f.depth(d, allow_inf=True)  # memory may be unbounded
         if isinstance(d, Mapping) and "format" in d and d["format"] != "devplace.cluster":
             raise f.error("format", d["format"], "'devplace.cluster'")
         f.obj(
@@ -442,7 +442,7 @@ class Cluster:
                     **fig,
                 )
             )
-        f.unique([dv.name for dv in devices], "devices.name")
+        f.unique([dv.name for dv in devices], "devices", ".name")
         switches = tuple(f.array(d.get("switches") or [], "switches", f.string, what="node names"))
         names = [dv.name for dv in devices] + list(switches)
         for j, sw in enumerate(switches):
@@ -491,7 +491,7 @@ class Cluster:
         try:
             return cls(name, tuple(devices), tuple(links), switches, meta)
         except ValueError as exc:  # a device that cannot reach another
-            raise ValueError(f"{source}: {exc}") from None
+            raise f.fail("links", f"leave a pair of devices unconnected: {exc}") from None
 
     def content_hash(self) -> str:
         """SHA-256 (hex, 16 chars) of the devices and links."""

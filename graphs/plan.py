@@ -174,8 +174,10 @@ class Plan:
                 f"expected {PLAN_FORMAT!r})"
             )
         if not (type(d.get("version")) is int and d["version"] == PLAN_VERSION):
+            v = show(d.get("version", "missing"))
             raise ValueError(
-                f"{source}: plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION})"
+                f"{source}: field 'version' is {v}: plan version {v} is not supported "
+                f"(expected {PLAN_VERSION})"
             )
         if not isinstance(d.get("placement"), list):
             raise f.error("placement", d.get("placement", "missing"), "a list of device indices")
@@ -230,9 +232,11 @@ class Plan:
         tp_in = {} if tp_in is None else f.obj(tp_in, "tp_degree", free=True)
         tp: dict[int, int] = {}
         for k, v in tp_in.items():
-            if not re.fullmatch(r"-?[0-9]{1,18}", k):
+            if not re.fullmatch(r"-?(0|[1-9][0-9]{0,17})", k):
                 raise f.fail(
-                    f"tp_degree.{k}", "has a key that is not a colocation group id (an integer)"
+                    f"tp_degree.{k}",
+                    f"has key {show(k)}, which is not a colocation group id (an integer "
+                    "written without leading zeros)",
                 )
             tp[int(k)] = f.integer(v, f"tp_degree.{k}", lo=1, hi=MAX_DEVICE)
         meta = d.get("meta")
@@ -256,7 +260,7 @@ class Plan:
             raise ValueError(f"{source}: {exc}") from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False))
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
@@ -295,12 +299,16 @@ def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.nd
 
 
 def _jsonable(x: Any) -> Any:
+    """Plain JSON of ``x``; a non-finite float becomes the string ``"inf"``/``"-inf"``/``"nan"``
+    (JSON has no such numbers, and plan files are read strictly)."""
+    if isinstance(x, (float, np.floating)) and not np.isfinite(x):
+        return str(float(x))
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
-        return x.tolist()
+        return _jsonable(x.tolist())
     if isinstance(x, np.generic):
         return x.item()
     return x

@@ -183,21 +183,31 @@ class Fields:
             raise self.error(path, value, f"a non-empty list of {what}")
         return [item(x, f"{path}[{i}]") for i, x in enumerate(value)]
 
-    def unique(self, names: list[str], path: str) -> None:
-        """Refuse a repeated name in ``names`` (the list at ``path``)."""
+    def unique(self, names: list[str], path: str, key: str = "") -> None:
+        """Refuse a repeated name in ``names``, item ``i`` being at ``{path}[i]{key}``
+        (``unique(names, "devices", ".name")`` names ``devices[3].name``)."""
         seen: dict[str, int] = {}
         for i, name in enumerate(names):
             if name in seen:
                 raise self.fail(
-                    f"{path}[{i}]", f"is {show(name)}, already used by {path}[{seen[name]}]"
+                    f"{path}[{i}]{key}",
+                    f"is {show(name)}, already used by {path}[{seen[name]}]{key}",
                 )
             seen[name] = i
 
-    def depth(self, value: Any, path: str = "", limit: int = MAX_DEPTH) -> None:
-        """Refuse objects/lists nested deeper than ``limit`` (checked without recursion)."""
+    def depth(
+        self, value: Any, path: str = "", limit: int = MAX_DEPTH, *, allow_inf: bool = False
+    ) -> None:
+        """Refuse objects/lists nested deeper than ``limit`` and NaN / infinite numbers
+        anywhere (``+inf`` too unless ``allow_inf``: a field check then decides), checked
+        without recursion."""
         stack: list[tuple[Any, str, int]] = [(value, path, 0)]
         while stack:
             v, p, d = stack.pop()
+            if isinstance(v, float) and not math.isfinite(v):
+                if math.isnan(v) or v < 0 or not allow_inf:
+                    raise self.error(p or "(top level)", v, "a finite number")
+                continue
             if isinstance(v, Mapping):
                 items: Iterable[tuple[str, Any]] = ((_join(p, str(k)), x) for k, x in v.items())
             elif isinstance(v, list):
@@ -205,7 +215,10 @@ class Fields:
             else:
                 continue
             if d >= limit:
-                raise self.fail(p or "(top level)", f"nests deeper than {limit} levels")
+                raise self.fail(
+                    p or "(top level)",
+                    f"is {show(v)}, nested {limit} levels deep; expected at most {limit} levels",
+                )
             stack.extend((x, q, d + 1) for q, x in items)
 
 
@@ -233,8 +246,10 @@ def _num_range(lo: float | None, hi: float | None, lo_open: bool, allow_inf: boo
 
 
 # ======================================================================== files
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f'non-standard JSON constant {name} (write null or the string "inf")')
+def _constant(name: str) -> float:
+    """``NaN`` / ``Infinity`` (not JSON, but Python writes them): read as floats so that the
+    field check refuses them by name."""
+    return float(name.replace("Infinity", "inf"))
 
 
 class _DuplicateKey(ValueError):
@@ -275,27 +290,34 @@ def read_text(path: str | Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(
-            f"{path}: not a text file (byte {exc.start} is {raw[exc.start : exc.start + 1]!r}, "
-            "not UTF-8); expected JSON/YAML text, not a binary file such as a pickle"
+            f"{path}: field '(top level)' is binary data (byte {exc.start} is "
+            f"{raw[exc.start : exc.start + 1]!r}, not UTF-8 text: {show(raw[:24])}); expected "
+            "JSON/YAML text, not a binary file such as a pickle"
         ) from None
 
 
 def read_json(path: str | Path) -> Any:
-    """Parse a (possibly gzipped) JSON file strictly: no ``NaN``/``Infinity`` constants, no
-    repeated key in one object, no nesting deeper than :data:`MAX_DEPTH`."""
+    """Parse a (possibly gzipped) JSON file strictly: no ``NaN``/``Infinity`` (nor ``1e400``,
+    which reads as infinity), no repeated key in one object, no nesting deeper than
+    :data:`MAX_DEPTH`; each refused naming the field and the value."""
     text = read_text(path)
     try:
-        data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        data = json.loads(text, parse_constant=_constant, object_pairs_hook=_no_duplicates)
     except _DuplicateKey as exc:
         raise ValueError(f"{path}: {exc}") from None
     except RecursionError:
-        raise ValueError(
-            f"{path}: field '(top level)' nests deeper than {MAX_DEPTH} levels"
-        ) from None
+        raise _too_deep(path, text) from None
     except ValueError as exc:  # JSONDecodeError is a ValueError
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
     Fields(path).depth(data)
     return data
+
+
+def _too_deep(path: str | Path, text: str) -> ValueError:
+    return ValueError(
+        f"{path}: field '(top level)' is {show(text[:40])}, nested deeper than the parser "
+        f"can go; expected at most {MAX_DEPTH} levels"
+    )
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -306,14 +328,17 @@ def read_yaml(path: str | Path) -> Any:
     class StrictLoader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: dict[Any, Any] = {}
-            for key_node, _ in node.value:
+            for key_node, value_node in node.value:
                 key = self.construct_object(key_node, deep=deep)
                 if key in seen:
+                    first, line = seen[key]
                     raise ValueError(
-                        f"key {key!r} appears twice in one mapping (lines {seen[key] + 1} and "
-                        f"{key_node.start_mark.line + 1}); a reader would silently keep only the last"
+                        f"key {key!r} appears twice in one mapping (lines {line + 1} and "
+                        f"{key_node.start_mark.line + 1}, values {show(first)} and "
+                        f"{show(getattr(value_node, 'value', '?'))}); a reader would silently "
+                        "keep only the last"
                     )
-                seen[key] = key_node.start_mark.line
+                seen[key] = (getattr(value_node, "value", "?"), key_node.start_mark.line)
             return super().construct_mapping(node, deep=deep)
 
         def compose_node(self, parent: Any, index: Any) -> Any:
@@ -331,12 +356,10 @@ def read_yaml(path: str | Path) -> Any:
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML/JSON ({exc})") from None
     except RecursionError:
-        raise ValueError(
-            f"{path}: field '(top level)' nests deeper than {MAX_DEPTH} levels"
-        ) from None
+        raise _too_deep(path, text) from None
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    Fields(path).depth(data)
+    Fields(path).depth(data, allow_inf=True)  # memory: .inf is unbounded
     return data
 
 

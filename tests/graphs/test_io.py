@@ -176,7 +176,7 @@ def test_load_errors_name_file_and_field(tmp_path, change, msg):
 def test_load_not_json(tmp_path):
     with pytest.raises(ValueError, match=r"bad.json: not valid JSON"):
         io.load(write(tmp_path, None, "{'single': quotes}"))
-    with pytest.raises(ValueError, match="non-standard JSON constant NaN"):
+    with pytest.raises(ValueError, match="field 'format' is nan; expected a finite number"):
         io.load(write(tmp_path, None, '{"format": NaN}'))
     with pytest.raises(ValueError, match=r"field '\(top level\)' is \[1, 2\]; expected an object"):
         io.load(write(tmp_path, [1, 2]))
