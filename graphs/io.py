@@ -301,10 +301,7 @@ def _fiddle_number(s: Fields, node: Mapping[str, Any], key: str, where: str, def
         if default is not None:
             return default
         raise s.fail(f"{where}.{key}", "is missing; expected a non-negative number")
-    v = node[key]
-    if not _is_num(v) or not math.isfinite(v) or v < 0:
-        raise s.fail(f"{where}.{key}", f"is {v!r}; expected a finite non-negative number")
-    return float(v)
+    return s.number(node[key], f"{where}.{key}", lo=0)
 
 
 def read_fiddle(path: str | Path) -> tuple[CompGraph, Cluster]:
@@ -334,10 +331,6 @@ def read_fiddle(path: str | Path) -> tuple[CompGraph, Cluster]:
     source = str(path)
     d = read_json(path)
     s = Fields(source)
-    if not isinstance(d, Mapping):
-        raise ValueError(
-            f"{source}: expected a JSON object at the top level, got {type(d).__name__}"
-        )
     s.obj(d, "", required=("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges"))
     max_size = s.number(d["maxSizePerFPGA"], "maxSizePerFPGA", lo=0, lo_open=True)
     n_fpga = s.integer(d["maxFPGAs"], "maxFPGAs", lo=0, hi=FIDDLE_MAX_DEVICES)
@@ -348,7 +341,7 @@ def read_fiddle(path: str | Path) -> tuple[CompGraph, Cluster]:
         raise s.error("maxCPUs", n_cpu, f"at most {FIDDLE_MAX_DEVICES} devices in all")
     for key in ("nodes", "edges"):
         if not isinstance(d[key], list):
-            raise s.fail(key, f"must be a list, got {type(d[key]).__name__}")
+            raise s.error(key, d[key], "a list")
     if not d["nodes"]:
         raise s.error("nodes", d["nodes"], "at least one node")
 

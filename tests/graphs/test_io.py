@@ -351,7 +351,7 @@ def fiddle_file(tmp_path, change) -> Path:
             lambda d: d.__setitem__("maxSizePerFPGA", 0),
             r"'maxSizePerFPGA' is 0; expected a finite number > 0",
         ),
-        (lambda d: d.__setitem__("nodes", {}), r"field 'nodes' must be a list, got dict"),
+        (lambda d: d.__setitem__("nodes", {}), r"field 'nodes' is {}; expected a list"),
         (lambda d: d["nodes"][2].pop("cpuLatency"), r"'nodes\[2\] \(id 3\).cpuLatency' is missing"),
         (
             lambda d: d["nodes"][2].__setitem__("fpgaLatency", -1.0),
