@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import pickle
+import re
 import time
+import typing
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +25,7 @@ from agents.policies.sb3 import scores_to_logits
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
-from graphs.schema import Fields
+from graphs.schema import Fields, show
 from placement_env.oracles.base import Oracle
 
 POLICY_FORMAT = "devplace.policy"
@@ -35,6 +38,8 @@ MODE_ENV: dict[str, str] = {
 }
 #: Logit of actions the env's mask forbids: sb3-contrib's value, so actions match SB3's.
 ACTION_MASK_LOGIT = -1e8
+#: Largest integer a network's config may hold (sizes, layer counts).
+MAX_CONFIG_INT = 2**20
 #: Env constructor options copied from the training env into the export, when it has them.
 ENV_OPTIONS = ("init", "order", "horizon", "oom_penalty", "accept", "restart")
 
@@ -135,17 +140,20 @@ def _read_policy_file(path: Path) -> Any:
         raise ValueError(f"{path}: not a loadable policy file (no such file)")
     if not zipfile.is_zipfile(path):
         with open(path, "rb") as fh:
-            head = fh.read(16)
+            head = fh.read(24)
         raise ValueError(
-            f"{path}: not a loadable policy file (starts with {head!r}; a devplace policy is the "
-            "zip archive torch.save writes, made by agents.export_policy or runners.train)"
+            f"{path}: not a loadable policy file: field '(top level)' is {show(head)}; expected "
+            "the (complete) zip archive torch.save writes, made by agents.export_policy or "
+            "runners.train"
         )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        what = f"the Python object {found[1]}" if found else "Python objects"
         raise ValueError(
-            f"{path}: not a loadable policy file: it holds Python objects other than tensors and "
-            "plain values, which are refused unread (a devplace policy holds only those)"
+            f"{path}: not a loadable policy file: it holds {what}, not only tensors and plain "
+            "values; refused unread (a devplace policy holds only those)"
         ) from None
     except Exception as exc:  # corrupt or truncated archives: torch raises several types
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -159,14 +167,20 @@ def _read_policy_file(path: Path) -> Any:
 def _check_policy(d: Any, f: Fields) -> None:
     """The schema of an exported policy (see :func:`export_policy`); ``ValueError`` naming
     the file, the field and the value."""
-    if not isinstance(d, dict) or d.get("format") != POLICY_FORMAT:
-        fmt = d.get("format") if isinstance(d, dict) else type(d).__name__
+    if not isinstance(d, dict):
         raise ValueError(
-            f"{f.source}: not a devplace policy (format={fmt!r}, expected {POLICY_FORMAT!r})"
+            f"{f.source}: not a devplace policy: field '(top level)' is {show(d)}; expected "
+            f"an object with format {POLICY_FORMAT!r}"
+        )
+    if d.get("format") != POLICY_FORMAT:
+        raise ValueError(
+            f"{f.source}: not a devplace policy: field 'format' is {show(d.get('format'))}; "
+            f"expected {POLICY_FORMAT!r}"
         )
     if not (type(d.get("version")) is int and d["version"] == POLICY_VERSION):
+        v = show(d.get("version"))
         raise ValueError(
-            f"{f.source}: policy version {d.get('version')!r} is not supported "
+            f"{f.source}: field 'version' is {v}: policy version {v} is not supported "
             f"(expected {POLICY_VERSION})"
         )
     f.obj(
@@ -185,17 +199,22 @@ def _check_policy(d: Any, f: Fields) -> None:
         ),
         optional=("meta",),
     )
+    f.depth({k: v for k, v in d.items() if k != "state_dict"})  # nesting, NaN, inf
     f.string(d["network"], "network", choices=network_names())
-    f.obj(d["config"], "config", free=True)
-    for k, v in d["config"].items():
-        if not _plain_value(v):
-            raise f.error(f"config.{k}", v, "a plain value (number, string, list, object)")
+    _check_config(f, network_class(d["network"]), f.obj(d["config"], "config", free=True))
     sd = f.obj(d["state_dict"], "state_dict", free=True)
+    if not sd:
+        raise f.error("state_dict", sd, "the network's weights (tensors by parameter name)")
     for k, t in sd.items():
         if not isinstance(t, Tensor):
             raise f.error(f"state_dict.{k}", t, "a tensor")
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise f.fail(f"state_dict.{k}", "holds NaN or infinite weights; re-export the policy")
+            bad = t[~torch.isfinite(t)]
+            raise f.fail(
+                f"state_dict.{k}",
+                f"holds {bad.numel()} NaN or infinite weights (first: {float(bad[0])}); "
+                "expected finite weights: re-export the policy",
+            )
     f.string(d["mode"], "mode", choices=MODE_ENV)
     env_id = f.string(d["env_id"], "env_id")
     if env_id not in gym.registry:
@@ -209,9 +228,49 @@ def _check_policy(d: Any, f: Fields) -> None:
         f.integer(opts["max_episode_steps"], "env_options.max_episode_steps", lo=1, hi=2**31)
     feats = f.obj(d["features"], "features", required=_encoding_spec())
     for key, names in feats.items():
-        f.array(names, f"features.{key}", f.string, what="feature names")
+        f.unique(
+            f.array(names, f"features.{key}", f.string, what="feature names"), f"features.{key}"
+        )
     if d.get("meta") is not None:
         f.obj(d["meta"], "meta", free=True)
+
+
+def _check_config(f: Fields, cls: type, config: Mapping[str, Any]) -> None:
+    """``config`` holds only constructor arguments of ``cls`` (and its bases), each of the
+    annotated type, integers in ``[0, 2**20]``: a typo or a huge size is refused by name."""
+    hints: dict[str, Any] = {}
+    required: set[str] = set()
+    for klass in reversed(cls.__mro__):
+        init = klass.__dict__.get("__init__")
+        if init is None or not issubclass(klass, PlacementNet):
+            continue
+        types = typing.get_type_hints(init)
+        for name, p in inspect.signature(init).parameters.items():
+            if name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                continue
+            hints[name] = types.get(name, Any)
+            if p.default is p.empty:
+                required.add(name)
+    for k, v in config.items():
+        path = f"config.{k}"
+        if k not in hints:
+            raise f.fail(
+                path,
+                f"is not an argument of {cls.__name__} (value {show(v)}); valid: {sorted(hints)}",
+            )
+        tp = hints[k]
+        if tp is int:
+            f.integer(v, path, lo=0, hi=MAX_CONFIG_INT)
+        elif tp is float:
+            f.number(v, path)
+        elif tp is bool:
+            f.boolean(v, path)
+        elif tp is str:
+            f.text(v, path)
+        elif not _plain_value(v):
+            raise f.error(path, v, "a plain value (number, string, list, object)")
+    for k in sorted(required - set(config)):
+        raise f.fail(f"config.{k}", f"is missing (an argument of {cls.__name__})")
 
 
 def _plain_value(v: Any) -> bool:
@@ -236,20 +295,29 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         saved = d["features"].get(key)
         if saved != names:
             raise ValueError(
-                f"{path}: the policy was trained on {key} features {saved}, but the observation "
-                f"encoding now has {names}; retrain or re-export it"
+                f"{path}: field 'features.{key}' is {show(saved)}: the policy was trained on "
+                f"{key} features {saved}, but the observation encoding now has {names}; "
+                "retrain or re-export it"
             )
     try:
         net = network_class(d["network"])(**d["config"])
     except (TypeError, ValueError) as exc:
         raise f.fail("config", f"does not build a {d['network']!r} network ({exc})") from None
-    try:
-        net.load_state_dict(d["state_dict"])
-    except RuntimeError as exc:
-        msg = " ".join(str(exc).split())
-        raise f.fail(
-            "state_dict", f"does not fit the {d['network']!r} network ({msg[:300]})"
-        ) from None
+    want = net.state_dict()
+    for k, t in d["state_dict"].items():
+        if k not in want:
+            raise f.fail(f"state_dict.{k}", f"is not a weight of the {d['network']!r} network")
+        if tuple(t.shape) != tuple(want[k].shape):
+            raise f.fail(
+                f"state_dict.{k}",
+                f"has shape {tuple(t.shape)}; expected {tuple(want[k].shape)} (from 'config')",
+            )
+    for k in want:
+        if k not in d["state_dict"]:
+            raise f.fail(
+                f"state_dict.{k}", f"is missing (a weight of the {d['network']!r} network)"
+            )
+    net.load_state_dict(d["state_dict"])
     return ExportedPolicy(
         net.eval(),
         network=d["network"],
