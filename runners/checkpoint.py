@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graphs.schema import show
 from runners.common import write_bytes_atomic
 
 CHECKPOINT = "checkpoint.pkl"
@@ -170,40 +171,40 @@ def verify(path: str | Path) -> bytes:
         raise ValueError(f"resume: cannot read {path} ({exc.strerror})") from None
     if not raw.startswith(MAGIC):
         raise ValueError(
-            f"resume: {path} is not a devplace checkpoint of version {VERSION} (it starts with "
-            f"{raw[:16]!r}, not the signed devplace header; older checkpoints and foreign pickles "
-            f"are refused); {_restart_hint(path)}"
+            f"resume: {path}: field 'header' is {show(raw[:24])}; expected the signed devplace "
+            f"header {MAGIC!r} (a devplace checkpoint of version {VERSION}: older checkpoints "
+            f"and foreign pickles are refused unread); {_restart_hint(path)}"
         )
     end = raw.find(b"\n", 0, _HEADER_MAX)
+    head = raw[len(MAGIC) : end if end >= 0 else _HEADER_MAX]
     try:
-        if end < 0:
-            raise ValueError("no end of line")
-        header = json.loads(raw[len(MAGIC) : end])
+        header = json.loads(head)
         if not isinstance(header, dict):
             raise ValueError("not an object")
         version, size, mac = header["version"], header["bytes"], header["hmac_sha256"]
     except (ValueError, KeyError, UnicodeDecodeError) as exc:
         raise ValueError(
-            f"resume: {path} has a damaged checkpoint header ({exc}); {_restart_hint(path)}"
+            f"resume: {path}: field 'header' is {show(head[:40])}; expected a JSON object with "
+            f"version, bytes and hmac_sha256 ({type(exc).__name__}: {exc}); {_restart_hint(path)}"
         ) from None
     if version != VERSION:
         raise ValueError(
-            f"resume: {path} is a devplace checkpoint of version {version!r}; this version "
-            f"reads {VERSION}; {_restart_hint(path)}"
+            f"resume: {path}: header field 'version' is {show(version)}; this version of "
+            f"devplace reads {VERSION}; {_restart_hint(path)}"
         )
     payload = raw[end + 1 :]
-    if not isinstance(size, int) or len(payload) != size:
+    if type(size) is not int or len(payload) != size:
         raise ValueError(
-            f"resume: {path} is truncated or padded: header field 'bytes' is {size!r} but "
+            f"resume: {path} is truncated or padded: header field 'bytes' is {show(size)} but "
             f"{len(payload)} bytes follow; {_restart_hint(path)}"
         )
     if not isinstance(mac, str) or not hmac.compare_digest(mac, _sign(payload)):
         raise ValueError(
-            f"resume: {path} does not carry this user's signature (header field "
-            f"'hmac_sha256' is {str(mac)[:16]!r}...): it was written with another key "
-            f"({key_path()}: another user or machine) or altered since; {_restart_hint(path)}. "
-            f"To resume a run copied from another machine, use that machine's key file "
-            f"(${KEY_ENV})."
+            f"resume: {path} does not carry this user's signature: header field "
+            f"'hmac_sha256' is {show(str(mac)[:16])}... but the contents sign differently with "
+            f"the key {key_path()}: the file was written with another key (another user or "
+            f"machine) or altered since; {_restart_hint(path)}. To resume a run copied from "
+            f"another machine, point ${KEY_ENV} at that machine's key file."
         )
     return payload
 
@@ -231,16 +232,14 @@ def _check_state(state: Any, path: Path) -> None:
 
     def bad(field: str, value: Any, expected: str) -> ValueError:
         return ValueError(
-            f"resume: {path}: field {field!r} is {type(value).__name__}; expected {expected}; "
+            f"resume: {path}: field {field!r} is {show(value)}; expected {expected}; "
             f"{_restart_hint(path)}"
         )
 
-    if not isinstance(state, dict) or set(state) != _STATE_KEYS:
-        keys = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise ValueError(
-            f"resume: {path} holds {keys}, not the fields of a devplace checkpoint "
-            f"{sorted(_STATE_KEYS)}; {_restart_hint(path)}"
-        )
+    if not isinstance(state, dict):
+        raise bad("(top level)", state, "an object")
+    if set(state) != _STATE_KEYS:
+        raise bad("(top level)", sorted(state), f"the fields {sorted(_STATE_KEYS)}")
     if state["version"] != VERSION:
         raise bad("version", state["version"], f"{VERSION}")
     if not (isinstance(state["algo"], type) and issubclass(state["algo"], BaseAlgorithm)):
