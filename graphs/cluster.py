@@ -485,6 +485,8 @@ class Cluster:
             if not directed:
                 links.append(Link(b, a, bw * mult, lat, label))
         meta = dict(f.obj(d.get("meta") or {}, "meta", free=True))
+        if "device_forwarding" in meta:  # the one meta key routing reads
+            f.boolean(meta["device_forwarding"], "meta.device_forwarding")
         for k in ("description", "source"):
             if k in d:
                 meta[k] = d[k]

@@ -220,6 +220,11 @@ def from_dict(d: Any, *, source: str = "graph") -> CompGraph:
         )
     meta = d.get("meta")
     meta = {} if meta is None else f.obj(meta, "meta", free=True)
+    for k in ("bytes_per_param", "grad_bytes_per_param"):  # meta keys the code reads
+        if k in meta:
+            f.number(meta[k], f"meta.{k}", lo=0, lo_open=True)
+    if "name" in meta:
+        f.text(meta["name"], "meta.name")
     try:
         return CompGraph(
             flops=np.asarray(arrays["flops"], dtype=np.float64).reshape(-1),
