@@ -77,10 +77,6 @@ def _encode_opt_floats(arr: np.ndarray) -> list[float | str | None]:
     return out
 
 
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
