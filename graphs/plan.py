@@ -224,6 +224,27 @@ class Plan:
                     d["stage_device"], "stage_device", device, what="device indices", nonempty=True
                 )
             )
+        if (stage is None) != (stage_device is None):
+            given, other = (
+                ("stage", "stage_device") if stage is not None else ("stage_device", "stage")
+            )
+            raise f.error(
+                other,
+                d.get(other, "missing"),
+                f"a list, since {given!r} is given (pipeline plans need both)",
+            )
+        if stage is not None and stage_device is not None:
+            for i, (st, dev) in enumerate(zip(stage, placement)):
+                if st >= len(stage_device):
+                    raise f.error(
+                        f"stage[{i}]",
+                        st,
+                        f"a stage id in [0, {len(stage_device) - 1}] (one per stage_device)",
+                    )
+                if stage_device[st] != dev:
+                    raise f.error(
+                        f"placement[{i}]", dev, f"{stage_device[st]}, the device of its stage {st}"
+                    )
         microbatches = f.integer(
             d.get("microbatches", 1), "microbatches", lo=1, hi=MAX_MICROBATCHES
         )
