@@ -9,6 +9,8 @@ from pathlib import Path
 from graphs.cluster import Cluster
 
 _CPU_RE = re.compile(r"^cpu_(\d+)$")
+#: Most processes ``cpu_N`` may have (its links are all-to-all: N * (N - 1)).
+MAX_CPU_PROCESSES = 1024
 
 
 def preset_dir() -> Path:
@@ -34,7 +36,12 @@ def load(name: str) -> Cluster:
     if m:
         from graphs.cpu_cluster import cpu_cluster
 
-        return cpu_cluster(int(m.group(1)))
+        n = int(m.group(1))
+        if not 1 <= n <= MAX_CPU_PROCESSES:
+            raise ValueError(
+                f"cluster {name!r}: cpu_N needs N >= 1 and N <= {MAX_CPU_PROCESSES}, got {n}"
+            )
+        return cpu_cluster(n)
     f = preset_dir() / f"{name}.yaml"
     if not f.exists():
         raise ValueError(f"unknown cluster {name!r}; available: {names()}")

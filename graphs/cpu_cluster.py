@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from graphs.cluster import Cluster, Device, Link
+from graphs.cluster import DEVICE_FIGURES, Cluster, Device, Link
+from graphs.schema import Fields, read_json
 
 #: Uncalibrated defaults for one CPU process (overridden by ``runners.profile`` output).
 DEFAULT_CPU = {
@@ -25,6 +25,22 @@ def calibration_path() -> Path:
     if env:
         return Path(env)
     return Path.home() / ".cache" / "devplace" / "cpu_calibration.json"
+
+
+def read_calibration(path: Path) -> dict:
+    """The calibration file, its ``device`` and ``link`` figures checked (they build the
+    cluster): ``ValueError`` naming the file, the field and the value."""
+    f = Fields(path)
+    cal = dict(f.obj(read_json(path), "", free=True))
+    dev = f.obj(cal.get("device") or {}, "device", optional=DEVICE_FIGURES)
+    for k, v in dev.items():
+        f.number(v, f"device.{k}", lo=0, allow_inf=k == "memory")
+    link = f.obj(cal.get("link") or {}, "link", optional=("bandwidth", "latency"))
+    for k, v in link.items():
+        f.number(v, f"link.{k}", lo=0)
+    for k in ("concurrency", "runtime"):
+        f.obj(cal.get(k) or {}, k, free=True)
+    return cal
 
 
 def runtime_fit(calibration: dict | None, processes: int) -> dict | None:
@@ -82,7 +98,7 @@ def cpu_cluster(n: int, calibration: dict | None = None, processes: int | None =
         raise ValueError(f"cpu_N needs N >= 1, got {n}")
     cal = calibration
     if cal is None and calibration_path().exists():
-        cal = json.loads(calibration_path().read_text())
+        cal = read_calibration(calibration_path())
     dev = dict(DEFAULT_CPU, **((cal or {}).get("device") or {}))
     if processes is not None:
         f = concurrency_factor(cal, processes)

@@ -522,3 +522,32 @@ def test_every_kind_covers_every_class() -> None:
     assert not missing, missing
     counts = {k: sum(b.kind == k for b in TABLE) for k in KINDS}
     assert all(n >= 20 for n in counts.values()), counts
+
+
+# ============================================================ cpu_N and its calibration
+CALIBRATION = [
+    ('{"device": {"peak_flops": true}}', "device.peak_flops", True),
+    ('{"device": {"peak_flop": 1e9}}', "device.peak_flop", 1e9),
+    ('{"device": {"mem_bw": NaN}}', "device.mem_bw", float("nan")),
+    ('{"link": {"latency": -1}}', "link.latency", -1),
+    ('{"link": [1]}', "link", [1]),
+    ("[1, 2]", "(top level)", [1, 2]),
+    ('{"concurrency": 3}', "concurrency", 3),
+]
+
+
+@pytest.mark.parametrize(("text", "field", "value"), CALIBRATION)
+def test_bad_cpu_calibration_is_refused(tmp_path, monkeypatch, text, field, value) -> None:
+    path = tmp_path / "cal.json"
+    path.write_text(text)
+    monkeypatch.setenv("DEVPLACE_CPU_CALIBRATION", str(path))
+    with pytest.raises(ValueError) as info:
+        clusters.load("cpu_2")
+    msg = str(info.value)
+    assert str(path) in msg and repr(field) in msg and show(value) in msg, msg
+
+
+@pytest.mark.parametrize("name", ["cpu_0", "cpu_100000000000000000000"])
+def test_cpu_n_out_of_range_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match=f"cluster '{name}': cpu_N needs N >= 1 and N <= 1024"):
+        clusters.load(name)
