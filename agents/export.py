@@ -41,7 +41,11 @@ ACTION_MASK_LOGIT = -1e8
 #: Largest integer a network's config may hold (sizes, layer counts).
 MAX_CONFIG_INT = 2**20
 #: Env constructor options copied from the training env into the export, when it has them.
+#: None of them may be per-instance state: ``init`` is kept only as a *name* (``"balanced"``,
+#: ...); a per-node warm-start placement belongs to the training graph and is not exported.
 ENV_OPTIONS = ("init", "order", "horizon", "oom_penalty", "accept", "restart")
+#: Where a policy trained from a per-node warm-start placement starts its episodes instead.
+WARM_START_INIT = "balanced"
 
 
 def _encoding_spec() -> dict[str, list[str]]:
@@ -90,7 +94,16 @@ def _training_env(model: Any) -> tuple[str | None, dict[str, Any]]:
             options[k] = venv.get_attr(k, indices=[0])[0]
         except AttributeError:
             continue
-    return env_id, _plain(options)
+    return env_id, instance_free(_plain(options))
+
+
+def instance_free(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Env options without per-instance state: a per-node ``init`` placement becomes
+    :data:`WARM_START_INIT` (the policy then plans any graph, starting from a balanced split)."""
+    out = dict(options)
+    if "init" in out and not isinstance(out["init"], str):
+        out["init"] = WARM_START_INIT
+    return out
 
 
 def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | None = None) -> Path:
@@ -109,13 +122,22 @@ def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | Non
         path: output file (parents are created).
         meta: provenance to store (training instances, budgets, ...), JSON-like.
     """
+    payload = policy_payload(model, meta=meta)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(payload, path)
+    return path
+
+
+def policy_payload(model: Any, *, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The plain dict :func:`export_policy` writes (see there for its keys)."""
     policy = getattr(model, "policy", model)
     if not isinstance(policy, GraphActorCriticPolicy):
         raise TypeError(
             f"export_policy needs a model with a GraphActorCriticPolicy, got {type(policy).__name__}"
         )
     env_id, options = _training_env(model)
-    payload = {
+    return {
         "format": POLICY_FORMAT,
         "version": POLICY_VERSION,
         "network": policy.network,
@@ -127,10 +149,6 @@ def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | Non
         "features": _encoding_spec(),
         "meta": _plain(dict(meta or {})),
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(payload, path)
-    return path
 
 
 def _read_policy_file(path: Path) -> Any:
@@ -284,18 +302,24 @@ def _plain_value(v: Any) -> bool:
 
 def load_policy(path: str | Path) -> ExportedPolicy:
     """Read a file written by :func:`export_policy`, safely: only tensors and plain values are
-    unpickled (``weights_only=True``), then every field is checked (see :func:`_check_policy`)
+    unpickled (``weights_only=True``), then every field is checked (see :func:`from_payload`)
     before the network is built. ``ValueError`` naming the file, the field and the value."""
     path = Path(path)
-    f = Fields(path)
-    d = _read_policy_file(path)
+    return from_payload(_read_policy_file(path), source=str(path))
+
+
+def from_payload(d: Any, *, source: str = "policy") -> ExportedPolicy:
+    """The :class:`ExportedPolicy` of a payload (:func:`policy_payload` or a loaded file),
+    every field checked first (:func:`_check_policy`): ``ValueError`` naming ``source``, the
+    field and the value."""
+    f = Fields(source)
     _check_policy(d, f)
     now = _encoding_spec()
     for key, names in now.items():
         saved = d["features"].get(key)
         if saved != names:
             raise ValueError(
-                f"{path}: field 'features.{key}' is {show(saved)}: the policy was trained on "
+                f"{source}: field 'features.{key}' is {show(saved)}: the policy was trained on "
                 f"{key} features {saved}, but the observation encoding now has {names}; "
                 "retrain or re-export it"
             )
@@ -323,7 +347,7 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         network=d["network"],
         mode=d["mode"],
         env_id=d["env_id"],
-        env_options=dict(d.get("env_options") or {}),
+        env_options=instance_free(d.get("env_options") or {}),  # files from before the fix
         meta=dict(d.get("meta") or {}),
     )
 
@@ -336,7 +360,8 @@ class ExportedPolicy:
         network: its registry name (``"placeto"``, ``"gdp"``).
         mode: how scores become actions (``"current_row"``, ``"flat"``, ``"per_node"``).
         env_id: the env whose episodes :meth:`plan` rolls out.
-        env_options: that env's options at training time (``init``, ``order``, ...).
+        env_options: that env's options at training time (``order``, ``accept``, ...; ``init``
+            only as a name): nothing tied to one graph, so any graph and cluster can be planned.
         meta: provenance stored at export.
     """
 
@@ -462,14 +487,18 @@ class ExportedPolicy:
                 done = False
                 while True:
                     t = float(info.get("step_time", float("nan")))
-                    if np.isfinite(t) and not info["oom"] and t < best_t:
+                    scored = info.get("scored", True)  # step_time is of this placement
+                    if np.isfinite(t) and scored and not info["oom"] and t < best_t:
                         if (np.asarray(info["placement"]) >= 0).all():
                             best_t, best_p = t, np.asarray(info["placement"]).copy()
                     if done:
                         break
                     mask = env.unwrapped.action_masks()  # type: ignore[attr-defined]
+                    greedy_now = greedy and k == 0
+                    if greedy_now and self.proposes_moves:
+                        mask = _without_current_device(env.unwrapped, mask)
                     batch = {key: v[None] for key, v in obs.items()}
-                    a = self.predict(batch, mask[None], deterministic=greedy and k == 0, rng=rng)
+                    a = self.predict(batch, mask[None], deterministic=greedy_now, rng=rng)
                     obs, _, term, trunc, info = env.step(a[0])
                     done = term or trunc
         finally:
@@ -498,5 +527,25 @@ class ExportedPolicy:
             },
         )
 
+    @property
+    def proposes_moves(self) -> bool:
+        """The policy is a local search's proposal (a ``Sweep-v0`` with ``accept="improve"``):
+        its greedy episode takes, for each unit, its most likely device *other than* the
+        current one, and the env undoes the moves that make the plan slower. (Its argmax
+        including the current device is nearly always "keep", an episode that changes nothing.)"""
+        return self.mode == "current_row" and self.env_options.get("accept") == "improve"
+
     def __repr__(self) -> str:
         return f"ExportedPolicy({self.net!r}, mode={self.mode!r}, env_id={self.env_id!r})"
+
+
+def _without_current_device(env: Any, mask: np.ndarray) -> np.ndarray:
+    """``mask`` with the current unit's own device removed, unless it is the only choice."""
+    st = getattr(env, "state", None)
+    if st is None or st.current < 0:
+        return mask
+    d = int(st.placement[st.current])
+    if 0 <= d < mask.size and mask.sum() > 1:
+        mask = mask.copy()
+        mask[d] = False
+    return mask
