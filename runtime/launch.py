@@ -101,7 +101,7 @@ def describe_exit(code: int | None) -> str:
             name = "unknown signal"
         return f"was killed by signal {-code} ({name})"
     if code == 0:
-        return "left early (exited 0 while the other ranks were still running)"
+        return "left early (returned while the other ranks were still running)"
     return f"exited with code {code} without reporting an error"
 
 
@@ -244,6 +244,10 @@ def spawn(
         codes = [p.exitcode for p in procs]
         if all(c == 0 for c in codes):
             exits = {}
+        for r in range(world_size):  # returned from fn, but still exiting when stopped
+            done = Path(folder, f"result_rank{r}.json")
+            if r not in exits and done.exists() and any(c != 0 for c in codes):
+                exits[r] = (0, done.stat().st_mtime)
         failure = first_failure(read_error_files(folder), exits, codes)
         if failure is not None:
             raise failure

@@ -43,7 +43,8 @@ def test_the_rank_that_died_first_is_blamed_not_its_peers(how, error_type, says)
     err = info.value
     assert (err.rank, err.error_type) == (1, error_type), str(err)
     assert says in str(err)
-    assert err.exit_codes[1] == (-9 if how == "kill" else 0)
+    # a rank that returned may still be exiting when the launcher stops the job (SIGTERM)
+    assert err.exit_codes[1] in ((-9,) if how == "kill" else (0, -15)), err.exit_codes
 
 
 def test_first_failure_order():
