@@ -104,6 +104,22 @@ def local_grads(runner: Any) -> dict[str, list]:
     return {n: g.detach().cpu().tolist() for n, g in grads.items() if g is not None}
 
 
+def peak_memory(device: torch.device) -> float:
+    """Bytes at this process's peak so far: CUDA's peak allocation, else the peak resident set.
+
+    On CPU this is ``getrusage``'s ``ru_maxrss`` (the whole process, the Python and
+    torch runtime included; KiB on Linux, bytes on macOS), 0 where it is unavailable.
+    """
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return 0.0
+    rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return rss if sys.platform == "darwin" else rss * 1024.0
+
+
 def run_steps(
     spec: RunSpec, rank: int, device: torch.device, capture_grads: bool
 ) -> dict[str, Any]:
@@ -111,7 +127,8 @@ def run_steps(
 
     Each step starts after a barrier; its time is this rank's wall time to finish
     forward, backward and optimizer step. With ``capture_grads`` the gradients of
-    the first step (before the optimizer) are included.
+    the first step (before the optimizer) are included; ``peak_memory`` is this
+    process's peak so far (:func:`peak_memory`).
     """
     timer = StepTimer(device)
     runner, inputs = build_runner(spec, rank, device, timer)
@@ -144,6 +161,7 @@ def run_steps(
                 }
             )
     dist.barrier()
+    rec["peak_memory"] = peak_memory(device)
     return rec
 
 

@@ -537,12 +537,11 @@ CALIBRATION = [
 
 
 @pytest.mark.parametrize(("text", "field", "value"), CALIBRATION)
-def test_bad_cpu_calibration_is_refused(tmp_path, monkeypatch, text, field, value) -> None:
+def test_bad_cpu_calibration_is_refused(tmp_path, text, field, value) -> None:
     path = tmp_path / "cal.json"
     path.write_text(text)
-    monkeypatch.setenv("DEVPLACE_CPU_CALIBRATION", str(path))
     with pytest.raises(ValueError) as info:
-        clusters.load("cpu_2")
+        clusters.load(f"cpu_2@{path}")
     msg = str(info.value)
     assert str(path) in msg and repr(field) in msg and show(value) in msg, msg
 
