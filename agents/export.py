@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+import pickle
+import re
 import time
+import typing
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,12 +18,14 @@ import torch
 from torch import Tensor
 
 from agents.policies import GraphActorCriticPolicy, network_class
+from agents.policies import names as network_names
 from agents.policies.base import PlacementNet
 from agents.policies.dense import dense_from_obs
 from agents.policies.sb3 import scores_to_logits
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
+from graphs.schema import Fields, show
 from placement_env.oracles.base import Oracle
 
 POLICY_FORMAT = "devplace.policy"
@@ -31,6 +38,8 @@ MODE_ENV: dict[str, str] = {
 }
 #: Logit of actions the env's mask forbids: sb3-contrib's value, so actions match SB3's.
 ACTION_MASK_LOGIT = -1e8
+#: Largest integer a network's config may hold (sizes, layer counts).
+MAX_CONFIG_INT = 2**20
 #: Env constructor options copied from the training env into the export, when it has them.
 #: None of them may be per-instance state: ``init`` is kept only as a *name* (``"balanced"``,
 #: ...); a per-node warm-start placement belongs to the training graph and is not exported.
@@ -142,36 +151,196 @@ def policy_payload(model: Any, *, meta: Mapping[str, Any] | None = None) -> dict
     }
 
 
-def load_policy(path: str | Path) -> ExportedPolicy:
-    """Read a file written by :func:`export_policy` (safely: ``weights_only=True``)."""
+def _read_policy_file(path: Path) -> Any:
+    """``torch.load(path, weights_only=True)`` with refusals that name the file and never
+    suggest ``weights_only=False`` (that would run whatever the file's pickle says)."""
+    if not path.is_file():
+        raise ValueError(f"{path}: not a loadable policy file (no such file)")
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            head = fh.read(24)
+        raise ValueError(
+            f"{path}: not a loadable policy file: field '(top level)' is {show(head)}; expected "
+            "the (complete) zip archive torch.save writes, made by agents.export_policy or "
+            "runners.train"
+        )
     try:
-        d = torch.load(Path(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # unpickling refusals and corrupt files alike
-        raise ValueError(f"{path}: not a loadable policy file ({exc})") from None
-    if not isinstance(d, dict) or d.get("format") != POLICY_FORMAT:
-        fmt = d.get("format") if isinstance(d, dict) else type(d).__name__
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        what = f"the Python object {found[1]}" if found else "Python objects"
         raise ValueError(
-            f"{path}: not a devplace policy (format={fmt!r}, expected {POLICY_FORMAT!r})"
-        )
-    return from_payload(d, source=str(path))
+            f"{path}: not a loadable policy file: it holds {what}, not only tensors and plain "
+            "values; refused unread (a devplace policy holds only those)"
+        ) from None
+    except Exception as exc:  # corrupt or truncated archives: torch raises several types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "weights_only" in first:
+            first = type(exc).__name__
+        raise ValueError(
+            f"{path}: not a loadable policy file (corrupt or truncated torch file: {first})"
+        ) from None
 
 
-def from_payload(d: Mapping[str, Any], *, source: str = "policy") -> ExportedPolicy:
-    """The :class:`ExportedPolicy` of a payload (:func:`policy_payload` or a loaded file)."""
-    path = source
-    if d.get("version") != POLICY_VERSION:
+def _check_policy(d: Any, f: Fields) -> None:
+    """The schema of an exported policy (see :func:`export_policy`); ``ValueError`` naming
+    the file, the field and the value."""
+    if not isinstance(d, dict):
         raise ValueError(
-            f"{path}: policy version {d.get('version')!r} is not supported (expected {POLICY_VERSION})"
+            f"{f.source}: not a devplace policy: field '(top level)' is {show(d)}; expected "
+            f"an object with format {POLICY_FORMAT!r}"
         )
+    if d.get("format") != POLICY_FORMAT:
+        raise ValueError(
+            f"{f.source}: not a devplace policy: field 'format' is {show(d.get('format'))}; "
+            f"expected {POLICY_FORMAT!r}"
+        )
+    if not (type(d.get("version")) is int and d["version"] == POLICY_VERSION):
+        v = show(d.get("version"))
+        raise ValueError(
+            f"{f.source}: field 'version' is {v}: policy version {v} is not supported "
+            f"(expected {POLICY_VERSION})"
+        )
+    f.obj(
+        d,
+        "",
+        required=(
+            "format",
+            "version",
+            "network",
+            "config",
+            "state_dict",
+            "mode",
+            "env_id",
+            "env_options",
+            "features",
+        ),
+        optional=("meta",),
+    )
+    f.depth({k: v for k, v in d.items() if k != "state_dict"})  # nesting, NaN, inf
+    f.string(d["network"], "network", choices=network_names())
+    _check_config(f, network_class(d["network"]), f.obj(d["config"], "config", free=True))
+    sd = f.obj(d["state_dict"], "state_dict", free=True)
+    if not sd:
+        raise f.error("state_dict", sd, "the network's weights (tensors by parameter name)")
+    for k, t in sd.items():
+        if not isinstance(t, Tensor):
+            raise f.error(f"state_dict.{k}", t, "a tensor")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = t[~torch.isfinite(t)]
+            raise f.fail(
+                f"state_dict.{k}",
+                f"holds {bad.numel()} NaN or infinite weights (first: {float(bad[0])}); "
+                "expected finite weights: re-export the policy",
+            )
+    f.string(d["mode"], "mode", choices=MODE_ENV)
+    env_id = f.string(d["env_id"], "env_id")
+    if env_id not in gym.registry:
+        known = sorted(k for k in gym.registry if k.startswith("placement_env/"))
+        raise f.error("env_id", env_id, f"a registered env id {known}")
+    opts = f.obj(d["env_options"], "env_options", optional=(*ENV_OPTIONS, "max_episode_steps"))
+    for k, v in opts.items():
+        if not _plain_value(v):
+            raise f.error(f"env_options.{k}", v, "a plain value (number, string, list, object)")
+    if "max_episode_steps" in opts:
+        f.integer(opts["max_episode_steps"], "env_options.max_episode_steps", lo=1, hi=2**31)
+    feats = f.obj(d["features"], "features", required=_encoding_spec())
+    for key, names in feats.items():
+        f.unique(
+            f.array(names, f"features.{key}", f.string, what="feature names"), f"features.{key}"
+        )
+    if d.get("meta") is not None:
+        f.obj(d["meta"], "meta", free=True)
+
+
+def _check_config(f: Fields, cls: type, config: Mapping[str, Any]) -> None:
+    """``config`` holds only constructor arguments of ``cls`` (and its bases), each of the
+    annotated type, integers in ``[0, 2**20]``: a typo or a huge size is refused by name."""
+    hints: dict[str, Any] = {}
+    required: set[str] = set()
+    for klass in reversed(cls.__mro__):
+        init = klass.__dict__.get("__init__")
+        if init is None or not issubclass(klass, PlacementNet):
+            continue
+        types = typing.get_type_hints(init)
+        for name, p in inspect.signature(init).parameters.items():
+            if name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                continue
+            hints[name] = types.get(name, Any)
+            if p.default is p.empty:
+                required.add(name)
+    for k, v in config.items():
+        path = f"config.{k}"
+        if k not in hints:
+            raise f.fail(
+                path,
+                f"is not an argument of {cls.__name__} (value {show(v)}); valid: {sorted(hints)}",
+            )
+        tp = hints[k]
+        if tp is int:
+            f.integer(v, path, lo=0, hi=MAX_CONFIG_INT)
+        elif tp is float:
+            f.number(v, path)
+        elif tp is bool:
+            f.boolean(v, path)
+        elif tp is str:
+            f.text(v, path)
+        elif not _plain_value(v):
+            raise f.error(path, v, "a plain value (number, string, list, object)")
+    for k in sorted(required - set(config)):
+        raise f.fail(f"config.{k}", f"is missing (an argument of {cls.__name__})")
+
+
+def _plain_value(v: Any) -> bool:
+    """True for JSON-like values (what :func:`_plain` writes)."""
+    if isinstance(v, Mapping):
+        return all(isinstance(k, str) and _plain_value(x) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return all(_plain_value(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def load_policy(path: str | Path) -> ExportedPolicy:
+    """Read a file written by :func:`export_policy`, safely: only tensors and plain values are
+    unpickled (``weights_only=True``), then every field is checked (see :func:`from_payload`)
+    before the network is built. ``ValueError`` naming the file, the field and the value."""
+    path = Path(path)
+    return from_payload(_read_policy_file(path), source=str(path))
+
+
+def from_payload(d: Any, *, source: str = "policy") -> ExportedPolicy:
+    """The :class:`ExportedPolicy` of a payload (:func:`policy_payload` or a loaded file),
+    every field checked first (:func:`_check_policy`): ``ValueError`` naming ``source``, the
+    field and the value."""
+    f = Fields(source)
+    _check_policy(d, f)
     now = _encoding_spec()
     for key, names in now.items():
         saved = d["features"].get(key)
         if saved != names:
             raise ValueError(
-                f"{path}: the policy was trained on {key} features {saved}, but the observation "
-                f"encoding now has {names}; retrain or re-export it"
+                f"{source}: field 'features.{key}' is {show(saved)}: the policy was trained on "
+                f"{key} features {saved}, but the observation encoding now has {names}; "
+                "retrain or re-export it"
             )
-    net = network_class(d["network"])(**d["config"])
+    try:
+        net = network_class(d["network"])(**d["config"])
+    except (TypeError, ValueError) as exc:
+        raise f.fail("config", f"does not build a {d['network']!r} network ({exc})") from None
+    want = net.state_dict()
+    for k, t in d["state_dict"].items():
+        if k not in want:
+            raise f.fail(f"state_dict.{k}", f"is not a weight of the {d['network']!r} network")
+        if tuple(t.shape) != tuple(want[k].shape):
+            raise f.fail(
+                f"state_dict.{k}",
+                f"has shape {tuple(t.shape)}; expected {tuple(want[k].shape)} (from 'config')",
+            )
+    for k in want:
+        if k not in d["state_dict"]:
+            raise f.fail(
+                f"state_dict.{k}", f"is missing (a weight of the {d['network']!r} network)"
+            )
     net.load_state_dict(d["state_dict"])
     return ExportedPolicy(
         net.eval(),

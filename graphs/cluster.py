@@ -121,6 +121,46 @@ class Link:
             )
 
 
+#: Valid range of each figure of a cluster file: (low, low excluded, high, +inf allowed).
+_FIGURE_RANGE: dict[str, tuple[float, bool, float | None, bool]] = {
+    "peak_flops": (0.0, True, None, False),
+    "mem_bw": (0.0, True, None, False),
+    "memory": (0.0, True, None, True),
+    "efficiency": (0.0, True, 1.0, False),
+    "launch_overhead": (0.0, False, None, False),
+    "transfer_overhead": (0.0, False, None, False),
+    "receive_overhead": (0.0, False, None, False),
+    "bandwidth": (0.0, True, None, False),
+    "latency": (0.0, False, None, False),
+    "mult": (0.0, True, None, False),
+}
+
+
+def _figure(f: Any, value: Any, path: str, key: str) -> float:
+    """A cluster figure: a number, or a string holding one (``"25e9"``: YAML 1.1 reads
+    ``25e9`` as a string); ``"inf"`` only where unbounded is meaningful (``memory``)."""
+    lo, lo_open, hi, allow_inf = _FIGURE_RANGE[key]
+    x = value
+    if isinstance(value, str):
+        try:
+            x = float(value.strip())
+        except ValueError:
+            x = value
+    try:
+        return f.number(x, path, lo=lo, lo_open=lo_open, hi=hi, allow_inf=allow_inf)
+    except ValueError:
+        raise f.error(path, value, _expect(key)) from None
+
+
+def _expect(key: str) -> str:
+    lo, lo_open, hi, allow_inf = _FIGURE_RANGE[key]
+    out = 'a number (or "inf")' if allow_inf else "a finite number"
+    out += f" {'>' if lo_open else '>='} {lo:g}"
+    if hi is not None:
+        out += f" and <= {hi:g}"
+    return out + (' (a string such as "25e9" is read as a number)')
+
+
 @dataclass(frozen=True, eq=False)
 class Cluster:
     """Devices plus a directed link graph over devices and switch/host nodes.
@@ -319,107 +359,141 @@ class Cluster:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], *, source: str = "cluster") -> Cluster:
-        """Build a cluster from a mapping (the YAML preset / JSON form).
+    def from_dict(cls, d: Any, *, source: str = "cluster") -> Cluster:
+        """Build a cluster from a mapping (the YAML preset / JSON form), checking it strictly.
 
         Form::
 
             name: str
+            description: str                          # optional, kept in meta
+            source: str                               # optional, kept in meta
             device_types: {TYPE: {kind, peak_flops, mem_bw, memory, efficiency, launch_overhead,
-                                  transfer_overhead}}  # optional
-            devices: [{name, type: TYPE} | {name, kind, peak_flops, mem_bw, memory, ...}, ...]
+                                  transfer_overhead, receive_overhead}}  # optional
+            devices: [{name, type: TYPE, ...overrides} | {name, kind, peak_flops, mem_bw, memory, ...}]
             switches: [name, ...]                      # optional non-compute nodes
-            link_types: {TYPE: {bandwidth, latency}}   # optional
-            links: [{src, dst, type: TYPE | bandwidth, latency, name?, directed?: false}, ...]
+            link_types: {TYPE: {bandwidth, latency, mult, name}}  # optional
+            links: [{src, dst, type: TYPE | bandwidth, latency, name?, mult?, directed?: false}, ...]
+            meta: {...}                                # optional, free-form (the extension field)
+            format: devplace.cluster, version: 1       # optional (written by graphs.io)
 
         Links are bidirectional (two directed links) unless ``directed: true``.
         ``mult: k`` multiplies a link's bandwidth (e.g. 2 bonded NVLinks).
-        Numbers may be written as strings such as ``"25e9"``.
+        Numbers may be written as strings such as ``"25e9"`` (YAML reads ``25e9`` as a
+        string); ``memory`` may be ``"inf"`` (unbounded). Anything else is one
+        ``ValueError`` naming ``source``, the field (``devices[2].memory``) and the value:
+        an unknown key, a wrong type (``true`` is not a number), a non-finite or
+        out-of-range figure, no devices, a repeated name, a link to an unknown node or
+        to itself, or a device another cannot reach.
         """
+        from graphs.schema import Fields
 
-        def num(x: Any, what: str) -> float:
-            try:
-                return float(x)
-            except (TypeError, ValueError):
-                raise ValueError(f"{source}: {what} must be a number, got {x!r}") from None
-
-        for key in ("name", "devices"):
-            if key not in d:
-                raise ValueError(f"{source}: missing required key {key!r}")
-        types = d.get("device_types") or {}
+        f = Fields(source)
+        f.depth(d, allow_inf=True)  # memory may be unbounded
+        if isinstance(d, Mapping) and "format" in d and d["format"] != "devplace.cluster":
+            raise f.error("format", d["format"], "'devplace.cluster'")
+        f.obj(
+            d,
+            "",
+            required=("name", "devices"),
+            optional=(
+                "description",
+                "source",
+                "device_types",
+                "switches",
+                "link_types",
+                "links",
+                "meta",
+                "format",
+                "version",
+            ),
+        )
+        if "version" in d and not (type(d["version"]) is int and d["version"] == 1):
+            raise f.fail("version", f"is {d['version']!r}; this reader supports version 1")
+        name = f.string(d["name"], "name")
+        for k in ("description", "source"):
+            if k in d:
+                f.text(d[k], k)
+        types = f.obj(d.get("device_types") or {}, "device_types", free=True)
+        for t, spec in types.items():
+            f.obj(spec, f"device_types.{t}", optional=("kind", *DEVICE_FIGURES))
+        dev_list = f.array(d["devices"], "devices", lambda v, p: v, what="devices", nonempty=True)
         devices = []
-        dev_fields = ("kind", *DEVICE_FIGURES)
-        for i, dv in enumerate(d["devices"]):
+        for i, dv in enumerate(dev_list):
+            where = f"devices[{i}]"
+            f.obj(dv, where, required=("name",), optional=("type", "kind", *DEVICE_FIGURES))
             spec: dict[str, Any] = {}
+            origin: dict[str, str] = {}
             if "type" in dv:
-                if dv["type"] not in types:
-                    raise ValueError(
-                        f"{source}: device {i} has unknown type {dv['type']!r}; known: {sorted(types)}"
-                    )
-                spec.update(types[dv["type"]])
-            spec.update({k: v for k, v in dv.items() if k not in ("type",)})
-            unknown = set(spec) - set(dev_fields) - {"name"}
-            if unknown:
-                raise ValueError(
-                    f"{source}: device {i} has unknown fields {sorted(unknown)}; valid: {['name', *dev_fields]}"
-                )
-            for k in ("name", "kind", "peak_flops", "mem_bw", "memory"):
+                t = f.string(dv["type"], f"{where}.type")
+                if t not in types:
+                    raise f.error(f"{where}.type", t, f"a key of device_types {sorted(types)}")
+                spec.update(types[t])
+                origin.update({k: f"device_types.{t}.{k}" for k in types[t]})
+            spec.update({k: v for k, v in dv.items() if k != "type"})
+            origin.update({k: f"{where}.{k}" for k in dv if k != "type"})
+            for k in ("kind", "peak_flops", "mem_bw", "memory"):
                 if k not in spec:
-                    raise ValueError(f"{source}: device {i} is missing {k!r}")
+                    raise f.fail(f"{where}.{k}", "is missing (not in the device nor its type)")
+            fig = {k: _figure(f, spec[k], origin[k], k) for k in DEVICE_FIGURES if k in spec}
             devices.append(
                 Device(
-                    name=str(spec["name"]),
-                    kind=str(spec["kind"]),
-                    peak_flops=num(spec["peak_flops"], f"device {spec['name']}.peak_flops"),
-                    mem_bw=num(spec["mem_bw"], f"device {spec['name']}.mem_bw"),
-                    memory=num(spec["memory"], f"device {spec['name']}.memory"),
-                    efficiency=num(
-                        spec.get("efficiency", 1.0), f"device {spec['name']}.efficiency"
-                    ),
-                    launch_overhead=num(
-                        spec.get("launch_overhead", 0.0), f"device {spec['name']}.launch_overhead"
-                    ),
-                    transfer_overhead=num(
-                        spec.get("transfer_overhead", 0.0),
-                        f"device {spec['name']}.transfer_overhead",
-                    ),
-                    receive_overhead=num(
-                        spec.get("receive_overhead", 0.0),
-                        f"device {spec['name']}.receive_overhead",
-                    ),
+                    name=f.string(spec["name"], f"{where}.name"),
+                    kind=f.string(spec["kind"], origin["kind"]),
+                    **fig,
                 )
             )
-        switches = tuple(str(s) for s in d.get("switches", ()) or ())
+        f.unique([dv.name for dv in devices], "devices", ".name")
+        switches = tuple(f.array(d.get("switches") or [], "switches", f.string, what="node names"))
         names = [dv.name for dv in devices] + list(switches)
+        for j, sw in enumerate(switches):
+            if sw in names[: len(devices) + j]:
+                raise f.fail(f"switches[{j}]", f"is {sw!r}, already the name of another node")
         idx = {s: i for i, s in enumerate(names)}
-        ltypes = d.get("link_types") or {}
+        ltypes = f.obj(d.get("link_types") or {}, "link_types", free=True)
+        link_keys = ("bandwidth", "latency", "mult", "name")
+        for t, spec in ltypes.items():
+            f.obj(spec, f"link_types.{t}", optional=link_keys)
         links: list[Link] = []
-        for i, ln in enumerate(d.get("links", ()) or ()):
-            spec = dict(ltypes.get(ln["type"], {})) if "type" in ln else {}
-            if "type" in ln and ln["type"] not in ltypes:
-                raise ValueError(
-                    f"{source}: link {i} has unknown type {ln['type']!r}; known: {sorted(ltypes)}"
-                )
+        link_list = f.array(d.get("links") or [], "links", lambda v, p: v, what="links")
+        for i, ln in enumerate(link_list):
+            where = f"links[{i}]"
+            f.obj(ln, where, required=("src", "dst"), optional=("type", "directed", *link_keys))
+            spec = {}
+            origin = {}
+            if "type" in ln:
+                t = f.string(ln["type"], f"{where}.type")
+                if t not in ltypes:
+                    raise f.error(f"{where}.type", t, f"a key of link_types {sorted(ltypes)}")
+                spec.update(ltypes[t])
+                origin.update({k: f"link_types.{t}.{k}" for k in ltypes[t]})
             spec.update({k: v for k, v in ln.items() if k != "type"})
+            origin.update({k: f"{where}.{k}" for k in ln if k != "type"})
             for end in ("src", "dst"):
-                if spec.get(end) not in idx:
-                    raise ValueError(
-                        f"{source}: link {i} {end}={spec.get(end)!r} is not a device or switch; known: {names}"
-                    )
-            bw = num(spec.get("bandwidth"), f"link {i}.bandwidth") * num(
-                spec.get("mult", 1), f"link {i}.mult"
-            )
-            lat = num(spec.get("latency", 0.0), f"link {i}.latency")
-            label = str(spec.get("name", ln.get("type", "")))
+                if not isinstance(spec[end], str) or spec[end] not in idx:
+                    raise f.error(f"{where}.{end}", spec[end], f"a device or switch name {names}")
+            if spec["src"] == spec["dst"]:
+                raise f.error(f"{where}.dst", spec["dst"], "a node other than its src")
+            if "bandwidth" not in spec:
+                raise f.fail(f"{where}.bandwidth", "is missing (not in the link nor its type)")
+            bw = _figure(f, spec["bandwidth"], origin["bandwidth"], "bandwidth")
+            mult = _figure(f, spec.get("mult", 1), origin.get("mult", ""), "mult")
+            lat = _figure(f, spec.get("latency", 0.0), origin.get("latency", ""), "latency")
+            label = f.text(spec.get("name", ln.get("type", "")), origin.get("name", where))
+            directed = f.boolean(spec.get("directed", False), f"{where}.directed")
             a, b = idx[spec["src"]], idx[spec["dst"]]
-            links.append(Link(a, b, bw, lat, label))
-            if not spec.get("directed", False):
-                links.append(Link(b, a, bw, lat, label))
-        meta = dict(d.get("meta") or {})
+            links.append(Link(a, b, bw * mult, lat, label))
+            if not directed:
+                links.append(Link(b, a, bw * mult, lat, label))
+        meta = dict(f.obj(d.get("meta") or {}, "meta", free=True))
+        if "device_forwarding" in meta:  # the one meta key routing reads
+            f.boolean(meta["device_forwarding"], "meta.device_forwarding")
         for k in ("description", "source"):
             if k in d:
                 meta[k] = d[k]
-        return cls(str(d["name"]), tuple(devices), tuple(links), switches, meta)
+        try:
+            return cls(name, tuple(devices), tuple(links), switches, meta)
+        except ValueError as exc:  # a device that cannot reach another
+            raise f.fail("links", f"leave a pair of devices unconnected: {exc}") from None
 
     def content_hash(self) -> str:
         """SHA-256 (hex, 16 chars) of the devices and links."""

@@ -6,11 +6,11 @@ import os
 import re
 from pathlib import Path
 
-import yaml
-
 from graphs.cluster import Cluster
 
 _CPU_RE = re.compile(r"^cpu_(\d+)(?:@(.+))?$")
+#: Most processes ``cpu_N`` may have (its links are all-to-all: N * (N - 1)).
+MAX_CPU_PROCESSES = 1024
 
 
 def preset_dir() -> Path:
@@ -38,7 +38,12 @@ def load(name: str) -> Cluster:
     if m:
         from graphs.cpu_cluster import cpu_cluster
 
-        return cpu_cluster(int(m.group(1)), calibration=m.group(2))
+        n = int(m.group(1))
+        if not 1 <= n <= MAX_CPU_PROCESSES:
+            raise ValueError(
+                f"cluster {name!r}: cpu_N needs N >= 1 and N <= {MAX_CPU_PROCESSES}, got {n}"
+            )
+        return cpu_cluster(n, calibration=m.group(2))
     p = Path(name)
     if p.suffix in (".yaml", ".yml", ".json") and p.exists():
         return from_file(p)
@@ -50,11 +55,6 @@ def load(name: str) -> Cluster:
 
 def from_file(path: str | Path) -> Cluster:
     """Read a cluster from a YAML or JSON file (the :meth:`Cluster.from_dict` form)."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML/JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return Cluster.from_dict(data, source=str(path))
+    from graphs.schema import read_yaml
+
+    return Cluster.from_dict(read_yaml(path), source=str(path))

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from graphs.cluster import Cluster, Device, Link
+from graphs.cluster import DEVICE_FIGURES, Cluster, Device, Link
+from graphs.schema import Fields, read_json
 
 #: Uncalibrated defaults for one CPU process (overridden by ``runners.profile`` output).
 DEFAULT_CPU = {
@@ -31,23 +32,26 @@ def calibration_path() -> Path:
 
 
 def load_calibration(path: str | Path) -> dict[str, Any]:
-    """The calibration JSON at ``path`` (``~`` expanded); a clear error when it is missing or bad."""
+    """The calibration JSON at ``path`` (``~`` expanded), read strictly: its ``device`` and
+    ``link`` figures build the cluster, so a wrong type, an unknown figure, a negative or
+    non-finite value is a ``ValueError`` naming the file, the field and the value."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ValueError(
             f"cpu_N calibration {str(path)!r}: no such file; write one with "
             f"`python -m runners.profile calibration={path}`"
         )
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"cpu_N calibration {str(path)!r}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"cpu_N calibration {str(path)!r}: expected a JSON object with 'device' and 'link', "
-            f"got {type(data).__name__}"
-        )
-    return data
+    f = Fields(p)
+    cal = dict(f.obj(read_json(p), "", free=True))
+    dev = f.obj(cal.get("device") or {}, "device", optional=DEVICE_FIGURES)
+    for k, v in dev.items():
+        f.number(v, f"device.{k}", lo=0, allow_inf=k == "memory")
+    link = f.obj(cal.get("link") or {}, "link", optional=("bandwidth", "latency"))
+    for k, v in link.items():
+        f.number(v, f"link.{k}", lo=0)
+    for k in ("concurrency", "runtime"):
+        f.obj(cal.get(k) or {}, k, free=True)
+    return cal
 
 
 def calibration_digest(calibration: Mapping[str, Any]) -> str:

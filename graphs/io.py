@@ -13,6 +13,7 @@ import numpy as np
 
 from graphs.cluster import Cluster, Device, Link
 from graphs.compgraph import BWD, FWD, CompGraph
+from graphs.schema import Fields, read_json
 
 GRAPH_FORMAT = "devplace.graph"
 GRAPH_VERSION = 1
@@ -26,6 +27,21 @@ _NODE_INTS = ("kind", "group", "layer")
 
 #: Two outgoing edge costs of one Fiddle node count as equal within this (as in the reference code).
 FIDDLE_COST_TOL = 1e-6
+#: Most devices (``maxFPGAs + maxCPUs``) a Fiddle file may ask for.
+FIDDLE_MAX_DEVICES = 4096
+#: Node keys of the Fiddle format (msr-fiddle/dnn-partitioning reads these, ignores others).
+FIDDLE_NODE_KEYS = (
+    "id",
+    "name",
+    "supportedOnFpga",
+    "cpuLatency",
+    "fpgaLatency",
+    "isBackwardNode",
+    "hasBackwardNode",
+    "colorClass",
+    "size",
+    "layerId",
+)
 
 
 # ====================================================================== helpers
@@ -61,36 +77,8 @@ def _encode_opt_floats(arr: np.ndarray) -> list[float | str | None]:
     return out
 
 
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f'non-standard JSON constant {name} (write null or the string "inf")')
-
-
-def _read_json(path: str | Path) -> Any:
-    """Parse a (possibly gzipped) JSON file; ``ValueError`` naming the file when it is not JSON."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read file ({exc.strerror})") from None
-    if path.suffix == ".gz":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"{path}: not a valid gzip file ({exc})") from None
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc})") from None
-    except ValueError as exc:  # JSONDecodeError is a ValueError
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
 
 
 def _write_json(obj: Any, path: str | Path, indent: int | None) -> None:
@@ -100,44 +88,6 @@ def _write_json(obj: Any, path: str | Path, indent: int | None) -> None:
         path.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
     else:
         path.write_text(text)
-
-
-class _Schema:
-    """Field checks that raise ``ValueError("<source>: field 'x' ...")``."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, field: str, msg: str) -> ValueError:
-        return ValueError(f"{self.source}: field {field!r} {msg}")
-
-    def mapping(self, d: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:
-        if key not in d:
-            raise self.fail(prefix + key, "is missing; expected an object")
-        v = d[key]
-        if not isinstance(v, Mapping):
-            raise self.fail(prefix + key, f"must be an object, got {type(v).__name__}")
-        return v
-
-    def array(
-        self, d: Mapping[str, Any], key: str, n: int | None, what: str, ok, prefix: str = ""
-    ) -> list[Any]:
-        field = prefix + key
-        if key not in d:
-            raise self.fail(field, f"is missing; expected a list of {what}")
-        v = d[key]
-        if not isinstance(v, list):
-            raise self.fail(field, f"must be a list of {what}, got {type(v).__name__}")
-        if n is not None and len(v) != n:
-            raise self.fail(field, f"has length {len(v)}, expected {n}")
-        for i, x in enumerate(v):
-            if not ok(x):
-                raise self.fail(field, f"item {i} is {x!r}; expected {what}")
-        return v
-
-
-def _opt_float_ok(x: Any) -> bool:
-    return x is None or _is_num(x) or x in ("inf", "-inf")
 
 
 def _decode_opt_floats(v: list[Any]) -> np.ndarray:
@@ -178,70 +128,99 @@ def to_dict(graph: CompGraph) -> dict[str, Any]:
 def from_dict(d: Any, *, source: str = "graph") -> CompGraph:
     """Rebuild a graph from :func:`to_dict`'s form, checking the schema first.
 
-    Raises ``ValueError`` naming ``source``, the field and what was expected
-    (missing key, wrong type, wrong length, unknown format or version), or the
-    node / edge that :class:`CompGraph` validation refuses.
+    Raises one ``ValueError`` naming ``source``, the field (e.g. ``nodes.flops[2]``) and
+    the value for: a missing or unknown key (only ``meta`` is free-form), a wrong type
+    (``true`` or ``"3"`` for a number, ``2.0`` for an integer), a wrong length, an empty
+    graph, a repeated node name, a negative, non-finite or out-of-range value, an edge
+    out of range or a self loop, an unknown format or version, or a cycle.
     """
-    if not isinstance(d, Mapping):
-        raise ValueError(
-            f"{source}: expected a JSON object at the top level, got {type(d).__name__}"
-        )
-    if d.get("format") != GRAPH_FORMAT:
-        raise ValueError(
-            f"{source}: field 'format' is {d.get('format')!r}; expected {GRAPH_FORMAT!r}"
-        )
-    if d.get("version") != GRAPH_VERSION:
-        raise ValueError(
-            f"{source}: field 'version' is {d.get('version')!r}; this reader supports version {GRAPH_VERSION}"
-        )
-    s = _Schema(source)
-    nodes = s.mapping(d, "nodes")
-    names = s.array(nodes, "name", None, "strings", lambda x: isinstance(x, str), "nodes.")
-    n = len(names)
-    if "num_nodes" in d and d["num_nodes"] != n:
-        raise s.fail("num_nodes", f"is {d['num_nodes']!r} but 'nodes.name' has {n} entries")
-    arrays: dict[str, Any] = {}
-    for f in _NODE_FLOATS:
-        arrays[f] = s.array(nodes, f, n, "numbers", _is_num, "nodes.")
-    arrays["kind"] = s.array(
-        nodes,
-        "kind",
-        n,
-        "0 (fwd), 1 (bwd) or 2 (opt)",
-        lambda x: _is_int(x) and 0 <= x <= 2,
-        "nodes.",
+    f = Fields(source)
+    f.depth(d)
+    if isinstance(d, Mapping) and d.get("format") != GRAPH_FORMAT:
+        raise f.error("format", d.get("format"), repr(GRAPH_FORMAT))
+    f.obj(
+        d,
+        "",
+        required=("format", "version", "nodes", "edges"),
+        optional=("num_nodes", "num_edges", "times", "edge_time", "meta"),
     )
-    for f in ("group", "layer"):
-        arrays[f] = s.array(nodes, f, n, "integers", _is_int, "nodes.")
+    if not (_is_int(d["version"]) and d["version"] == GRAPH_VERSION):
+        raise f.fail(
+            "version", f"is {d['version']!r}; this reader supports version {GRAPH_VERSION}"
+        )
+    nodes = f.obj(
+        d["nodes"], "nodes", required=("name", *_NODE_FLOATS, *_NODE_INTS), optional=("module",)
+    )
+    names = f.array(nodes["name"], "nodes.name", f.string, what="node names", nonempty=True)
+    f.unique(names, "nodes.name")
+    n = len(names)
+    if "num_nodes" in d and not (_is_int(d["num_nodes"]) and d["num_nodes"] == n):
+        raise f.error("num_nodes", d["num_nodes"], f"{n}, the length of 'nodes.name'")
+    cost = lambda v, p: f.number(v, p, lo=0)  # noqa: E731
+    arrays: dict[str, Any] = {}
+    for k in _NODE_FLOATS:
+        arrays[k] = f.array(
+            nodes[k], f"nodes.{k}", cost, length=n, what="finite non-negative numbers"
+        )
+    arrays["kind"] = f.array(
+        nodes["kind"],
+        "nodes.kind",
+        lambda v, p: f.integer(v, p, lo=0, hi=2),
+        length=n,
+        what="0 (fwd), 1 (bwd) or 2 (opt)",
+    )
+    for k in ("group", "layer"):
+        arrays[k] = f.array(nodes[k], f"nodes.{k}", f.integer, length=n, what="integers")
     module = (
-        s.array(nodes, "module", n, "strings", lambda x: isinstance(x, str), "nodes.")
+        f.array(nodes["module"], "nodes.module", f.text, length=n, what="strings")
         if "module" in nodes
         else None
     )
-    edges = s.mapping(d, "edges")
-    src = s.array(edges, "src", None, "integers", _is_int, "edges.")
+    edges = f.obj(d["edges"], "edges", required=("src", "dst", "bytes"))
+    node_id = lambda v, p: f.integer(v, p, lo=0, hi=n - 1)  # noqa: E731
+    src = f.array(edges["src"], "edges.src", node_id, what=f"node indices in [0, {n - 1}]")
     m = len(src)
-    if "num_edges" in d and d["num_edges"] != m:
-        raise s.fail("num_edges", f"is {d['num_edges']!r} but 'edges.src' has {m} entries")
-    dst = s.array(edges, "dst", m, "integers", _is_int, "edges.")
-    ebytes = s.array(edges, "bytes", m, "numbers", _is_num, "edges.")
-    times_in = d.get("times") or {}
-    if not isinstance(times_in, Mapping):
-        raise s.fail(
-            "times", f"must be an object {{device_kind: list}}, got {type(times_in).__name__}"
-        )
+    if "num_edges" in d and not (_is_int(d["num_edges"]) and d["num_edges"] == m):
+        raise f.error("num_edges", d["num_edges"], f"{m}, the length of 'edges.src'")
+    dst = f.array(
+        edges["dst"], "edges.dst", node_id, length=m, what=f"node indices in [0, {n - 1}]"
+    )
+    for j, (a, b) in enumerate(zip(src, dst)):
+        if a == b:
+            raise f.error(f"edges.dst[{j}]", b, f"a node other than edges.src[{j}] (no self loops)")
+    ebytes = f.array(edges["bytes"], "edges.bytes", cost, length=m, what="non-negative numbers")
+    times_in = d.get("times")
+    times_in = {} if times_in is None else f.obj(times_in, "times", free=True)
     times = {
         str(k): _decode_opt_floats(
-            s.array(times_in, k, n, 'numbers, null or "inf"', _opt_float_ok, "times.")
+            f.array(
+                v,
+                f"times.{k}",
+                lambda x, p: x if x is None or x == "inf" else f.number(x, p, lo=0),
+                length=n,
+                what='non-negative numbers, null (no value) or "inf" (cannot run there)',
+            )
         )
-        for k in times_in
+        for k, v in times_in.items()
     }
     edge_time = None
     if d.get("edge_time") is not None:
-        edge_time = _decode_opt_floats(s.array(d, "edge_time", m, "numbers or null", _opt_float_ok))
-    meta = d.get("meta") or {}
-    if not isinstance(meta, Mapping):
-        raise s.fail("meta", f"must be an object, got {type(meta).__name__}")
+        edge_time = _decode_opt_floats(
+            f.array(
+                d["edge_time"],
+                "edge_time",
+                lambda x, p: x if x is None else f.number(x, p, lo=0),
+                length=m,
+                what="non-negative numbers or null",
+            )
+        )
+    meta = d.get("meta")
+    meta = {} if meta is None else f.obj(meta, "meta", free=True)
+    for k in ("bytes_per_param", "grad_bytes_per_param"):  # meta keys the code reads
+        if k in meta:
+            f.number(meta[k], f"meta.{k}", lo=0, lo_open=True)
+    if "name" in meta:
+        f.text(meta["name"], "meta.name")
     try:
         return CompGraph(
             flops=np.asarray(arrays["flops"], dtype=np.float64).reshape(-1),
@@ -261,7 +240,7 @@ def from_dict(d: Any, *, source: str = "graph") -> CompGraph:
             edge_time=edge_time,
             meta=dict(meta),
         )
-    except (ValueError, OverflowError) as exc:
+    except ValueError as exc:  # a cycle: the only check left to CompGraph
         raise ValueError(f"{source}: {exc}") from None
 
 
@@ -272,7 +251,7 @@ def save(graph: CompGraph, path: str | Path, *, indent: int | None = None) -> No
 
 def load(path: str | Path) -> CompGraph:
     """Read a graph written by :func:`save`; ``ValueError`` naming the file and field on bad input."""
-    return from_dict(_read_json(path), source=str(path))
+    return from_dict(read_json(path), source=str(path))
 
 
 # ============================================================== cluster files
@@ -295,24 +274,7 @@ def save_cluster(cluster: Cluster, path: str | Path, *, indent: int | None = 1) 
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read a cluster JSON file (from :func:`save_cluster`, or any :meth:`Cluster.from_dict` form)."""
-    d = _read_json(path)
-    if not isinstance(d, Mapping):
-        raise ValueError(f"{path}: expected a JSON object at the top level, got {type(d).__name__}")
-    if "format" in d and d["format"] != CLUSTER_FORMAT:
-        raise ValueError(f"{path}: field 'format' is {d['format']!r}; expected {CLUSTER_FORMAT!r}")
-    if "version" in d and d["version"] != CLUSTER_VERSION:
-        raise ValueError(
-            f"{path}: field 'version' is {d['version']!r}; this reader supports version {CLUSTER_VERSION}"
-        )
-    for key, typ in (("devices", list), ("links", list), ("switches", list)):
-        if key in d and not isinstance(d[key], typ):
-            raise ValueError(f"{path}: field {key!r} must be a list, got {type(d[key]).__name__}")
-    try:
-        return Cluster.from_dict(
-            {k: v for k, v in d.items() if k not in ("format", "version")}, source=str(path)
-        )
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path}: malformed cluster ({type(exc).__name__}: {exc})") from None
+    return Cluster.from_dict(read_json(path), source=str(path))
 
 
 # ============================================================ Fiddle importer
@@ -324,7 +286,7 @@ def _stem(path: Path) -> str:
     return name or "fiddle"
 
 
-def _fiddle_flag(s: _Schema, node: Mapping[str, Any], key: str, where: str) -> bool:
+def _fiddle_flag(s: Fields, node: Mapping[str, Any], key: str, where: str) -> bool:
     if key not in node:
         raise s.fail(f"{where}.{key}", "is missing; expected true/false or 0/1")
     v = node[key]
@@ -335,17 +297,12 @@ def _fiddle_flag(s: _Schema, node: Mapping[str, Any], key: str, where: str) -> b
     raise s.fail(f"{where}.{key}", f"is {v!r}; expected true/false or 0/1")
 
 
-def _fiddle_number(
-    s: _Schema, node: Mapping[str, Any], key: str, where: str, default=None
-) -> float:
+def _fiddle_number(s: Fields, node: Mapping[str, Any], key: str, where: str, default=None) -> float:
     if key not in node:
         if default is not None:
             return default
         raise s.fail(f"{where}.{key}", "is missing; expected a non-negative number")
-    v = node[key]
-    if not _is_num(v) or not math.isfinite(v) or v < 0:
-        raise s.fail(f"{where}.{key}", f"is {v!r}; expected a finite non-negative number")
-    return float(v)
+    return s.number(node[key], f"{where}.{key}", lo=0)
 
 
 def read_fiddle(path: str | Path) -> tuple[CompGraph, Cluster]:
@@ -373,29 +330,21 @@ def read_fiddle(path: str | Path) -> tuple[CompGraph, Cluster]:
     """
     path = Path(path)
     source = str(path)
-    d = _read_json(path)
-    s = _Schema(source)
-    if not isinstance(d, Mapping):
-        raise ValueError(
-            f"{source}: expected a JSON object at the top level, got {type(d).__name__}"
-        )
-    for key in ("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges"):
-        if key not in d:
-            raise s.fail(
-                key, "is missing (Fiddle format: maxSizePerFPGA, maxFPGAs, maxCPUs, nodes, edges)"
-            )
-    max_size = d["maxSizePerFPGA"]
-    if not _is_num(max_size) or not max_size > 0:
-        raise s.fail("maxSizePerFPGA", f"is {max_size!r}; expected a positive number of bytes")
-    n_fpga, n_cpu = d["maxFPGAs"], d["maxCPUs"]
-    for key, v in (("maxFPGAs", n_fpga), ("maxCPUs", n_cpu)):
-        if not _is_int(v) or v < 0:
-            raise s.fail(key, f"is {v!r}; expected a non-negative integer")
+    d = read_json(path)
+    s = Fields(source)
+    s.obj(d, "", required=("maxSizePerFPGA", "maxFPGAs", "maxCPUs", "nodes", "edges"))
+    max_size = s.number(d["maxSizePerFPGA"], "maxSizePerFPGA", lo=0, lo_open=True)
+    n_fpga = s.integer(d["maxFPGAs"], "maxFPGAs", lo=0, hi=FIDDLE_MAX_DEVICES)
+    n_cpu = s.integer(d["maxCPUs"], "maxCPUs", lo=0, hi=FIDDLE_MAX_DEVICES)
     if n_fpga + n_cpu == 0:
         raise s.fail("maxFPGAs", "and 'maxCPUs' are both 0; expected at least one device")
-    if not isinstance(d["nodes"], list) or not isinstance(d["edges"], list):
-        bad = "nodes" if not isinstance(d["nodes"], list) else "edges"
-        raise s.fail(bad, f"must be a list, got {type(d[bad]).__name__}")
+    if n_fpga + n_cpu > FIDDLE_MAX_DEVICES:
+        raise s.error("maxCPUs", n_cpu, f"at most {FIDDLE_MAX_DEVICES} devices in all")
+    for key in ("nodes", "edges"):
+        if not isinstance(d[key], list):
+            raise s.error(key, d[key], "a list")
+    if not d["nodes"]:
+        raise s.error("nodes", d["nodes"], "at least one node")
 
     # ---- nodes
     index: dict[int, int] = {}
@@ -404,8 +353,7 @@ def read_fiddle(path: str | Path) -> tuple[CompGraph, Cluster]:
     next_group = 0
     for i, node in enumerate(d["nodes"]):
         where = f"nodes[{i}]"
-        if not isinstance(node, Mapping):
-            raise s.fail(where, f"must be an object, got {type(node).__name__}")
+        s.obj(node, where, optional=FIDDLE_NODE_KEYS)
         nid = node.get("id")
         if not _is_int(nid):
             raise s.fail(f"{where}.id", f"is {nid!r}; expected an integer")
@@ -421,6 +369,8 @@ def read_fiddle(path: str | Path) -> tuple[CompGraph, Cluster]:
         f_lat = _fiddle_number(s, node, "fpgaLatency", where)
         fpga_t.append(f_lat if supported else math.inf)
         size.append(_fiddle_number(s, node, "size", where, default=0.0))
+        if "name" in node:
+            s.text(node["name"], f"{where}.name")
         if "colorClass" in node:
             cc = node["colorClass"]
             if not _is_int(cc):
@@ -438,8 +388,7 @@ def read_fiddle(path: str | Path) -> tuple[CompGraph, Cluster]:
     out_cost: dict[int, tuple[float, int]] = {}
     for j, e in enumerate(d["edges"]):
         where = f"edges[{j}]"
-        if not isinstance(e, Mapping):
-            raise s.fail(where, f"must be an object, got {type(e).__name__}")
+        s.obj(e, where, optional=("sourceId", "destId", "cost", "size"))
         ends = []
         for key in ("sourceId", "destId"):
             v = e.get(key)

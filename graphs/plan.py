@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,10 +13,17 @@ import numpy as np
 
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
+from graphs.schema import Fields, read_json, show
 
 PLAN_FORMAT = "devplace.plan"
 PLAN_VERSION = 1
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
+#: Largest device index, stage id or tensor-parallel degree a plan file may hold.
+MAX_DEVICE = 2**20
+#: Most microbatches a plan file may ask for.
+MAX_MICROBATCHES = 2**20
+#: A content hash as written by ``CompGraph.content_hash`` / ``Cluster.content_hash``.
+_HASH = re.compile(r"[0-9a-z]{8,64}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,8 +54,13 @@ class Plan:
 
     def __post_init__(self) -> None:
         p = np.asarray(self.placement)
-        if p.ndim != 1 or (p.size and not np.issubdtype(p.dtype, np.integer)):
-            if p.ndim == 1 and p.size and np.all(np.mod(p, 1) == 0):
+        if p.ndim != 1 or p.dtype == bool or (p.size and not np.issubdtype(p.dtype, np.integer)):
+            if (
+                p.ndim == 1
+                and p.size
+                and np.issubdtype(p.dtype, np.floating)
+                and np.all(np.mod(p, 1) == 0)
+            ):
                 p = p.astype(np.int64)
             else:
                 raise ValueError(
@@ -57,21 +70,32 @@ class Plan:
         p.flags.writeable = False
         object.__setattr__(self, "placement", p)
         if self.stage is not None:
-            s = np.asarray(self.stage, dtype=np.int64).copy()
+            s = np.asarray(self.stage)
+            if s.dtype == bool or (s.size and not np.issubdtype(s.dtype, np.integer)):
+                raise ValueError(f"Plan.stage must hold integer stage ids, got dtype {s.dtype}")
+            s = s.astype(np.int64, copy=True)
             if s.shape != p.shape:
                 raise ValueError(f"Plan.stage has shape {s.shape}, expected {p.shape}")
             s.flags.writeable = False
             object.__setattr__(self, "stage", s)
         if self.stage_device is not None:
-            object.__setattr__(self, "stage_device", tuple(int(x) for x in self.stage_device))
-        if int(self.microbatches) < 1:
-            raise ValueError(f"Plan.microbatches must be >= 1, got {self.microbatches}")
+            object.__setattr__(
+                self,
+                "stage_device",
+                tuple(_whole(x, "Plan.stage_device item", 0) for x in self.stage_device),
+            )
+        object.__setattr__(self, "microbatches", _whole(self.microbatches, "Plan.microbatches", 1))
         if self.schedule not in SCHEDULES:
             raise ValueError(
                 f"Plan.schedule {self.schedule!r} is unknown; expected one of {SCHEDULES}"
             )
         object.__setattr__(
-            self, "tp_degree", {int(k): int(v) for k, v in dict(self.tp_degree).items()}
+            self,
+            "tp_degree",
+            {
+                _whole(k, "Plan.tp_degree group id"): _whole(v, "Plan.tp_degree degree", 1)
+                for k, v in dict(self.tp_degree).items()
+            },
         )
 
     # --------------------------------------------------------------- checks
@@ -130,39 +154,139 @@ class Plan:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], *, source: str = "plan") -> Plan:
+    def from_dict(cls, d: Any, *, source: str = "plan") -> Plan:
+        """Read :meth:`to_dict`'s form strictly.
+
+        One ``ValueError`` naming ``source``, the field and the value for: a top level
+        that is not an object, an unknown key (``meta`` is the free-form extension
+        field), a missing graph or cluster hash, a device index, stage or degree that is
+        not a non-negative integer (``0.9``, ``"1"`` and ``true`` are refused, not
+        rounded), microbatches that are not a whole number >= 1, an unknown schedule.
+        A ``layout`` object is handed to ``graphs.layout.HybridLayout.from_dict``.
+        """
+        f = Fields(source)
+        f.depth(d)
+        if not isinstance(d, Mapping):
+            raise f.error("(top level)", d, "an object (a devplace plan)")
         if d.get("format") != PLAN_FORMAT:
             raise ValueError(
-                f"{source}: not a devplace plan (format={d.get('format')!r}, expected {PLAN_FORMAT!r})"
+                f"{source}: not a devplace plan (field 'format' is {show(d.get('format'))}, "
+                f"expected {PLAN_FORMAT!r})"
             )
-        if d.get("version") != PLAN_VERSION:
+        if not (type(d.get("version")) is int and d["version"] == PLAN_VERSION):
+            v = show(d.get("version", "missing"))
             raise ValueError(
-                f"{source}: plan version {d.get('version')!r} is not supported (expected {PLAN_VERSION})"
+                f"{source}: field 'version' is {v}: plan version {v} is not supported "
+                f"(expected {PLAN_VERSION})"
             )
         if not isinstance(d.get("placement"), list):
-            raise ValueError(f"{source}: 'placement' must be a list of device indices")
-        return cls(
-            placement=np.asarray(d["placement"], dtype=np.int64),
-            graph_hash=str(d.get("graph_hash", "")),
-            cluster_hash=str(d.get("cluster_hash", "")),
-            stage=None if d.get("stage") is None else np.asarray(d["stage"], dtype=np.int64),
-            stage_device=None if d.get("stage_device") is None else tuple(d["stage_device"]),
-            microbatches=int(d.get("microbatches", 1)),
-            schedule=str(d.get("schedule", "1f1b")),
-            tp_degree={int(k): int(v) for k, v in (d.get("tp_degree") or {}).items()},
-            meta=dict(d.get("meta") or {}),
+            raise f.error("placement", d.get("placement", "missing"), "a list of device indices")
+        f.obj(
+            d,
+            "",
+            required=("format", "version", "placement", "graph_hash", "cluster_hash"),
+            optional=(
+                "stage",
+                "stage_device",
+                "microbatches",
+                "schedule",
+                "tp_degree",
+                "meta",
+                "layout",
+            ),
         )
+        device = lambda v, p: f.integer(v, p, lo=0, hi=MAX_DEVICE)  # noqa: E731
+        placement = f.array(
+            d["placement"], "placement", device, what="device indices", nonempty=True
+        )
+        hashes = {}
+        for k in ("graph_hash", "cluster_hash"):
+            v = d[k]
+            if not isinstance(v, str) or not _HASH.fullmatch(v):
+                what = k.split("_")[0]
+                raise f.error(
+                    k, v, f"the content hash of the {what} the plan was made for (Plan.for_graph)"
+                )
+            hashes[k] = v
+        stage = None
+        if d.get("stage") is not None:
+            stage = f.array(
+                d["stage"],
+                "stage",
+                lambda v, p: f.integer(v, p, lo=0, hi=MAX_DEVICE),
+                length=len(placement),
+                what="stage ids",
+            )
+        stage_device = None
+        if d.get("stage_device") is not None:
+            stage_device = tuple(
+                f.array(
+                    d["stage_device"], "stage_device", device, what="device indices", nonempty=True
+                )
+            )
+        if (stage is None) != (stage_device is None):
+            given, other = (
+                ("stage", "stage_device") if stage is not None else ("stage_device", "stage")
+            )
+            raise f.error(
+                other,
+                d.get(other, "missing"),
+                f"a list, since {given!r} is given (pipeline plans need both)",
+            )
+        if stage is not None and stage_device is not None:
+            for i, (st, dev) in enumerate(zip(stage, placement)):
+                if st >= len(stage_device):
+                    raise f.error(
+                        f"stage[{i}]",
+                        st,
+                        f"a stage id in [0, {len(stage_device) - 1}] (one per stage_device)",
+                    )
+                if stage_device[st] != dev:
+                    raise f.error(
+                        f"placement[{i}]", dev, f"{stage_device[st]}, the device of its stage {st}"
+                    )
+        microbatches = f.integer(
+            d.get("microbatches", 1), "microbatches", lo=1, hi=MAX_MICROBATCHES
+        )
+        schedule = f.string(d.get("schedule", "1f1b"), "schedule", choices=SCHEDULES)
+        tp_in = d.get("tp_degree")
+        tp_in = {} if tp_in is None else f.obj(tp_in, "tp_degree", free=True)
+        tp: dict[int, int] = {}
+        for k, v in tp_in.items():
+            if not re.fullmatch(r"-?(0|[1-9][0-9]{0,17})", k):
+                raise f.fail(
+                    f"tp_degree.{k}",
+                    f"has key {show(k)}, which is not a colocation group id (an integer "
+                    "written without leading zeros)",
+                )
+            tp[int(k)] = f.integer(v, f"tp_degree.{k}", lo=1, hi=MAX_DEVICE)
+        meta = d.get("meta")
+        meta = {} if meta is None else f.obj(meta, "meta", free=True)
+        kw: dict[str, Any] = {}
+        if d.get("layout") is not None:
+            kw["layout"] = _read_layout(f, d["layout"])
+        try:
+            return cls(
+                placement=np.asarray(placement, dtype=np.int64),
+                stage=None if stage is None else np.asarray(stage, dtype=np.int64),
+                stage_device=stage_device,
+                microbatches=microbatches,
+                schedule=schedule,
+                tp_degree=tp,
+                meta=dict(meta),
+                **hashes,
+                **kw,
+            )
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False))
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
-        try:
-            d = json.loads(Path(path).read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc})") from None
-        return cls.from_dict(d, source=str(path))
+        """Read a plan file (see :meth:`from_dict`); ``ValueError`` naming the file and field."""
+        return cls.from_dict(read_json(path), source=str(path))
 
     @property
     def num_devices_used(self) -> int:
@@ -196,12 +320,40 @@ def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.nd
 
 
 def _jsonable(x: Any) -> Any:
+    """Plain JSON of ``x``; a non-finite float becomes the string ``"inf"``/``"-inf"``/``"nan"``
+    (JSON has no such numbers, and plan files are read strictly)."""
+    if isinstance(x, (float, np.floating)) and not np.isfinite(x):
+        return str(float(x))
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
-        return x.tolist()
+        return _jsonable(x.tolist())
     if isinstance(x, np.generic):
         return x.item()
     return x
+
+
+def _whole(x: Any, what: str, lo: int | None = None) -> int:
+    """``x`` as an int when it is a whole number (not a bool) >= ``lo``; ``ValueError`` otherwise."""
+    ok = isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+    if not ok and isinstance(x, (float, np.floating)) and float(x).is_integer():
+        ok, x = True, int(x)
+    if not ok or (lo is not None and int(x) < lo):
+        bound = "a whole number" if lo is None else f">= {lo} (a whole number)"
+        raise ValueError(f"{what} must be {bound}, got {x!r}")
+    return int(x)
+
+
+def _read_layout(f: Fields, value: Any) -> Any:
+    """The plan file's ``layout`` through ``graphs.layout.HybridLayout.from_dict`` (which checks it)."""
+    try:
+        from graphs.layout import HybridLayout  # type: ignore[import-not-found]
+    except ImportError:
+        raise f.error("layout", value, "null: this version reads no hybrid layouts") from None
+    f.obj(value, "layout", free=True)
+    try:
+        return HybridLayout.from_dict(value)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise f.fail("layout", f"is refused: {exc}") from None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,14 +260,189 @@ def check_overrides(schema: type, overrides: list[str]) -> None:
         check_key(schema, key)
 
 
+# ----------------------------------------------------------------- value checks
+def _int(lo: int, hi: int | None = None, none: bool = False) -> Callable[[Any], str | None]:
+    """A rule: an integer (not a boolean) in ``[lo, hi]`` (or null when ``none``)."""
+    what = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+    what += " or null" if none else ""
+
+    def rule(v: Any) -> str | None:
+        if v is None and none:
+            return None
+        ok = isinstance(v, int) and not isinstance(v, bool) and v >= lo and (hi is None or v <= hi)
+        return None if ok else what
+
+    return rule
+
+
+def _num(
+    lo: float, *, open_: bool = True, hi: float | None = None, none: bool = False
+) -> Callable[[Any], str | None]:
+    """A rule: a finite number (not a boolean) above ``lo`` (at or above unless ``open_``)."""
+    what = f"a finite number {'>' if open_ else '>='} {lo:g}" + (
+        f" and <= {hi:g}" if hi is not None else ""
+    )
+    what += " or null" if none else ""
+
+    def rule(v: Any) -> str | None:
+        if v is None and none:
+            return None
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = ok and (v > lo if open_ else v >= lo) and (hi is None or v <= hi)
+        return None if ok else what
+
+    return rule
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"one of {list(choices)}"
+
+
+def _ints(lo: int) -> Callable[[Any], str | None]:
+    item = _int(lo)
+    return lambda v: (
+        None
+        if isinstance(v, (list, tuple)) and v and all(item(x) is None for x in v)
+        else f"a non-empty list of integers >= {lo}"
+    )
+
+
+_SEED = _int(0, 2**32 - 1)
+#: The valid values of each config field the code does not take verbatim.
+RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
+    (EnvConfig, "max_groups"): _int(1, none=True),
+    (EnvConfig, "microbatches"): _int(1, 2**20),
+    (EnvConfig, "schedule"): _one_of("gpipe", "1f1b", "interleaved"),
+    (EnvConfig, "objective"): _one_of("makespan", "max_load"),
+    (EnvConfig, "oracle"): _one_of("simulator", "profiled"),
+    (EnvConfig, "baseline_budget"): _int(1, none=True),
+    (PPOConfig, "learning_rate"): _num(0, none=True),
+    (PPOConfig, "n_steps"): _int(1, none=True),
+    (PPOConfig, "batch_size"): _int(1, none=True),
+    (PPOConfig, "n_epochs"): _int(1, none=True),
+    (PPOConfig, "gamma"): _num(0, open_=False, hi=1, none=True),
+    (PPOConfig, "ent_coef"): _num(0, open_=False, none=True),
+    (PPOConfig, "n_envs"): _int(1, none=True),
+    (AgentConfig, "kind"): _one_of("ppo", "baseline"),
+    (AgentConfig, "budget"): _int(1, none=True),
+    (LoggerConfig, "kind"): _one_of("wandb", "tensorboard", "none"),
+    (LoggerConfig, "log_every"): _int(1),
+    (TrainBudget, "timesteps"): _int(1),
+    (TrainBudget, "seconds"): _num(0, none=True),
+    (TrainBudget, "checkpoint_every"): _int(0),
+    (TrainBudget, "crash_after_updates"): _int(0, none=True),
+    (TrainConfig, "seed"): _SEED,
+    (TrainConfig, "torch_threads"): _int(1, 4096, none=True),
+    (EvaluateConfig, "seeds"): _ints(0),
+    (PlanConfig, "samples"): _int(1, 2**20),
+    (PlanConfig, "seed"): _SEED,
+}
+
+
+def _rule_of(schema: type, dotted: str) -> Callable[[Any], str | None] | None:
+    """The rule of the field at ``dotted`` below ``schema`` (None if it has none)."""
+    import typing
+
+    cls: Any = schema
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return None
+        types = _field_types(cls)
+        if part not in types:
+            return None
+        if i == len(parts) - 1:
+            return RULES.get((cls, part))
+        tp = types[part]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        cls = args[0] if args and dataclasses.is_dataclass(args[0]) else tp
+    return None
+
+
+def check_value(schema: type, dotted: str, value: Any, where: str = "config key") -> None:
+    """Raise ``ValueError`` naming ``dotted`` and ``value`` when the value is out of range."""
+    rule = _rule_of(schema, dotted)
+    expected = None if rule is None else rule(value)
+    if expected is not None:
+        raise ValueError(f"{where} {dotted!r} is {value!r}; expected {expected}")
+
+
+def check_values(schema: type, cfg: Any) -> None:
+    """Check every value of a composed config (a ``DictConfig`` or mapping) against
+    :data:`RULES`; ``ValueError`` naming the first bad key and its value."""
+    from omegaconf import DictConfig, OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+    def walk(node: Any, prefix: str) -> None:
+        if not isinstance(node, dict):
+            return
+        for k, v in node.items():
+            key = f"{prefix}{k}"
+            check_value(schema, key, v)
+            walk(v, key + ".")
+
+    walk(plain, "")
+
+
+def _resume_dir_overrides(schema: type, argv: list[str]) -> list[str]:
+    """For ``resume=DIR``: hydra logs into DIR instead of making a new, empty
+    ``outputs/.../DATE/TIME`` folder (unless the command line sets ``hydra.run.dir``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    if "resume" not in {f.name for f in dataclasses.fields(schema)}:
+        return []
+    candidates = [o for o in argv if "=" in o and not o.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(candidates)
+    except OverrideParseException:
+        return []
+    keys = {ov.key_or_group: ov for ov in parsed}
+    resume = keys.get("resume")
+    if resume is None or "hydra.run.dir" in keys or any(a in ("-m", "--multirun") for a in argv):
+        return []
+    value = resume.value()
+    if not isinstance(value, str) or not value:
+        return []
+    quoted = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return [f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
+
+
+def check_override_values(schema: type, overrides: list[str]) -> None:
+    """Check the values of command-line ``overrides`` against :data:`RULES` (before hydra)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    candidates = [o for o in overrides if "=" in o and not o.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(candidates)
+    except OverrideParseException:
+        return
+    for ov in parsed:
+        if ov.is_delete() or ov.is_sweep_override():
+            continue
+        try:
+            value = ov.value()
+        except Exception:  # noqa: BLE001 - interpolations etc.: hydra resolves and checks them
+            continue
+        check_value(schema, ov.key_or_group, value, where=f"override {ov.input_line!r}: key")
+
+
 def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) -> None:
-    """Check the command-line keys against ``schema`` (exit 2 naming the valid keys), then
-    run ``hydra_main``: the shared ``main()`` of every runner."""
+    """Check the command-line keys and values against ``schema`` (exit 2 naming the key, the
+    value and what is valid), then run ``hydra_main``: the shared ``main()`` of every runner.
+    With ``resume=DIR`` hydra's own files go to DIR rather than a new run folder."""
     import sys
 
+    args = sys.argv[1:] if argv is None else argv
     try:
-        check_overrides(schema, sys.argv[1:] if argv is None else argv)
+        check_overrides(schema, args)
+        check_override_values(schema, args)
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise SystemExit(2) from None
+    extra = _resume_dir_overrides(schema, args)
+    if extra and argv is None:
+        sys.argv.extend(extra)
     hydra_main()

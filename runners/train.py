@@ -364,6 +364,7 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         if checkpoint.exists(run_dir):
             resume_state = checkpoint.load(run_dir)
         echo(f"resuming {run_dir}" + ("" if resume_state else " (no checkpoint: from the start)"))
+    schema.check_values(schema.TrainConfig, cfg)  # budgets > 0, known schedule, ...
     run_dir.mkdir(parents=True, exist_ok=True)
     plain = common.to_plain(cfg)
     if resume_state is None:
@@ -409,6 +410,7 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         options=log_opts,
     )
 
+    clock = checkpoint.SessionClock(run_dir).start(already=time.perf_counter() - t_start)
     try:
         # ---- baselines: the reference
         bpath = run_dir / "baselines.json"
@@ -480,17 +482,14 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
             "speedup_vs": common.speedups(best, baselines),
             "oracle_calls": outcome.oracle_calls,
             "timesteps": outcome.timesteps,
-            "wall_seconds": time.perf_counter() - t_start + float(info.get("wall_before", 0.0)),
+            "wall_seconds": clock.total(),  # every session of the run, killed ones included
             "history": outcome.history,
             "meta": outcome.meta,
         }
         common.write_json(run_dir / "result.json", result)
         _log_final(tracker, result, run_dir, outcome)
-    except BaseException:
-        info["wall_before"] = float(info.get("wall_before", 0.0)) + time.perf_counter() - t_start
-        common.write_json(info_path, info)
-        raise
     finally:
+        clock.stop()
         tracker.finish()
     echo(summary_line(result, run_dir))
     return result

@@ -19,7 +19,7 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
-from runtime.launch import RankFailure, read_error_files
+from runtime.launch import RankFailure, first_failure, read_error_files, torchrun_failures
 from runtime.spec import RunSpec, make_run_spec
 
 
@@ -146,10 +146,9 @@ def _launch(text: str, nproc: int, threads: int, folder: Path, timeout_s: float)
         ) from None
     (folder / "torchrun.log").write_text(log or "")
     if proc.returncode != 0:
-        errors = read_error_files(folder)
-        if errors:
-            e = errors[0]
-            raise RankFailure(e["rank"], e["type"], e["message"], e["traceback"])
+        failure = first_failure(read_error_files(folder), torchrun_failures(log or ""))
+        if failure is not None:
+            raise failure
         raise RankFailure(
             -1, "exit", f"torchrun exited with {proc.returncode}:\n{(log or '')[-3000:]}"
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import re
+import signal
 import tempfile
 import time
 import traceback
@@ -88,6 +90,80 @@ def read_error_files(folder: str | Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (is_peer_symptom(r.get("message", "")), r.get("time", 0.0)))
 
 
+def describe_exit(code: int | None) -> str:
+    """What an exit code says about a rank: killed by a signal, left early, or failed."""
+    if code is None:
+        return "was still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-code} ({name})"
+    if code == 0:
+        return "left early (returned while the other ranks were still running)"
+    return f"exited with code {code} without reporting an error"
+
+
+def first_failure(
+    records: Sequence[Mapping[str, Any]],
+    exits: Mapping[int, tuple[int, float]],
+    exit_codes: Sequence[int | None] = (),
+) -> RankFailure | None:
+    """The rank to blame for a failed job, as a :class:`RankFailure`.
+
+    ``records`` are the ranks' error files (:func:`read_error_files`); ``exits`` maps a
+    rank to ``(exit code, unix time)`` for every rank seen to exit *before* the launcher
+    stopped the rest (exit 0 included). In order of blame:
+
+    1. the earliest error that is not a symptom of a dead peer (:func:`is_peer_symptom`);
+    2. the earliest rank that died without an error record (killed by a signal: a
+       negative code; or a non-zero code), else the earliest that left early (exit 0
+       while others failed): such a rank writes nothing, and its peers only report a
+       closed connection;
+    3. the earliest symptom.
+    """
+    by_rank = {int(r.get("rank", -1)): r for r in records}
+    peers = sorted(r for r in by_rank if is_peer_symptom(by_rank[r].get("message", "")))
+    after = f"; ranks {peers} then lost their connection to it" if peers else ""
+    roots = [r for r in records if not is_peer_symptom(r.get("message", ""))]
+    if roots:
+        e = min(roots, key=lambda r: r.get("time", 0.0))
+        return RankFailure(e["rank"], e["type"], e["message"], e["traceback"], exit_codes)
+    failed = any(c != 0 for c, _ in exits.values()) or bool(records)
+    # a rank killed or failing silently outranks one that merely returned before the others
+    silent = [
+        (c == 0, t, r, c) for r, (c, t) in exits.items() if r not in by_rank and (c != 0 or failed)
+    ]
+    if silent:
+        _, _, r, c = min(silent)
+        kind = "signal" if c < 0 else ("left_early" if c == 0 else "exit")
+        return RankFailure(r, kind, f"rank {r} {describe_exit(c)}{after}", "", exit_codes)
+    if records:
+        e = min(records, key=lambda r: r.get("time", 0.0))
+        return RankFailure(e["rank"], e["type"], e["message"], e["traceback"], exit_codes)
+    return None
+
+
+def torchrun_failures(log: str) -> dict[int, tuple[int, float]]:
+    """``{rank: (exit code, unix time)}`` of the failures torchrun's summary lists."""
+    out: dict[int, tuple[int, float]] = {}
+    pat = re.compile(
+        r"time\s*:\s*(?P<time>[^\n]+)\n\s*host\s*:[^\n]*\n\s*rank\s*:\s*(?P<rank>\d+)"
+        r"[^\n]*\n\s*exitcode\s*:\s*(?P<code>-?\d+)"
+    )
+    for m in pat.finditer(log or ""):
+        when = 0.0
+        try:
+            from datetime import datetime
+
+            when = datetime.strptime(m["time"].strip(), "%Y-%m-%d_%H:%M:%S").timestamp()
+        except ValueError:
+            pass
+        out.setdefault(int(m["rank"]), (int(m["code"]), when))
+    return out
+
+
 def _child(
     fn: Callable[..., Any],
     rank: int,
@@ -144,9 +220,13 @@ def spawn(
         deadline = time.monotonic() + timeout_s
         failed_at: float | None = None
         timed_out = False
+        exits: dict[int, tuple[int, float]] = {}  # rank -> (code, time) seen before _kill
         try:
             while True:
                 codes = [p.exitcode for p in procs]
+                for r, c in enumerate(codes):
+                    if c is not None and r not in exits:
+                        exits[r] = (c, time.time())
                 if all(c == 0 for c in codes):
                     break
                 if failed_at is None and any(c not in (None, 0) for c in codes):
@@ -162,15 +242,20 @@ def spawn(
         finally:
             _kill(procs)
         codes = [p.exitcode for p in procs]
-        errors = read_error_files(folder)
-        if errors:
-            e = errors[0]
-            raise RankFailure(e["rank"], e["type"], e["message"], e["traceback"], codes)
+        if all(c == 0 for c in codes):
+            exits = {}
+        for r in range(world_size):  # returned from fn, but still exiting when stopped
+            done = Path(folder, f"result_rank{r}.json")
+            if r not in exits and done.exists() and any(c != 0 for c in codes):
+                exits[r] = (0, done.stat().st_mtime)
+        failure = first_failure(read_error_files(folder), exits, codes)
+        if failure is not None:
+            raise failure
         if timed_out:
             raise RankFailure(-1, "timeout", f"job did not finish within {timeout_s} s", "", codes)
         if any(c != 0 for c in codes):
             r = next(i for i, c in enumerate(codes) if c != 0)
-            raise RankFailure(r, "exit", f"process exited with code {codes[r]}", "", codes)
+            raise RankFailure(r, "exit", f"rank {r} {describe_exit(codes[r])}", "", codes)
         return [
             json.loads(Path(folder, f"result_rank{r}.json").read_text()) for r in range(world_size)
         ]

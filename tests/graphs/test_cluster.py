@@ -213,24 +213,30 @@ def test_content_hash_sensitive_to_figures_not_name():
 @pytest.mark.parametrize(
     "patch, msg",
     [
-        ({"devices": [{"name": "x", "type": "nope"}]}, "device 0 has unknown type 'nope'"),
+        (
+            {"devices": [{"name": "x", "type": "nope"}]},
+            r"field 'devices\[0\].type' is 'nope'; expected a key of device_types",
+        ),
         (
             {"devices": [{"name": "x", "kind": "k", "peak_flops": 1, "mem_bw": 1}]},
-            "device 0 is missing 'memory'",
+            r"field 'devices\[0\].memory' is missing",
         ),
         (
             {"devices": [{"name": "x", "type": "g", "colour": 1}]},
-            r"device 0 has unknown fields \['colour'\]",
+            r"field 'devices\[0\].colour' is not a known key",
         ),
         (
             {"devices": [{"name": "x", "type": "g", "memory": "lots"}]},
-            "device x.memory must be a number",
+            r"field 'devices\[0\].memory' is 'lots'; expected a number",
         ),
         (
             {"links": [{"src": "gpu0", "dst": "gpu9", "bandwidth": 1}]},
-            "link 0 dst='gpu9' is not a device or switch",
+            r"field 'links\[0\].dst' is 'gpu9'; expected a device or switch name",
         ),
-        ({"links": [{"src": "gpu0", "dst": "gpu1", "type": "ib"}]}, "link 0 has unknown type 'ib'"),
+        (
+            {"links": [{"src": "gpu0", "dst": "gpu1", "type": "ib"}]},
+            r"field 'links\[0\].type' is 'ib'; expected a key of link_types",
+        ),
     ],
 )
 def test_from_dict_errors(patch, msg):
@@ -239,7 +245,7 @@ def test_from_dict_errors(patch, msg):
 
 
 def test_from_dict_missing_key():
-    with pytest.raises(ValueError, match="toy.yaml: missing required key 'devices'"):
+    with pytest.raises(ValueError, match="toy.yaml: field 'devices' is missing"):
         Cluster.from_dict({"name": "x"}, source="toy.yaml")
 
 

@@ -111,38 +111,41 @@ def mutate(fn):
         (lambda d: d.pop("nodes"), r"field 'nodes' is missing"),
         (
             lambda d: d["nodes"].pop("flops"),
-            r"field 'nodes.flops' is missing; expected a list of numbers",
+            r"field 'nodes.flops' is missing",
         ),
         (
             lambda d: d["nodes"].__setitem__("flops", "many"),
-            r"'nodes.flops' must be a list of numbers, got str",
+            r"'nodes.flops' is 'many'; expected a list of finite non-negative numbers",
         ),
         (lambda d: d["nodes"]["flops"].pop(), r"'nodes.flops' has length 3, expected 4"),
         (
             lambda d: d["nodes"]["act_bytes"].__setitem__(2, "7"),
-            r"'nodes.act_bytes' item 2 is '7'; expected numbers",
+            r"'nodes.act_bytes\[2\]' is '7'; expected a finite number",
         ),
-        (lambda d: d["nodes"]["flops"].__setitem__(0, True), r"'nodes.flops' item 0 is True"),
+        (lambda d: d["nodes"]["flops"].__setitem__(0, True), r"'nodes.flops\[0\]' is True"),
         (
             lambda d: d["nodes"]["kind"].__setitem__(1, 5),
-            r"'nodes.kind' item 1 is 5; expected 0 \(fwd\)",
+            r"'nodes.kind\[1\]' is 5; expected an integer in \[0, 2\]",
         ),
         (
             lambda d: d["nodes"]["group"].__setitem__(1, 1.5),
-            r"'nodes.group' item 1 is 1.5; expected integers",
+            r"'nodes.group\[1\]' is 1.5; expected an integer",
         ),
         (
             lambda d: d["nodes"]["name"].__setitem__(0, 3),
-            r"'nodes.name' item 0 is 3; expected strings",
+            r"'nodes.name\[0\]' is 3; expected a non-empty string",
         ),
-        (lambda d: d.__setitem__("num_nodes", 5), r"'num_nodes' is 5 but 'nodes.name' has 4"),
+        (
+            lambda d: d.__setitem__("num_nodes", 5),
+            r"'num_nodes' is 5; expected 4, the length of 'nodes.name'",
+        ),
         (lambda d: d["edges"]["dst"].pop(), r"'edges.dst' has length 3, expected 4"),
         (lambda d: d["edges"].pop("bytes"), r"'edges.bytes' is missing"),
-        (lambda d: d.__setitem__("edges", []), r"field 'edges' must be an object, got list"),
-        (lambda d: d["times"]["v100"].__setitem__(0, "fast"), r"'times.v100' item 0 is 'fast'"),
+        (lambda d: d.__setitem__("edges", []), r"field 'edges' is \[\]; expected an object"),
+        (lambda d: d["times"]["v100"].__setitem__(0, "fast"), r"'times.v100\[0\]' is 'fast'"),
         (lambda d: d["times"]["v100"].pop(), r"'times.v100' has length 3, expected 4"),
         (lambda d: d.__setitem__("edge_time", [1.0]), r"'edge_time' has length 1, expected 4"),
-        (lambda d: d.__setitem__("meta", [1]), r"'meta' must be an object"),
+        (lambda d: d.__setitem__("meta", [1]), r"'meta' is \[1\]; expected an object"),
         (
             lambda d: d.__setitem__("version", 2),
             r"field 'version' is 2; this reader supports version 1",
@@ -152,8 +155,14 @@ def mutate(fn):
             r"field 'format' is 'devplace.plan'; expected 'devplace.graph'",
         ),
         # structurally fine but CompGraph refuses it: the message still names the file and the node/edge
-        (lambda d: d["nodes"]["flops"].__setitem__(1, -1.0), r"node 'b' has flops=-1.0"),
-        (lambda d: d["edges"]["dst"].__setitem__(0, 9), r"edge 0 \(0 -> 9\) is dangling"),
+        (
+            lambda d: d["nodes"]["flops"].__setitem__(1, -1.0),
+            r"'nodes.flops\[1\]' is -1.0; expected a finite number >= 0",
+        ),
+        (
+            lambda d: d["edges"]["dst"].__setitem__(0, 9),
+            r"'edges.dst\[0\]' is 9; expected an integer in \[0, 3\]",
+        ),
         (lambda d: d["edges"].update(src=[0, 0, 1, 3], dst=[1, 2, 3, 1]), r"cycle through node"),
     ],
 )
@@ -167,9 +176,9 @@ def test_load_errors_name_file_and_field(tmp_path, change, msg):
 def test_load_not_json(tmp_path):
     with pytest.raises(ValueError, match=r"bad.json: not valid JSON"):
         io.load(write(tmp_path, None, "{'single': quotes}"))
-    with pytest.raises(ValueError, match="non-standard JSON constant NaN"):
+    with pytest.raises(ValueError, match="field 'format' is nan; expected a finite number"):
         io.load(write(tmp_path, None, '{"format": NaN}'))
-    with pytest.raises(ValueError, match="expected a JSON object at the top level, got list"):
+    with pytest.raises(ValueError, match=r"field '\(top level\)' is \[1, 2\]; expected an object"):
         io.load(write(tmp_path, [1, 2]))
     with pytest.raises(ValueError, match="cannot read file"):
         io.load(tmp_path / "missing.json")
@@ -188,7 +197,7 @@ def test_optional_module_and_times(tmp_path):
 
 @st.composite
 def graphs_(draw):
-    n = draw(st.integers(0, 12))
+    n = draw(st.integers(1, 12))  # a graph file holds at least one node
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
     edges = draw(st.lists(st.sampled_from(pairs), max_size=20)) if pairs else []
     fl = st.floats(0, 1e15, allow_nan=False)
@@ -251,14 +260,14 @@ def test_cluster_load_errors(tmp_path):
     ):
         io.load_cluster(f)
     f.write_text(json.dumps({"name": "x", "devices": {"a": 1}}))
-    with pytest.raises(ValueError, match="field 'devices' must be a list, got dict"):
+    with pytest.raises(ValueError, match="field 'devices' is {'a': 1}; expected a list of devices"):
         io.load_cluster(f)
     f.write_text(
         json.dumps(
             {"name": "x", "devices": [{"name": "a", "kind": "k", "peak_flops": 1, "mem_bw": 1}]}
         )
     )
-    with pytest.raises(ValueError, match="device 0 is missing 'memory'"):
+    with pytest.raises(ValueError, match=r"field 'devices\[0\].memory' is missing"):
         io.load_cluster(f)
     f.write_text(
         json.dumps(
@@ -269,7 +278,7 @@ def test_cluster_load_errors(tmp_path):
             }
         )
     )
-    with pytest.raises(ValueError, match="link 0 src=None is not a device or switch"):
+    with pytest.raises(ValueError, match=r"field 'links\[0\].src' is missing"):
         io.load_cluster(f)
 
 
@@ -334,14 +343,14 @@ def fiddle_file(tmp_path, change) -> Path:
         (lambda d: d.pop("maxCPUs"), r"field 'maxCPUs' is missing"),
         (
             lambda d: d.__setitem__("maxFPGAs", 1.5),
-            r"field 'maxFPGAs' is 1.5; expected a non-negative integer",
+            r"field 'maxFPGAs' is 1.5; expected an integer in \[0, 4096\]",
         ),
         (lambda d: d.update(maxFPGAs=0, maxCPUs=0), r"both 0; expected at least one device"),
         (
             lambda d: d.__setitem__("maxSizePerFPGA", 0),
-            r"'maxSizePerFPGA' is 0; expected a positive number",
+            r"'maxSizePerFPGA' is 0; expected a finite number > 0",
         ),
-        (lambda d: d.__setitem__("nodes", {}), r"field 'nodes' must be a list, got dict"),
+        (lambda d: d.__setitem__("nodes", {}), r"field 'nodes' is {}; expected a list"),
         (lambda d: d["nodes"][2].pop("cpuLatency"), r"'nodes\[2\] \(id 3\).cpuLatency' is missing"),
         (
             lambda d: d["nodes"][2].__setitem__("fpgaLatency", -1.0),

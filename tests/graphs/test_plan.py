@@ -157,7 +157,9 @@ def test_load_errors(tmp_path):
     with pytest.raises(ValueError, match="version 9 is not supported"):
         Plan.load(f)
     f.write_text(json.dumps({"format": "devplace.plan", "version": 1, "placement": 3}))
-    with pytest.raises(ValueError, match="'placement' must be a list"):
+    with pytest.raises(
+        ValueError, match="field 'placement' is 3; expected a list of device indices"
+    ):
         Plan.load(f)
 
 

@@ -150,5 +150,7 @@ def test_load_from_file_and_bad_file(tmp_path):
     assert clusters.load(str(f)).content_hash() == clusters.load("k40_2").content_hash()
     bad = tmp_path / "bad.yaml"
     bad.write_text("- just\n- a list\n")
-    with pytest.raises(ValueError, match="expected a mapping at the top level"):
+    with pytest.raises(
+        ValueError, match=r"field '\(top level\)' is \['just', 'a list'\]; expected an object"
+    ):
         clusters.load(str(bad))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,23 @@ def chain_graph(n: int = 8) -> CompGraph:
         meta={"name": f"chain{n}", "batch": 8, "bytes_per_param": 16},
     )
     return with_backward(fwd)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def checkpoint_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Checkpoints of the tests are signed with a throwaway key, not the user's own."""
+    import os
+
+    from runners import checkpoint
+
+    path = tmp_path_factory.mktemp("key") / "checkpoint.key"
+    old = os.environ.get(checkpoint.KEY_ENV)
+    os.environ[checkpoint.KEY_ENV] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop(checkpoint.KEY_ENV, None)
+    else:
+        os.environ[checkpoint.KEY_ENV] = old
 
 
 @pytest.fixture(scope="session")

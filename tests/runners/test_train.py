@@ -153,6 +153,11 @@ def test_resume_killed_run_matches_uninterrupted(graph_file: Path, tmp_path: Pat
     assert not list(killed.glob(".checkpoint.pkl.*")), "temporary checkpoint left behind"
     train(compose(["+env=rnnlm_k40_2", f"resume={killed}"]), tmp_path / "ignored", echo=quiet)
 
+    # wall_seconds counts both sessions of the killed run, as wall_clock.json recorded them
+    sessions = json.loads((killed / checkpoint.WALL_CLOCK).read_text())["sessions"]
+    wall = json.loads((killed / "result.json").read_text())["wall_seconds"]
+    assert len(sessions) == 2 and wall >= sum(b - a for a, b in sessions) - 0.5
+    assert not (tmp_path / "ignored").exists()
     a_res, a_w = _final_state(tmp_path / "straight")
     b_res, b_w = _final_state(killed)
     assert a_res == b_res

@@ -74,3 +74,45 @@ def _tp_step(model: dict, module_paths: list[str], mesh: object) -> dict:
         "local": local,
         "styles": plan.styles(),
     }
+
+
+def die_on_rank(bad: int, how: str) -> str:
+    """Rank ``bad`` is SIGKILLed (``how="kill"``) or returns at once (``how="leave"``) while
+    every other rank waits in an all-reduce that ``bad`` never joins."""
+    import os
+    import signal
+
+    info = init_distributed(timeout_s=300)
+    try:
+        if info.rank == bad:
+            time.sleep(0.3)
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return "left"
+        dist.all_reduce(torch.ones(1))
+        return "unreachable"
+    finally:
+        teardown()
+
+
+def _torchrun_main(out_dir: str, bad: int) -> None:
+    """Under torchrun: rank ``bad`` is SIGKILLed, the others record what they see (as
+    ``runtime.worker`` does) and exit 1."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from runtime.launch import write_error_file
+
+    rank = int(os.environ["RANK"])
+    try:
+        die_on_rank(bad, "kill")
+    except BaseException as exc:  # noqa: BLE001 - recorded for the launcher, as runtime.worker does
+        write_error_file(Path(out_dir, f"error_rank{rank}.json"), rank, exc, time.time())
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _torchrun_main(sys.argv[1], int(sys.argv[2]))

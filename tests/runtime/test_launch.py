@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from runtime.launch import RankFailure, spawn
+from runtime.launch import RankFailure, first_failure, spawn, torchrun_failures
 from tests.runtime import _workers
 
 pytestmark = pytest.mark.timeout(90)
@@ -29,3 +29,95 @@ def test_one_of_four_ranks_raises_all_exit_with_its_error():
 def test_spawn_rejects_zero_ranks():
     with pytest.raises(ValueError, match="world_size must be >= 1"):
         spawn(_workers.raise_on_rank, 0, (0,))
+
+
+@pytest.mark.parametrize(
+    ("how", "error_type", "says"),
+    [("kill", "signal", "killed by signal 9 (SIGKILL)"), ("leave", "left_early", "left early")],
+)
+def test_the_rank_that_died_first_is_blamed_not_its_peers(how, error_type, says):
+    """Rank 1 is SIGKILLed (writes no error file) or returns early; ranks 0, 2, 3 then only
+    see a closed connection. The failure names rank 1 and how it ended."""
+    with pytest.raises(RankFailure) as info:
+        spawn(_workers.die_on_rank, 4, (1, how), timeout_s=60, grace_s=1.0)
+    err = info.value
+    assert (err.rank, err.error_type) == (1, error_type), str(err)
+    assert says in str(err)
+    # a rank that returned may still be exiting when the launcher stops the job (SIGTERM)
+    assert err.exit_codes[1] in ((-9,) if how == "kill" else (0, -15)), err.exit_codes
+
+
+def test_first_failure_order():
+    sym = "Connection closed by peer [127.0.0.1]:1234"
+
+    def rec(r: int, m: str, t: float) -> dict:
+        return {"rank": r, "type": "RuntimeError", "message": m, "traceback": "", "time": t}
+
+    # a root-cause error wins over an earlier symptom and over a silent death
+    f = first_failure([rec(0, sym, 1.0), rec(3, "bad shape", 2.0)], {2: (-9, 0.5)})
+    assert (f.rank, f.error_type) == (3, "RuntimeError")
+    # only symptoms: the rank killed by a signal, even when a peer exited 0 before it
+    f = first_failure(
+        [rec(0, sym, 1.0)], {2: (-9, 0.9), 3: (0, 0.1), 0: (1, 1.1)}, [1, None, -9, 0]
+    )
+    assert (f.rank, f.error_type) == (2, "signal")
+    assert "rank 2 was killed by signal 9 (SIGKILL); ranks [0] then lost" in str(f)
+    assert f.exit_codes == [1, None, -9, 0]
+    # only symptoms and an exit 0: that rank left early
+    f = first_failure([rec(0, sym, 1.0)], {3: (0, 0.1), 0: (1, 1.1)})
+    assert (f.rank, f.error_type) == (3, "left_early")
+    # a non-zero exit without a record
+    assert (
+        first_failure([], {1: (3, 0.2)}).message
+        == "rank 1 exited with code 3 without reporting an error"
+    )
+    # nothing to go on but symptoms: the earliest one
+    assert first_failure([rec(2, sym, 2.0), rec(1, sym, 1.0)], {}).rank == 1
+    assert first_failure([], {0: (0, 1.0)}) is None
+
+
+def test_torchrun_failures_parses_the_summary():
+    log = """
+Failures:
+[1]:
+  time      : 2026-01-02_03:04:06
+  host      : box
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 11)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-01-02_03:04:05
+  host      : box
+  rank      : 2 (local_rank: 2)
+  exitcode  : -9 (pid: 13)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 13
+"""
+    got = torchrun_failures(log)
+    assert {r: c for r, (c, _) in got.items()} == {0: 1, 2: -9}
+    assert got[2][1] < got[0][1]
+
+
+def test_torchrun_killed_rank_is_blamed(tmp_path):
+    """Under torchrun: rank 1 of 3 is SIGKILLed; the peers' 'connection closed' records and
+    torchrun's summary lead to rank 1, as runtime.execute reads them."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from runtime.launch import read_error_files
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
+           "--monitor-interval=0.1", "-m", "tests.runtime._workers", str(tmp_path), "1"]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=80, cwd=root)
+    assert proc.returncode != 0
+    log = proc.stdout + proc.stderr
+    f = first_failure(read_error_files(tmp_path), torchrun_failures(log))
+    assert f is not None and (f.rank, f.error_type) == (1, "signal"), (str(f), log[-2000:])
+    assert "killed by signal 9 (SIGKILL)" in str(f)

@@ -1,0 +1,350 @@
+"""Bad-input table of what the runners read: training checkpoints (``resume=DIR``), config
+values and command-line overrides; and the resume bookkeeping (wall clock, run folders).
+
+A checkpoint row must be refused before anything is unpickled, naming the file, the field
+and the value, and saying how to restart. A config row must be refused naming the override
+(or config key) and the value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graphs.schema import show
+from runners import checkpoint, schema
+from tests.runners.conftest import compose, small_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ==================================================================== checkpoints
+@pytest.fixture(scope="module")
+def valid_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """The bytes of a real checkpoint of an (untrained) PPO run."""
+    import placement_env  # noqa: F401  (registers the env ids)
+    from agents.ppo import make_ppo
+    from graphs.clusters import load
+    from graphs.compgraph import CompGraph
+    from placement_env.generators import fixed
+
+    graph = CompGraph.build(4, [(0, 1), (1, 2), (2, 3)], flops=1e9, out_bytes=1e6)
+    model = make_ppo(
+        "placement_env/Sweep-v0",
+        "placeto",
+        env_kwargs={"generator": fixed(graph, load("cpu_2"))},
+        n_steps=16,
+        net_kwargs={"hidden": 16},
+        seed=0,
+    )
+    run = tmp_path_factory.mktemp("run")
+    return checkpoint.save(run, model, extra={"note": "test"}).read_bytes()
+
+
+def _split(raw: bytes) -> tuple[dict, bytes]:
+    end = raw.index(b"\n")
+    return json.loads(raw[len(checkpoint.MAGIC) : end]), raw[end + 1 :]
+
+
+def _signed(obj: Any) -> bytes:
+    """``obj`` pickled with a correct header and signature (as a bug of ours could write it)."""
+    payload = pickle.dumps(obj)
+    head = {"version": checkpoint.VERSION, "bytes": len(payload), "hmac_sha256": ""}
+    head["hmac_sha256"] = checkpoint._sign(payload)
+    return checkpoint.MAGIC + json.dumps(head).encode() + b"\n" + payload
+
+
+def _reheader(**changes: Any) -> Callable[[bytes], bytes]:
+    def change(raw: bytes) -> bytes:
+        head, payload = _split(raw)
+        head.update(changes)
+        return checkpoint.MAGIC + json.dumps(head).encode() + b"\n" + payload
+
+    return change
+
+
+class Runs:
+    """Unpickling this runs code: it would create the marker file."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+@dataclass(frozen=True)
+class BadCheckpoint:
+    cls: str
+    change: Callable[[bytes], bytes]
+    field: str
+    value: Callable[[bytes], Any]  # the refused value, from the valid file's bytes
+
+    def __str__(self) -> str:
+        return f"{self.cls}-{self.field}"
+
+
+def _state(raw: bytes) -> dict:
+    return pickle.loads(_split(raw)[1])
+
+
+CHECKPOINTS = [
+    BadCheckpoint("truncated", lambda b: b[:-100], "bytes", lambda b: _split(b)[0]["bytes"]),
+    BadCheckpoint(
+        "truncated", lambda b: b[: b.index(b"\n") + 1], "bytes", lambda b: _split(b)[0]["bytes"]
+    ),
+    BadCheckpoint("truncated", lambda b: b[:30], "header", lambda b: b[len(checkpoint.MAGIC) : 30]),
+    BadCheckpoint("empty", lambda b: b"", "header", lambda b: b""),
+    BadCheckpoint(
+        "foreign",
+        lambda b: pickle.dumps({"version": 1, "model": b""}),
+        "header",
+        lambda b: pickle.dumps({"version": 1, "model": b""})[:24],
+    ),
+    BadCheckpoint("foreign", lambda b: b'{"version": 2}', "header", lambda b: b'{"version": 2}'),
+    BadCheckpoint(
+        "altered",
+        lambda b: b[:-1] + bytes([b[-1] ^ 1]),
+        "hmac_sha256",
+        lambda b: _split(b)[0]["hmac_sha256"][:16],
+    ),
+    BadCheckpoint(
+        "altered",
+        _reheader(hmac_sha256="0" * 64),
+        "hmac_sha256",
+        lambda b: "0" * 16,
+    ),
+    BadCheckpoint(
+        "damaged_header",
+        lambda b: checkpoint.MAGIC + b"{not json\n" + _split(b)[1],
+        "header",
+        lambda b: b"{not json",
+    ),
+    BadCheckpoint("wrong_type", _reheader(bytes="12"), "bytes", lambda b: "12"),
+    BadCheckpoint("wrong_type", _reheader(bytes=True), "bytes", lambda b: True),
+    BadCheckpoint("out_of_range", _reheader(version=3), "version", lambda b: 3),
+    BadCheckpoint("non_object", lambda b: _signed([1, 2]), "(top level)", lambda b: [1, 2]),
+    BadCheckpoint(
+        "missing",
+        lambda b: _signed({k: v for k, v in _state(b).items() if k != "rng"}),
+        "(top level)",
+        lambda b: sorted(k for k in _state(b) if k != "rng"),
+    ),
+    BadCheckpoint(
+        "wrong_type", lambda b: _signed({**_state(b), "algo": "PPO"}), "algo", lambda b: "PPO"
+    ),
+    BadCheckpoint(
+        "wrong_type", lambda b: _signed({**_state(b), "extra": [1]}), "extra", lambda b: [1]
+    ),
+]
+
+
+@pytest.mark.parametrize("bad", CHECKPOINTS, ids=str)
+def test_bad_checkpoint_is_refused_unread_naming_file_field_value_and_restart(
+    tmp_path: Path, valid_checkpoint: bytes, bad: BadCheckpoint
+) -> None:
+    path = tmp_path / checkpoint.CHECKPOINT
+    path.write_bytes(bad.change(valid_checkpoint))
+    with pytest.raises(ValueError) as info:
+        checkpoint.load(tmp_path)
+    msg = str(info.value)
+    assert str(path) in msg and f"'{bad.field}'" in msg, msg
+    assert show(bad.value(valid_checkpoint)) in msg, msg
+    assert "Delete it to restart this run" in msg and "start a new run" in msg, msg
+
+
+def test_valid_checkpoint_loads(tmp_path: Path, valid_checkpoint: bytes) -> None:
+    (tmp_path / checkpoint.CHECKPOINT).write_bytes(valid_checkpoint)
+    state = checkpoint.load(tmp_path)
+    assert state["extra"] == {"note": "test"} and state["model"]
+
+
+def test_foreign_pickle_is_never_unpickled(tmp_path: Path, valid_checkpoint: bytes) -> None:
+    """A pickle that would run code when loaded: refused, and the code did not run, whether
+    it comes bare (a foreign file) or behind a copied header (a tampered checkpoint)."""
+    marker = tmp_path / "code_ran"
+    evil = pickle.dumps(Runs(str(marker)))
+    head, _ = _split(valid_checkpoint)
+    forged = {**head, "bytes": len(evil)}
+    for raw in (evil, checkpoint.MAGIC + json.dumps(forged).encode() + b"\n" + evil):
+        (tmp_path / checkpoint.CHECKPOINT).write_bytes(raw)
+        with pytest.raises(ValueError, match="is not unpickled"):
+            checkpoint.load(tmp_path)
+        assert not marker.exists()
+    pickle.loads(evil)  # the check is real: loading it plainly does run the code
+    assert marker.exists()
+
+
+def test_checkpoint_of_another_key_is_refused(
+    tmp_path: Path, valid_checkpoint: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint signed on another machine or by another user (another key file)."""
+    (tmp_path / checkpoint.CHECKPOINT).write_bytes(valid_checkpoint)
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "other.key"))
+    with pytest.raises(ValueError, match="does not carry this user's signature") as info:
+        checkpoint.load(tmp_path)
+    assert str(tmp_path / "other.key") in str(info.value)
+    assert "DEVPLACE_CHECKPOINT_KEY_FILE" in str(info.value)
+
+
+def test_missing_checkpoint_and_bad_key_file(tmp_path: Path, monkeypatch) -> None:
+    with pytest.raises(ValueError, match="checkpoint.pkl does not exist"):
+        checkpoint.load(tmp_path)
+    key = tmp_path / "k"
+    key.write_text("not hex")
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(key))
+    with pytest.raises(ValueError, match=f"checkpoint key file {key} does not hold a hex key"):
+        checkpoint._key()
+
+
+# ============================================================ config and overrides
+@dataclass(frozen=True)
+class BadOverride:
+    cls: str
+    override: str
+    key: str
+    value: Any
+    schema: type = schema.TrainConfig
+
+    def __str__(self) -> str:
+        return f"{self.schema.__name__}-{self.override}"
+
+
+def ov(cls: str, text: str, value: Any, sch: type = schema.TrainConfig) -> BadOverride:
+    return BadOverride(cls, text, text.split("=", 1)[0], value, sch)
+
+
+OVERRIDES = [
+    ov("out_of_range", "train.timesteps=-5", -5),
+    ov("out_of_range", "train.timesteps=0", 0),
+    ov("wrong_type", "train.timesteps=true", True),
+    ov("wrong_type", "train.timesteps=2.5", 2.5),
+    ov("wrong_type", "train.timesteps=many", "many"),
+    ov("out_of_range", "train.seconds=-1", -1),
+    ov("out_of_range", "train.seconds=0", 0),
+    ov("non_finite", "train.seconds=inf", float("inf")),
+    ov("non_finite", "train.seconds=nan", float("nan")),
+    ov("out_of_range", "train.checkpoint_every=-1", -1),
+    ov("out_of_range", "seed=-1", -1),
+    ov("huge_int", "seed=4294967296", 2**32),
+    ov("out_of_range", "torch_threads=0", 0),
+    ov("out_of_range", "env.microbatches=0", 0),
+    ov("huge_int", "env.microbatches=1000000000000000000000000000000", 10**30),
+    ov("out_of_range", "env.schedule=zigzag", "zigzag"),
+    ov("out_of_range", "env.objective=speed", "speed"),
+    ov("out_of_range", "env.oracle=magic", "magic"),
+    ov("out_of_range", "env.max_groups=0", 0),
+    ov("out_of_range", "env.baseline_budget=-3", -3),
+    ov("out_of_range", "agent.kind=evolution", "evolution"),
+    ov("out_of_range", "agent.budget=0", 0),
+    ov("out_of_range", "agent.ppo.gamma=1.5", 1.5),
+    ov("out_of_range", "agent.ppo.learning_rate=0", 0),
+    ov("out_of_range", "agent.ppo.learning_rate=-1e-3", -1e-3),
+    ov("out_of_range", "agent.ppo.n_steps=0", 0),
+    ov("out_of_range", "agent.ppo.batch_size=-64", -64),
+    ov("out_of_range", "agent.ppo.ent_coef=-0.1", -0.1),
+    ov("out_of_range", "agent.ppo.n_envs=0", 0),
+    ov("out_of_range", "logger.kind=mlflow", "mlflow"),
+    ov("out_of_range", "logger.log_every=0", 0),
+    ov("out_of_range", "seeds=[0,-1]", [0, -1], schema.EvaluateConfig),
+    ov("empty", "seeds=[]", [], schema.EvaluateConfig),
+    ov("out_of_range", "train.timesteps=-1", -1, schema.EvaluateConfig),
+    ov("out_of_range", "samples=0", 0, schema.PlanConfig),
+    ov("out_of_range", "seed=-2", -2, schema.PlanConfig),
+]
+
+
+@pytest.mark.parametrize("bad", OVERRIDES, ids=str)
+def test_bad_override_is_refused_naming_override_key_and_value(bad: BadOverride) -> None:
+    with pytest.raises(ValueError) as info:
+        schema.check_override_values(bad.schema, ["+env=rnnlm_k40_2", bad.override])
+    msg = str(info.value)
+    assert repr(bad.override) in msg and repr(bad.key) in msg, msg
+    assert show(bad.value) in msg or repr(bad.value) in msg, msg
+
+
+@pytest.mark.parametrize("text", ["train.timestep=5", "env.microbatch=4", "agent.ppo.lr=1e-3"])
+def test_unknown_override_key_is_refused(text: str) -> None:
+    key = text.split("=")[0]
+    with pytest.raises(ValueError, match=f"unknown config key '{key}'.*valid keys"):
+        schema.check_overrides(schema.TrainConfig, [text])
+
+
+def test_good_overrides_pass() -> None:
+    schema.check_override_values(
+        schema.TrainConfig,
+        ["+env=rnnlm_k40_2", "train.seconds=null", "train.timesteps=10", "agent.ppo.gamma=1"],
+    )
+
+
+def test_composed_config_is_checked_by_train(graph_file: Path, tmp_path: Path) -> None:
+    """Values set after the command line (config files, compose) are checked by train()."""
+    from runners.train import train
+
+    cfg = compose([*small_env(graph_file), "train.timesteps=-5"])
+    with pytest.raises(
+        ValueError, match=r"config key 'train.timesteps' is -5; expected an integer >= 1"
+    ):
+        train(cfg, tmp_path / "run", echo=lambda s: None)
+    assert not (tmp_path / "run").exists()
+    for name in ("rnnlm_k40_2", "gpt2_8gpu"):  # the shipped configs are valid
+        schema.check_values(schema.TrainConfig, compose([f"+env={name}"]))
+
+
+def test_cli_exits_2_on_a_negative_budget(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.train", "+env=rnnlm_k40_2", "train.timesteps=-5"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "'train.timesteps' is -5; expected an integer >= 1" in proc.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+# ======================================================================== resume
+def test_resume_makes_no_stray_run_folder(tmp_path: Path) -> None:
+    """``resume=DIR`` logs into DIR: no new, empty outputs/train/DATE/TIME folder."""
+    run = tmp_path / "run"
+    run.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.train", f"resume={run}"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "no config.yaml there" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
+    assert not (run / ".hydra").exists()
+
+
+def test_wall_clock_counts_a_session_killed_with_sigkill(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import os, signal, time
+        from runners.checkpoint import SessionClock
+        SessionClock({str(tmp_path)!r}, interval=0.1).start()
+        time.sleep(1.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120
+    )
+    assert proc.returncode == -signal.SIGKILL
+    clock = checkpoint.SessionClock(tmp_path).start()
+    clock.stop()
+    sessions = json.loads((tmp_path / checkpoint.WALL_CLOCK).read_text())["sessions"]
+    assert len(sessions) == 2
+    assert 1.3 <= sessions[0][1] - sessions[0][0] < 30  # the killed session, to its last tick
+    assert clock.total() >= sessions[0][1] - sessions[0][0]
