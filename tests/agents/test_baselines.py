@@ -21,6 +21,7 @@ from placement_env.oracles.simulator import Simulator
 ALL = [
     "anneal",
     "expert",
+    "ideal_dp",
     "ilp",
     "m_etf",
     "m_sct",
