@@ -41,6 +41,7 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from agents.baselines.anneal import unit_placement
 from agents.baselines.common import InfeasiblePlanError, Problem, finish, oracle_calls_start
 from agents.baselines.ideal_dp import exact_problem, solve_ideal_dp
 from agents.baselines.maxload import MaxLoadModel, build_model
@@ -308,18 +309,27 @@ def ilp(
     warm_time_limit: float | None = None,
     max_variables: int = MAX_VARIABLES,
     warm_start: bool = True,
+    init: np.ndarray | None = None,
 ) -> Plan:
     """Max-load MILP (HiGHS), warm-started from `ideal_dp`; one oracle evaluation.
 
     ``time_limit`` bounds HiGHS; ``warm_time_limit`` (default ``time_limit``) the DP.
-    For a makespan oracle the memory rule charges every microbatch's activations
+    ``init``: a per-node placement (colocation groups kept together) to start from
+    instead of solving `ideal_dp`. For a makespan oracle the memory rule charges every microbatch's activations
     (an upper bound on any schedule) and the oracle's step time is reported.
     """
     start = oracle_calls_start(oracle)
     prob = exact_problem(graph, cluster, oracle)
     model = build_model(graph, cluster)
     warm, warm_info = None, {}
-    if warm_start:
+    if init is not None:  # a given per-node placement (e.g. ideal_dp's plan) replaces the DP
+        warm = unit_placement(prob, init)
+        if not prob.fits(warm):
+            raise ValueError(
+                "ilp: init does not fit the devices' memory (or puts a unit where it cannot run)"
+            )
+        warm_info = {"warm_objective": float(model.max_load(warm[prob.unit_of]) * 1e-6)}
+    elif warm_start:
         try:
             warm, wi = solve_ideal_dp(
                 prob, model, time_limit=time_limit if warm_time_limit is None else warm_time_limit
