@@ -233,7 +233,6 @@ def solve_ideal_dp(
     n = graph.num_nodes
     optr, oidx, ocost = _csr(ps, n, pd, pc)
     iptr, iidx, icost = _csr(pd, n, ps, pc)
-    inptr, inidx = _csr(node_item, B, np.arange(n, dtype=np.int64))
     keys = np.random.default_rng(0x1DEA1).integers(1, 2**63 - 1, size=B, dtype=np.int64)
     # NK dp columns per ideal; keep the tables under ~1 GiB
     NK = int(np.prod(counts + 1))
@@ -241,27 +240,41 @@ def solve_ideal_dp(
     cap_ideals = int(max(16, min(max_ideals, (1 << 30) // (NK * 13 + W * 8 + 40))))
 
     def run(
-        succ: list[list[int]], ub: float, limit: int
+        perm: np.ndarray, succ: list[list[int]], ub: float, limit: int
     ) -> tuple[int, np.ndarray | None, float, int, int]:
+        """The kernel with items relabelled so that ``perm`` (new -> old) is their order;
+        ``succ`` in the new labels must only point to larger labels."""
+        rank = np.empty(B, dtype=np.int64)
+        rank[perm] = np.arange(B)
+        ni = rank[node_item]
+        inptr, inidx = _csr(ni, B, np.arange(n, dtype=np.int64))
         sptr, sidx, pptr, pidx = _succ_csr(succ)
-        npred = np.diff(pptr)
         status, nI, dp, bJ, bC, bits, full, visited = ideal_dp_kernel(
-            B, sptr, sidx, npred, pptr, pidx, inptr, inidx, node_item,
+            B, sptr, sidx, np.diff(pptr), pptr, pidx, inptr, inidx, ni,
             optr, oidx, ocost, iptr, iidx, icost,
-            comp_item, work_item, mem_item, cap, pays, counts, float(ub), keys, int(limit), float(deadline),
+            comp_item[perm], work_item[perm], mem_item[perm], cap, pays, counts, float(ub),
+            keys, int(limit), float(deadline),
         )  # fmt: skip
-        if status != STATUS_DONE or full < 0 or not np.isfinite(dp[full].min()):
+        if status == STATUS_COLLISION or full < 0 or not np.isfinite(dp[full].min()):
             return status, None, np.inf, nI, visited
-        return (
-            status,
-            _backtrack(dp, bJ, bC, bits, full, counts, classes, node_item, B),
-            float(dp[full].min()),
-            nI,
-            visited,
-        )
+        dev = _backtrack(dp, bJ, bC, bits, full, counts, classes, B)
+        out = np.empty(B, dtype=np.int64)
+        out[perm] = dev
+        return status, out, float(dp[full].min()), nI, visited
 
-    chain = [[i + 1] if i + 1 < B else [] for i in range(B)]
-    st_lin, place_lin, val_lin, _, vis_lin = run(chain, np.inf, B + 2)
+    # ---- chain DPs over a few topological orders: the upper bound (and the fallback plan)
+    place_lin, val_lin, vis_lin = None, np.inf, 0
+    for perm in linear_extensions(items.succ):
+        chain = [[i + 1] if i + 1 < B else [] for i in range(B)]
+        st, pl, v, _, vis = run(perm, chain, val_lin, B + 2)
+        vis_lin += vis
+        if st == STATUS_TIME:
+            raise InfeasiblePlanError(
+                f"ideal_dp: the chain DP over {B} items of {graph.meta.get('name', '?')!r} did not "
+                f"finish within time_limit={time_limit} s; raise the limit"
+            )
+        if pl is not None and v < val_lin:
+            place_lin, val_lin = pl, v
     t_lin = time.perf_counter() - t0
     info: dict[str, Any] = {
         "items": B,
@@ -273,12 +286,8 @@ def solve_ideal_dp(
         "chain_seconds": t_lin,
         "cost_model_exact": bool(model.exact and model.uniform),
     }
-    if st_lin == STATUS_TIME:
-        raise InfeasiblePlanError(
-            f"ideal_dp: the chain DP over {B} items of {graph.meta.get('name', '?')!r} did not finish "
-            f"within time_limit={time_limit} s; raise the limit"
-        )
-    status, place, val, nI, visited = run(items.succ, val_lin, cap_ideals)
+    # ---- the DP over ideals, bounded by the chains' best
+    status, place, val, nI, visited = run(np.arange(B), items.succ, val_lin, cap_ideals)
     info.update(
         status=_STATUS[status], ideals=int(nI), stages_scored=int(visited + vis_lin),
         ideal_limit=cap_ideals,
@@ -298,9 +307,40 @@ def solve_ideal_dp(
         if status == STATUS_DONE and items.pinned == 0
         else "contiguous splits with isolated items pinned"
         if status == STATUS_DONE
-        else "splits contiguous in one topological order (chain DP; the full DP stopped)"
+        else "none proven: the full DP stopped; best of the chain DPs and the full DP's incumbent"
     )
     return place, info
+
+
+def linear_extensions(succ: list[list[int]]) -> list[np.ndarray]:
+    """Three topological orders of the items (``succ`` points to larger labels): the labels
+    themselves, a depth-first order (a branch is finished before the next starts) and a
+    level order (by longest path from a source: branches advance together)."""
+    B = len(succ)
+    orders = [np.arange(B)]
+    indeg = np.zeros(B, dtype=np.int64)
+    for s in succ:
+        for j in s:
+            indeg[j] += 1
+    deg, stack, dfs = indeg.copy(), [i for i in range(B - 1, -1, -1) if indeg[i] == 0], []
+    while stack:
+        v = stack.pop()
+        dfs.append(v)
+        for j in sorted(succ[v], reverse=True):
+            deg[j] -= 1
+            if deg[j] == 0:
+                stack.append(j)
+    orders.append(np.asarray(dfs, dtype=np.int64))
+    level = np.zeros(B, dtype=np.int64)
+    for v in range(B):  # labels are topological
+        for j in succ[v]:
+            level[j] = max(level[j], level[v] + 1)
+    orders.append(np.lexsort((np.arange(B), level)).astype(np.int64))
+    uniq: list[np.ndarray] = []
+    for o in orders:
+        if not any(np.array_equal(o, u) for u in uniq):
+            uniq.append(o)
+    return uniq
 
 
 def _backtrack(
@@ -311,7 +351,6 @@ def _backtrack(
     full: int,
     counts: np.ndarray,
     classes: list[list[int]],
-    node_item: np.ndarray,
     B: int,
 ) -> np.ndarray:
     """Per-item device of the best split ending at ideal ``full``."""
