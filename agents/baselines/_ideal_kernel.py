@@ -36,11 +36,17 @@ STATUS_STACK = 4
 
 @njit(cache=True)
 def _recompute_out(x, optr, oidx, ocost, node_item, inS):
+    """(largest cost of x's consumers outside S, how many consumers reach it)."""
     m = 0.0
+    cnt = 0
     for e in range(optr[x], optr[x + 1]):
-        if not inS[node_item[oidx[e]]] and ocost[e] > m:
-            m = ocost[e]
-    return m
+        if not inS[node_item[oidx[e]]]:
+            if ocost[e] > m:
+                m = ocost[e]
+                cnt = 1
+            elif ocost[e] == m:
+                cnt += 1
+    return m, cnt
 
 
 @njit(cache=True)
@@ -116,11 +122,14 @@ def ideal_dp_kernel(
     inS = np.zeros(B, np.bool_)
     missing = np.zeros(B, np.int64)
     outc = np.zeros(n)
+    outn = np.zeros(n, np.int64)  # consumers outside S whose cost equals outc
+    fresh = np.full(n, -1, np.int64)  # visit at which outc was recomputed with all of v inside
     inc = np.zeros(n)
     ustack_cap = 2 * n + 2 * oidx.shape[0] + 2 * iidx.shape[0] + 16
     u_node = np.empty(ustack_cap, np.int64)
     u_kind = np.empty(ustack_cap, np.int8)
     u_val = np.empty(ustack_cap, np.float64)
+    u_cnt = np.empty(ustack_cap, np.int64)
     f_item = np.zeros(B + 1, np.int64)
     f_umark = np.zeros(B + 1, np.int64)
     f_cs = np.zeros(B + 1, np.int64)
@@ -193,6 +202,7 @@ def ideal_dp_kernel(
                         utop -= 1
                         if u_kind[utop] == 0:
                             outc[u_node[utop]] = u_val[utop]
+                            outn[u_node[utop]] = u_cnt[utop]
                         else:
                             inc[u_node[utop]] = u_val[utop]
                     inS[v] = False
@@ -242,25 +252,34 @@ def ideal_dp_kernel(
                         inc[y] = 0.0
                 for q in range(inptr[v], inptr[v + 1]):
                     y = inidx[q]
-                    o = _recompute_out(y, optr, oidx, ocost, node_item, inS)
-                    if o != outc[y]:
-                        u_node[utop] = y
-                        u_kind[utop] = 0
-                        u_val[utop] = outc[y]
-                        utop += 1
-                        comm += o - outc[y]
-                        outc[y] = o
+                    o, oc = _recompute_out(y, optr, oidx, ocost, node_item, inS)
+                    u_node[utop] = y
+                    u_kind[utop] = 0
+                    u_val[utop] = outc[y]
+                    u_cnt[utop] = outn[y]
+                    utop += 1
+                    comm += o - outc[y]
+                    outc[y] = o
+                    outn[y] = oc
                     for e in range(iptr[y], iptr[y + 1]):
                         x = iidx[e]
                         if inS[node_item[x]]:
-                            o2 = _recompute_out(x, optr, oidx, ocost, node_item, inS)
-                            if o2 != outc[x]:
-                                u_node[utop] = x
-                                u_kind[utop] = 0
-                                u_val[utop] = outc[x]
-                                utop += 1
+                            # y was one of x's outside consumers; recompute only if it was the last at the max
+                            if icost[e] != outc[x] or fresh[x] == visited:
+                                continue
+                            u_node[utop] = x
+                            u_kind[utop] = 0
+                            u_val[utop] = outc[x]
+                            u_cnt[utop] = outn[x]
+                            utop += 1
+                            if outn[x] > 1:
+                                outn[x] -= 1
+                            else:
+                                o2, oc2 = _recompute_out(x, optr, oidx, ocost, node_item, inS)
+                                fresh[x] = visited
                                 comm += o2 - outc[x]
                                 outc[x] = o2
+                                outn[x] = oc2
                         elif icost[e] > inc[x]:
                             u_node[utop] = x
                             u_kind[utop] = 1
