@@ -52,6 +52,8 @@ from placement_env.oracles.base import Oracle
 
 #: Default cap on the model's columns.
 MAX_VARIABLES = 500_000
+#: Default cap on its rows (HiGHS's presolve and root LP stop answering its time limit far above).
+MAX_ROWS = 600_000
 
 
 def _groups(prob: Problem, model: MaxLoadModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -79,6 +81,7 @@ def solve_max_load(
     time_limit: float = 60.0,
     mip_rel_gap: float = 1e-6,
     max_variables: int = MAX_VARIABLES,
+    max_rows: int = MAX_ROWS,
     threads: int = 1,
     warm: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -100,6 +103,18 @@ def solve_max_load(
             f"ilp: graph {prob.graph.meta.get('name', '?')!r} has {U} colocation units and {Px} "
             f"producer nodes with consumers in other units on {D} devices, i.e. {nvar} variables > "
             f"max_variables={max_variables}; coarsen the graph (graphs.coarsen) or raise max_variables"
+        )
+    n_rows = (
+        U
+        + D
+        + int(np.isfinite(prob.capacity).sum())
+        + 2 * G * (C if model.uniform else D * (D - 1))
+    )
+    if n_rows > max_rows:
+        raise ValueError(
+            f"ilp: graph {prob.graph.meta.get('name', '?')!r} has {G} (producer node, consumer unit) "
+            f"pairs on {D} devices, i.e. about {n_rows} rows > max_rows={max_rows}; coarsen the graph "
+            "(graphs.coarsen) or raise max_rows"
         )
     T = unit_times(prob, model)
     allowed = np.isfinite(T) & (prob.mem[:, None] <= prob.capacity[None, :])
@@ -308,6 +323,7 @@ def ilp(
     time_limit: float = 60.0,
     warm_time_limit: float | None = None,
     max_variables: int = MAX_VARIABLES,
+    max_rows: int = MAX_ROWS,
     warm_start: bool = True,
     init: np.ndarray | None = None,
 ) -> Plan:
@@ -341,7 +357,12 @@ def ilp(
         except InfeasiblePlanError:
             warm = None
     up, info = solve_max_load(
-        prob, model, time_limit=time_limit, max_variables=max_variables, warm=warm
+        prob,
+        model,
+        time_limit=time_limit,
+        max_variables=max_variables,
+        max_rows=max_rows,
+        warm=warm,
     )
     return finish(
         prob,
