@@ -321,7 +321,8 @@ def instances(draw):
     )
     M = draw(st.sampled_from([1, 2]))
     sched = draw(st.sampled_from(["gpipe", "1f1b"]))
-    return g, Cluster("rc", devs, links), M, sched, mem_scale
+    objective = draw(st.sampled_from(["makespan", "max_load"]))
+    return g, Cluster("rc", devs, links), M, sched, mem_scale, objective
 
 
 @settings(
@@ -331,9 +332,9 @@ def instances(draw):
 )
 @given(instances())
 def test_every_plan_respects_colocation_and_memory(inst):
-    g, c, M, sched, mem_scale = inst
+    g, c, M, sched, mem_scale, objective = inst
     for name in ALL:
-        sim = Simulator(g, c, microbatches=M, schedule=sched)
+        sim = Simulator(g, c, microbatches=M, schedule=sched, objective=objective)
         try:
             plan = run(name, g, c, sim)
         except InfeasiblePlanError:
@@ -348,7 +349,7 @@ def test_every_plan_respects_colocation_and_memory(inst):
             continue
         plan.check(g, c)
         assert plan.colocation_violations(g) == []
-        res = Simulator(g, c, microbatches=M, schedule=sched).evaluate(plan)
+        res = Simulator(g, c, microbatches=M, schedule=sched, objective=objective).evaluate(plan)
         assert not res.oom
         assert np.all(res.peak_memory <= c.memory)
         assert np.isfinite(res.step_time)
