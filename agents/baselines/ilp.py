@@ -102,7 +102,7 @@ def solve_max_load(
         raise ValueError(
             f"ilp: graph {prob.graph.meta.get('name', '?')!r} has {U} colocation units and {Px} "
             f"producer nodes with consumers in other units on {D} devices, i.e. {nvar} variables > "
-            f"max_variables={max_variables}; coarsen the graph (graphs.coarsen) or raise max_variables"
+            f"max_variables={max_variables}; coarsen the graph (graphs.coarsening) or raise max_variables"
         )
     n_rows = (
         U
@@ -114,7 +114,7 @@ def solve_max_load(
         raise ValueError(
             f"ilp: graph {prob.graph.meta.get('name', '?')!r} has {G} (producer node, consumer unit) "
             f"pairs on {D} devices, i.e. about {n_rows} rows > max_rows={max_rows}; coarsen the graph "
-            "(graphs.coarsen) or raise max_rows"
+            "(graphs.coarsening) or raise max_rows"
         )
     T = unit_times(prob, model)
     allowed = np.isfinite(T) & (prob.mem[:, None] <= prob.capacity[None, :])
