@@ -32,17 +32,19 @@ CPUs). ``dp[I][k]`` = least bottleneck of splitting ideal ``I`` into stages on
 **Explosion, and what is pruned.** The number of ideals grows exponentially with
 the graph's width. Remedies, each reported in ``meta``:
 
-1. *Bounding* (exact): a chain DP over one topological order of the items (the
-   paper's "linearize" remedy, O(items^2) stages) runs first and gives an upper
-   bound ``UB``; the full DP keeps only stages whose compute is within ``UB`` and
-   ideals reached that way. Nothing better than ``UB`` is lost.
+1. *Bounding* (exact): chain DPs over three topological orders of the items (the
+   paper's "linearize" remedy, O(items^2) stages each: the items' own order, a
+   depth-first one and a level one, :func:`linear_extensions`) run first and give
+   an upper bound ``UB``; the full DP keeps only stages whose compute is within
+   ``UB``, and after which the remaining work still fits the remaining devices
+   within ``UB``, and the ideals reached that way. Nothing better than ``UB`` is lost.
 2. *Pinning isolated items* (a documented restriction): items with no precedence
    edge at all (e.g. a BatchNorm step counter) would each double the ideals;
    when there are more than ``pin_isolated_above`` of them they are chained to
    their neighbours in the topological order (``meta["pinned_items"]``).
 3. *Limits*: when the full DP exceeds ``max_ideals`` or ``time_limit`` it stops
-   and the chain DP's plan is returned (``meta["status"]`` says which limit;
-   ``meta["exact"]`` False).
+   and the best of the chain DPs' plans and the full DP's incumbent is returned
+   (``meta["status"]`` says which limit; ``meta["exact"]`` False).
 
 ``meta["exact"]`` is True only when the full DP finished on exact costs with
 nothing pinned: the plan is then optimal among all contiguous splits.
