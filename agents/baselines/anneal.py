@@ -59,7 +59,7 @@ def initial_placement(prob: Problem, rng: np.random.Generator) -> np.ndarray:
     )
 
 
-def unit_placement(prob: Problem, placement: np.ndarray) -> np.ndarray:
+def unit_placement(prob: Problem, placement: np.ndarray, who: str = "anneal") -> np.ndarray:
     """The per-unit form of a per-node ``placement``; ``ValueError`` if it splits a colocation group."""
     p = check_placement(placement, prob.graph, prob.cluster)
     up = np.full(prob.num_units, -1, dtype=np.int64)
@@ -68,7 +68,7 @@ def unit_placement(prob: Problem, placement: np.ndarray) -> np.ndarray:
     if len(split):
         i = int(split[0])
         raise ValueError(
-            f"anneal: init puts node {prob.graph.name[i]!r} on device {int(p[i])} but its colocation "
+            f"{who}: init puts node {prob.graph.name[i]!r} on device {int(p[i])} but its colocation "
             f"group on device {int(up[prob.unit_of[i]])}; expected one device per group"
         )
     return up

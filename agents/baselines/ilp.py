@@ -339,7 +339,7 @@ def ilp(
     model = build_model(graph, cluster)
     warm, warm_info = None, {}
     if init is not None:  # a given per-node placement (e.g. ideal_dp's plan) replaces the DP
-        warm = unit_placement(prob, init)
+        warm = unit_placement(prob, init, who="ilp")
         if not prob.fits(warm):
             raise ValueError(
                 "ilp: init does not fit the devices' memory (or puts a unit where it cannot run)"

@@ -260,3 +260,19 @@ def test_ilp_equals_brute_force_over_all_placements(seed, n, cpu, uniform, group
     assert plan.meta["ilp_status"] == "Optimal" and plan.meta["mip_gap"] < 1e-5
     if plan.meta["warm_start"]:
         assert plan.meta["ilp_objective"] <= plan.meta["warm_objective"] * (1 + 1e-12)
+
+
+def test_ilp_init_is_its_start_and_is_checked():
+    rng = np.random.default_rng(5)
+    g = dag_graph(rng, 6, 0.5, groups=False, explicit=False).replace(
+        group=np.array([0, 0, 1, 2, 3, 4])
+    )
+    c = cluster_of(rng, 2, cpu=True, mem=1e9)
+    sim = Simulator(g, c, objective="max_load")
+    init = np.zeros(6, dtype=np.int64)
+    plan = B.get("ilp")(g, c, sim, None, init=init, time_limit=10.0)
+    start = Simulator(g, c, objective="max_load").evaluate(init).step_time
+    assert plan.meta["warm_objective"] == pytest.approx(start, rel=1e-9)
+    assert plan.meta["step_time"] <= start * (1 + 1e-12)
+    with pytest.raises(ValueError, match="ilp: init puts node"):
+        B.get("ilp")(g, c, sim, None, init=np.array([0, 1, 0, 0, 0, 0]))
