@@ -39,6 +39,8 @@ _REGISTRY: dict[str, str] = {
     "m_etf": "agents.baselines.baechi:m_etf",
     "m_sct": "agents.baselines.baechi:m_sct",
     "pipedream_dp": "agents.baselines.pipedream:pipedream_dp",
+    "chain_dp": "agents.baselines.pipedream:chain_dp",
+    "ideal_dp": "agents.baselines.ideal_dp:ideal_dp",
     "ilp": "agents.baselines.ilp:ilp",
     "anneal": "agents.baselines.anneal:anneal",
 }

@@ -4,9 +4,13 @@ After FlexFlow's execution-optimizer search (Jia, Zaharia & Aiken, "Beyond
 Data and Model Parallelism for Deep Neural Networks", SysML 2019), which runs
 Metropolis-Hastings over strategies scored by a simulator, and classic
 simulated annealing (Kirkpatrick et al., Science 1983). It minimises the
-**oracle's step time** directly. A move reassigns one colocation unit to
-another device that can run it and has room under the static-memory model
-(or, when no such move is found, swaps two units). A move is accepted with
+**oracle's step time** directly. Each step draws one of the moves placement
+papers use (:func:`propose`): shift a stage boundary (units next to a change of
+device along the topological order join the other side, as in pipeline
+partitioners), move a unit to a device that holds one of its graph neighbours
+(Placeto / Baechi-style locality), swap the devices of two units, or move a
+whole colocation group to a random device (the only move before); moves keep the
+static-memory model (:class:`Problem`). A move is accepted with
 probability ``min(1, exp(-(new - cur) / T))``; plans the oracle reports as
 out of memory are rejected. ``T`` decays geometrically from ``t0 * cur`` to
 ``t_end * t0 * cur``. The search starts from ``init`` when given (a per-node
@@ -55,7 +59,7 @@ def initial_placement(prob: Problem, rng: np.random.Generator) -> np.ndarray:
     )
 
 
-def unit_placement(prob: Problem, placement: np.ndarray) -> np.ndarray:
+def unit_placement(prob: Problem, placement: np.ndarray, who: str = "anneal") -> np.ndarray:
     """The per-unit form of a per-node ``placement``; ``ValueError`` if it splits a colocation group."""
     p = check_placement(placement, prob.graph, prob.cluster)
     up = np.full(prob.num_units, -1, dtype=np.int64)
@@ -64,41 +68,116 @@ def unit_placement(prob: Problem, placement: np.ndarray) -> np.ndarray:
     if len(split):
         i = int(split[0])
         raise ValueError(
-            f"anneal: init puts node {prob.graph.name[i]!r} on device {int(p[i])} but its colocation "
+            f"{who}: init puts node {prob.graph.name[i]!r} on device {int(p[i])} but its colocation "
             f"group on device {int(up[prob.unit_of[i]])}; expected one device per group"
         )
     return up
 
 
+#: Move kinds and their probabilities (placement papers' neighbourhoods; see the module docstring).
+MOVES: dict[str, float] = {"boundary": 0.3, "neighbour": 0.3, "swap": 0.2, "group": 0.2}
+
+
+def unit_neighbours(prob: Problem) -> list[np.ndarray]:
+    """Units joined to each unit by a unit edge (either direction)."""
+    U = prob.num_units
+    a = np.concatenate([prob.usrc, prob.udst])
+    b = np.concatenate([prob.udst, prob.usrc])
+    order = np.argsort(a, kind="stable")
+    ptr = np.zeros(U + 1, dtype=np.int64)
+    np.cumsum(np.bincount(a, minlength=U), out=ptr[1:])
+    b = b[order]
+    return [np.unique(b[ptr[u] : ptr[u + 1]]) for u in range(U)]
+
+
+def _fits_move(prob: Problem, use: np.ndarray, units: np.ndarray, src: np.ndarray, t: int) -> bool:
+    """Whether moving ``units`` (now on devices ``src``) to device ``t`` keeps ``t`` within memory."""
+    moving = units[src != t]
+    if not len(moving):
+        return False
+    if not prob.allowed[moving, t].all():
+        return False
+    return bool(use[t] + prob.umem[moving, t].sum() <= prob.capacity[t])
+
+
 def propose(
-    prob: Problem, up: np.ndarray, use: np.ndarray, rng: np.random.Generator
-) -> np.ndarray | None:
-    """A neighbour of ``up`` that fits the memory model: move one unit, else swap two."""
+    prob: Problem,
+    up: np.ndarray,
+    use: np.ndarray,
+    rng: np.random.Generator,
+    nbrs: list[np.ndarray] | None = None,
+    kind: str | None = None,
+) -> tuple[np.ndarray, str] | None:
+    """A neighbour of ``up`` that fits the memory model, and the move that made it.
+
+    ``kind`` (default: drawn from :data:`MOVES`): ``"boundary"`` shifts a stage boundary
+    (along the units' topological order, the 1-3 units just before or after a change of
+    device join the device on the other side); ``"neighbour"`` moves a unit to a device
+    holding one of its graph neighbours; ``"swap"`` exchanges the devices of two units;
+    ``"group"`` moves a unit -- a whole colocation group -- to a random other device.
+    Up to 32 draws per move; ``None`` when none fits.
+    """
     U, D = prob.num_units, prob.num_devices
-    allowed = prob.allowed
     if D < 2 or U == 0:
         return None
-    for _ in range(32):
-        u = int(rng.integers(U))
-        d = int(up[u])
-        ok = np.flatnonzero(allowed[u] & (use + prob.umem[u] <= prob.capacity))
-        ok = ok[ok != d]
-        if len(ok):
+    allowed = prob.allowed
+    if nbrs is None:
+        nbrs = unit_neighbours(prob)
+    names = list(MOVES)
+    kinds = (
+        [kind]
+        if kind
+        else list(rng.choice(names, size=len(names), replace=False, p=list(MOVES.values())))
+    )
+    seq = up[prob.order]
+    cuts = np.flatnonzero(seq[1:] != seq[:-1])  # boundary between positions i and i+1
+    for k in kinds:
+        for _ in range(32):
             new = up.copy()
-            new[u] = int(rng.choice(ok))
-            return new
-    for _ in range(32):
-        u, v = (int(x) for x in rng.integers(U, size=2))
-        a, b = int(up[u]), int(up[v])
-        if a == b or not (allowed[u, b] and allowed[v, a]):
-            continue
-        if (
-            use[a] - prob.umem[u, a] + prob.umem[v, a] <= prob.capacity[a]
-            and use[b] - prob.umem[v, b] + prob.umem[u, b] <= prob.capacity[b]
-        ):
-            new = up.copy()
-            new[u], new[v] = b, a
-            return new
+            if k == "boundary":
+                if not len(cuts):
+                    break
+                i = int(rng.choice(cuts))
+                w = int(rng.integers(1, 4))
+                if rng.random() < 0.5:  # the units before the cut join the device after it
+                    pos = np.arange(max(i - w + 1, 0), i + 1)
+                    t = int(seq[i + 1])
+                else:
+                    pos = np.arange(i + 1, min(i + 1 + w, U))
+                    t = int(seq[i])
+                units = prob.order[pos]
+                if not _fits_move(prob, use, units, up[units], t):
+                    continue
+                new[units] = t
+            elif k == "neighbour":
+                u = int(rng.integers(U))
+                devs = np.unique(up[nbrs[u]]) if len(nbrs[u]) else np.zeros(0, dtype=np.int64)
+                devs = devs[devs != up[u]]
+                if not len(devs):
+                    continue
+                t = int(rng.choice(devs))
+                if not _fits_move(prob, use, np.array([u]), up[[u]], t):
+                    continue
+                new[u] = t
+            elif k == "swap":
+                u, v = (int(x) for x in rng.integers(U, size=2))
+                a, b = int(up[u]), int(up[v])
+                if a == b or not (allowed[u, b] and allowed[v, a]):
+                    continue
+                if not (
+                    use[a] - prob.umem[u, a] + prob.umem[v, a] <= prob.capacity[a]
+                    and use[b] - prob.umem[v, b] + prob.umem[u, b] <= prob.capacity[b]
+                ):
+                    continue
+                new[u], new[v] = b, a
+            else:  # "group"
+                u = int(rng.integers(U))
+                ok = np.flatnonzero(allowed[u] & (use + prob.umem[u] <= prob.capacity))
+                ok = ok[ok != up[u]]
+                if not len(ok):
+                    continue
+                new[u] = int(rng.choice(ok))
+            return new, str(k)
     return None
 
 
@@ -137,13 +216,18 @@ def anneal(
     temp0 = t0 * (cur_cost if np.isfinite(cur_cost) else 1.0)
     decay = t_end ** (1.0 / max(n_eval - 1, 1))
     temp = temp0
+    nbrs = unit_neighbours(prob)
+    tried = dict.fromkeys(MOVES, 0)
+    took = dict.fromkeys(MOVES, 0)
     while spent < n_eval:
-        new = propose(prob, cur, use, rng)
-        if new is None:
+        step = propose(prob, cur, use, rng, nbrs)
+        if step is None:
             stuck += 1
             if stuck > 10 * n_eval:
                 break
             continue
+        new, kind = step
+        tried[kind] += 1
         r = evaluate_units(prob, new)
         spent += 1
         temp *= decay
@@ -152,6 +236,7 @@ def anneal(
         cost = float(r.step_time)
         if cost <= cur_cost or rng.random() < math.exp(-(cost - cur_cost) / max(temp, 1e-300)):
             cur, cur_cost, accepted = new, cost, accepted + 1
+            took[kind] += 1
             use = prob.memory_use(cur)
             if best is None or cost < best[0]:
                 best = (cost, new, r)
@@ -170,4 +255,6 @@ def anneal(
         acceptance_rate=accepted / max(spent - 1, 1),
         seed=seed,
         warm_start=init is not None,
+        moves_tried=tried,
+        moves_accepted=took,
     )

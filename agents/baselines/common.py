@@ -276,7 +276,9 @@ def make_problem(
         for k, d in enumerate(device_chain(cluster)):
             frac[d] = min(M, cluster.num_devices - k) / M
         umem = param[:, None] + act[:, None] * frac[None, :]
-    reserve = float(graph.out_bytes.max(initial=0.0)) / M
+    # max-load counts parameter bytes only (Simulator): no transient reserve
+    max_load = getattr(oracle, "objective", "makespan") == "max_load"
+    reserve = 0.0 if max_load else float(graph.out_bytes.max(initial=0.0)) / M
     capacity = np.maximum(cluster.memory - reserve, 0.0)
     pos = np.empty(graph.num_nodes, dtype=np.int64)
     pos[graph.topo_order] = np.arange(graph.num_nodes)

@@ -1,136 +1,211 @@
-"""`ilp`: an exact mixed-integer program for the max-load placement objective, solved with HiGHS.
+"""`ilp`: the max-load placement MILP with the simulator's exact transfer accounting, solved by HiGHS.
 
-After Tarnawski, Phanishayee, Devanur, Mahajan & Nina Paravecino, "Efficient
-Algorithms for Device Placement of DNN Graph Operators" (NeurIPS 2020), whose
-max-load objective is the steady-state time per sample of a pipeline. The
-program minimises the **largest device load** (:meth:`Problem.max_load`): a
-device's load is the compute time of its colocation units plus, for every unit
-edge whose ends sit on different devices ``a -> b``, the transfer time
-``lat(a, b) + bytes / bw(a, b)`` charged to both ``a`` and ``b``::
+After the integer program of Tarnawski, Phanishayee, Devanur, Mahajan & Nina
+Paravecino, "Efficient Algorithms for Device Placement of DNN Graph Operators"
+(NeurIPS 2020), for the max-load objective (steady-state time per sample of a
+pipeline). Placements need not be contiguous. The cost accounting is exactly
+``Simulator(objective="max_load")`` (:class:`agents.baselines.maxload.MaxLoadModel`):
+per producer *node* ``x`` and destination device ``b`` holding a consumer,
+``c(x, b)`` is charged to ``b`` and ``max_b c(x, b)`` to ``x``'s device, CPUs
+never pay. With ``x[u, d]`` binary (unit ``u`` on device ``d``), ``X`` the unit of
+``x`` and ``k`` the transfer cost of ``x``'s largest edge into consumer unit ``V``::
 
     min L
-    s.t. sum_d x[u, d] = 1                              every unit on one device
-         sum_u mem[u] x[u, d] <= capacity[d]            static memory
-         y[e, a, b] >= x[s_e, a] + x[t_e, b] - 1        edge e crosses a -> b (a != b)
-         L >= sum_u time[u, d] x[u, d]
-              + sum_{e, b != d} c_e(d, b) y[e, d, b] + c_e(b, d) y[e, b, d]
-         x binary (0 where the unit cannot run), y >= 0
+    s.t. sum_d x[u, d] = 1                                  every unit on one device
+         sum_u mem[u] x[u, d] <= capacity[d]                memory (parameter bytes for max-load)
+         r[x, b] >= k(x, V, a, b) (x[X, a] + x[V, b] - 1)   x on a sends to b    (a != b, b pays)
+         o[x, a] >= k(x, V, a, b) (x[X, a] + x[V, b] - 1)   x's own charge on a  (a != b, a pays)
+         L >= sum_u time[u, d] x[u, d] + sum_x r[x, d] + o[x, d]      every device d
+         x binary (0 where the unit cannot run or does not fit alone), r, o >= 0
 
-The model is exact for the objective; its size grows as ``U*D + E*D*(D-1)``, so
-graphs above ``max_variables`` are refused (coarsen them first). HiGHS runs
-under ``time_limit`` seconds, warm-started from the pipeline DP's plan, and the
-plan's ``meta["mip_gap"]`` reports the relative optimality gap it proved
-(0 = optimal).
+At an integral ``x`` the least feasible ``r[x, b]`` is ``max_V k`` over ``x``'s consumer
+units on ``b`` = ``c(x, b)``, and the least ``o[x, a]`` is ``max_b c(x, b)``, so the
+optimum of the program is the simulator's max-load optimum. When every route
+between two devices costs the same (``MaxLoadModel.uniform``) the ``a, b`` pairs
+collapse to ``r[x, d] >= k (x[V, d] - x[X, d])`` and ``o[x, d] >= k (x[X, d] -
+x[V, d])``, ``D`` rows per (producer, consumer unit) instead of ``D (D - 1)`` each.
+
+HiGHS runs under ``time_limit`` seconds, warm-started from `ideal_dp`'s
+contiguous optimum. ``meta``: ``ilp_objective`` (the incumbent's max-load,
+seconds, recomputed from its placement), ``ilp_bound`` (HiGHS's proven lower
+bound), ``mip_gap`` (``(objective - bound) / objective``; 0 = proven optimal),
+``ilp_status``, ``warm_start`` and ``warm_objective``.
 """
 
 from __future__ import annotations
+
+import time
+from typing import Any
 
 import highspy
 import numpy as np
 import scipy.sparse as sp
 
-from agents.baselines.common import (
-    InfeasiblePlanError,
-    Problem,
-    finish,
-    make_problem,
-    oracle_calls_start,
-)
-from agents.baselines.pipedream import dp_placement
+from agents.baselines.anneal import unit_placement
+from agents.baselines.common import InfeasiblePlanError, Problem, finish, oracle_calls_start
+from agents.baselines.ideal_dp import exact_problem, solve_ideal_dp
+from agents.baselines.maxload import MaxLoadModel, build_model
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
 from placement_env.oracles.base import Oracle
 
-#: Default cap on the model's columns (``U*D + E*D*(D-1) + 1``).
-MAX_VARIABLES = 250_000
+#: Default cap on the model's columns.
+MAX_VARIABLES = 500_000
+#: Default cap on its rows (HiGHS's presolve and root LP stop answering its time limit far above).
+MAX_ROWS = 600_000
 
 
-def _warm_start(prob: Problem) -> np.ndarray | None:
-    try:
-        return dp_placement(prob)
-    except InfeasiblePlanError:
-        return None
+def _groups(prob: Problem, model: MaxLoadModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(producer node, consumer unit, index into model pairs -> group)`` of cross-unit pairs."""
+    U = prob.num_units
+    X = prob.unit_of[model.psrc]
+    V = prob.unit_of[model.pdst]
+    cross = np.flatnonzero(X != V)
+    key = model.psrc[cross] * max(U, 1) + V[cross]
+    uniq, inv = np.unique(key, return_inverse=True)
+    return (uniq // max(U, 1)).astype(np.int64), (uniq % max(U, 1)).astype(np.int64), cross, inv
+
+
+def unit_times(prob: Problem, model: MaxLoadModel) -> np.ndarray:
+    """``float64[U, D]`` compute microseconds of each unit on each device (inf = cannot run)."""
+    t = np.zeros((prob.num_units, model.num_devices))
+    np.add.at(t, prob.unit_of, model.comp)
+    return t
 
 
 def solve_max_load(
     prob: Problem,
+    model: MaxLoadModel,
     *,
-    time_limit: float = 30.0,
+    time_limit: float = 60.0,
     mip_rel_gap: float = 1e-6,
     max_variables: int = MAX_VARIABLES,
+    max_rows: int = MAX_ROWS,
     threads: int = 1,
-) -> tuple[np.ndarray, dict]:
-    """Solve the MILP; returns ``(unit placement, info)`` with objective, bound, gap and status."""
-    U, D = prob.num_units, prob.num_devices
-    E = len(prob.usrc)
-    pairs = [(a, b) for a in range(D) for b in range(D) if a != b]
-    P = len(pairs)
-    nx, ny = U * D, E * P
-    nvar = nx + ny + 1
+    warm: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Solve the MILP; ``(device of each unit, info)`` with objective, bound, gap and status."""
+    U, D = prob.num_units, model.num_devices
+    gx, gV, cross, ginv = _groups(prob, model)
+    G = len(gx)
+    producers, gp = np.unique(gx, return_inverse=True)
+    Px = len(producers)
+    pay = np.flatnonzero(~model.nocomm)
+    C = len(pay)
+    cpos = np.full(D, -1, dtype=np.int64)
+    cpos[pay] = np.arange(C)
+    nx = U * D
+    nr = Px * C
+    nvar = nx + 2 * nr + 1
     if nvar > max_variables:
         raise ValueError(
-            f"ilp: graph {prob.graph.meta.get('name', '?')!r} has {U} colocation units and {E} unit "
-            f"edges on {D} devices, i.e. {nvar} variables > max_variables={max_variables}; coarsen "
-            "the graph (graphs.coarsening) or raise max_variables"
+            f"ilp: graph {prob.graph.meta.get('name', '?')!r} has {U} colocation units and {Px} "
+            f"producer nodes with consumers in other units on {D} devices, i.e. {nvar} variables > "
+            f"max_variables={max_variables}; coarsen the graph (graphs.coarsening) or raise max_variables"
         )
-    allowed = prob.allowed
-    tcost = np.where(np.isfinite(prob.time), prob.time, 0.0)
-    scale = 1.0 / max(float(tcost.max(initial=0.0)), 1e-12)  # O(1) coefficients
-    pa = np.array([a for a, _ in pairs], dtype=np.int64)
-    pb = np.array([b for _, b in pairs], dtype=np.int64)
-    # c[e, p] = transfer time of edge e over pair p
-    c = (prob.lat[pa, pb][None, :] + prob.ubytes[:, None] / prob.bw[pa, pb][None, :]) * scale
+    n_rows = (
+        U
+        + D
+        + int(np.isfinite(prob.capacity).sum())
+        + 2 * G * (C if model.uniform else D * (D - 1))
+    )
+    if n_rows > max_rows:
+        raise ValueError(
+            f"ilp: graph {prob.graph.meta.get('name', '?')!r} has {G} (producer node, consumer unit) "
+            f"pairs on {D} devices, i.e. about {n_rows} rows > max_rows={max_rows}; coarsen the graph "
+            "(graphs.coarsening) or raise max_rows"
+        )
+    T = unit_times(prob, model)
+    allowed = np.isfinite(T) & (prob.mem[:, None] <= prob.capacity[None, :])
+    tcost = np.where(np.isfinite(T), T, 0.0)
+    scale = 1.0 / max(float(tcost.max(initial=0.0)), 1e-12)
     xi = np.arange(nx).reshape(U, D)
-    yi = nx + np.arange(ny).reshape(E, P) if E else np.zeros((0, P), dtype=np.int64)
+    ri = nx + np.arange(nr).reshape(max(Px, 0), C) if C else np.zeros((Px, 0), dtype=np.int64)
+    oi = nx + nr + np.arange(nr).reshape(max(Px, 0), C) if C else np.zeros((Px, 0), dtype=np.int64)
     L = nvar - 1
-    rows, cols, vals, lo, hi = [], [], [], [], []
+    X = prob.unit_of[gx]
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    lo: list[np.ndarray] = []
+    hi: list[np.ndarray] = []
     r = 0
-    # one device per unit
     rows.append(np.repeat(np.arange(U), D))
     cols.append(xi.ravel())
     vals.append(np.ones(nx))
     lo.append(np.ones(U))
     hi.append(np.ones(U))
     r += U
-    # memory
-    cap = np.where(np.isfinite(prob.capacity), prob.capacity, np.inf)
-    finite_cap = np.flatnonzero(np.isfinite(cap))
-    for k, d in enumerate(finite_cap):
-        rows.append(np.full(U, r + k))
+    for d in np.flatnonzero(np.isfinite(prob.capacity)):
+        sc = max(float(prob.capacity[d]), 1.0)
+        rows.append(np.full(U, r))
         cols.append(xi[:, d])
-        vals.append(prob.umem[:, d] / max(cap[d], 1.0))
-        lo.append([-np.inf])
-        hi.append([cap[d] / max(cap[d], 1.0)])
-    r += len(finite_cap)
-    # crossing indicators: y - x[s, a] - x[t, b] >= -1
-    if E:
-        ridx = r + np.arange(E * P)
-        rows += [ridx, ridx, ridx]
-        cols += [yi.ravel(), xi[prob.usrc][:, pa].ravel(), xi[prob.udst][:, pb].ravel()]
-        vals += [np.ones(E * P), -np.ones(E * P), -np.ones(E * P)]
-        lo.append(np.full(E * P, -1.0))
-        hi.append(np.full(E * P, np.inf))
-        r += E * P
-    # loads: compute + transfers - L <= 0
+        vals.append(prob.mem / sc)
+        lo.append(np.array([-np.inf]))
+        hi.append(np.array([prob.capacity[d] / sc]))
+        r += 1
+    # transfer rows: "var >= k * (...)" written as var - k*x... >= rhs; remember (row -> var) for warm starts
+    link_var: list[np.ndarray] = []
+    if G and C:
+        if model.uniform:
+            k = np.zeros(G)
+            np.maximum.at(k, ginv, model.uniform_cost()[cross])
+            k *= scale
+            gg, dd = np.meshgrid(np.arange(G), pay, indexing="ij")
+            gg, dd = gg.ravel(), dd.ravel()
+            kk = k[gg]
+            for var, sx, sv in ((ri, +1.0, -1.0), (oi, -1.0, +1.0)):
+                m = len(gg)
+                ridx = r + np.arange(m)
+                vcol = var[gp[gg], cpos[dd]]
+                rows += [ridx, ridx, ridx]
+                cols += [vcol, xi[X[gg], dd], xi[gV[gg], dd]]
+                vals += [np.ones(m), sx * kk, sv * kk]
+                lo.append(np.zeros(m))
+                hi.append(np.full(m, np.inf))
+                link_var.append(vcol)
+                r += m
+        else:
+            pa, pb = np.nonzero(~np.eye(D, dtype=bool))
+            for a, b in zip(pa.tolist(), pb.tolist()):
+                k = np.zeros(G)
+                np.maximum.at(k, ginv, model.pair_cost(a, b)[cross])
+                k *= scale
+                for var, dev in ((ri, b), (oi, a)):
+                    if cpos[dev] < 0:
+                        continue
+                    ridx = r + np.arange(G)
+                    vcol = var[gp, cpos[dev]]
+                    rows += [ridx, ridx, ridx]
+                    cols += [vcol, xi[X, a], xi[gV, b]]
+                    vals += [np.ones(G), -k, -k]
+                    lo.append(-k)
+                    hi.append(np.full(G, np.inf))
+                    link_var.append(vcol)
+                    r += G
+    n_link_rows = sum(len(v) for v in link_var)
+    link_start = r - n_link_rows
+    load_start = r
     for d in range(D):
-        rows.append(np.full(U, r + d))
+        rows.append(np.full(U, r))
         cols.append(xi[:, d])
         vals.append(tcost[:, d] * scale)
-        touch = np.flatnonzero((pa == d) | (pb == d))
-        if E and len(touch):
-            rows.append(np.full(E * len(touch), r + d))
-            cols.append(yi[:, touch].ravel())
-            vals.append(c[:, touch].ravel())
-        rows.append(np.array([r + d]))
+        if cpos[d] >= 0 and Px:
+            rows.append(np.full(2 * Px, r))
+            cols.append(np.concatenate([ri[:, cpos[d]], oi[:, cpos[d]]]))
+            vals.append(np.ones(2 * Px))
+        rows.append(np.array([r]))
         cols.append(np.array([L]))
         vals.append(np.array([-1.0]))
+        r += 1
     lo.append(np.full(D, -np.inf))
     hi.append(np.zeros(D))
-    r += D
     A = sp.csc_matrix(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, nvar)
     )
+    row_lo = np.concatenate([np.asarray(v, float) for v in lo])
+    row_hi = np.concatenate([np.asarray(v, float) for v in hi])
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = nvar, r
     cost = np.zeros(nvar)
@@ -140,63 +215,103 @@ def solve_max_load(
     ub = np.full(nvar, np.inf)
     ub[:nx] = allowed.ravel().astype(float)
     lp.col_upper_ = ub
-    lp.row_lower_ = np.concatenate([np.asarray(x, float) for x in lo])
-    lp.row_upper_ = np.concatenate([np.asarray(x, float) for x in hi])
+    lp.row_lower_ = row_lo
+    lp.row_upper_ = row_hi
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_ = A.indptr
     lp.a_matrix_.index_ = A.indices
     lp.a_matrix_.value_ = A.data
     lp.integrality_ = [highspy.HighsVarType.kInteger] * nx + [highspy.HighsVarType.kContinuous] * (
-        ny + 1
+        nvar - nx
     )
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     h.setOptionValue("threads", int(threads))
     h.setOptionValue("random_seed", 0)
     h.passModel(lp)
-    warm = _warm_start(prob)
-    if warm is not None and prob.fits(warm):
-        sol = highspy.HighsSolution()
-        x0 = np.zeros(nvar)
-        x0[xi[np.arange(U), warm]] = 1.0
-        if E:
-            cross = np.zeros((E, P))
-            pid = {p: k for k, p in enumerate(pairs)}
-            for e in range(E):
-                a, b = warm[prob.usrc[e]], warm[prob.udst[e]]
-                if a != b:
-                    cross[e, pid[(int(a), int(b))]] = 1.0
-            x0[nx : nx + ny] = cross.ravel()
-        x0[L] = prob.max_load(warm) * scale
-        sol.col_value = x0.tolist()
-        h.setSolution(sol)
+    if warm is not None:
+        _set_start(
+            h, A, warm, xi, nx, L, nvar, row_lo, link_var, link_start, load_start, n_link_rows
+        )
+    t0 = time.perf_counter()
     h.run()
+    sol = np.asarray(h.getSolution().col_value)
+    if (
+        warm is not None
+        and h.getInfo().primal_solution_status == 2
+        and abs(h.getInfo().objective_function_value - sol[L]) > 1e-9 * max(abs(sol[L]), 1.0)
+    ):
+        # HiGHS 1.16 can return an optimal start with its objective and bound unset; solve
+        # again without the start so the reported bound is HiGHS's own proof
+        h.clearSolver()
+        h.passModel(lp)
+        h.setOptionValue("time_limit", max(time_limit - (time.perf_counter() - t0), 0.01))
+        h.run()
+        sol = np.asarray(h.getSolution().col_value)
     status = h.modelStatusToString(h.getModelStatus())
     info = h.getInfo()
-    if info.primal_solution_status != 2:  # no feasible integer solution
+    if info.primal_solution_status != 2:
         raise InfeasiblePlanError(
             f"ilp: HiGHS found no memory-feasible placement of {prob.graph.meta.get('name', '?')!r} "
-            f"(status: {status})"
+            f"(status: {status}{'' if status != 'Time limit reached' else f' after {time_limit} s'})"
         )
-    xv = np.asarray(h.getSolution().col_value)[:nx].reshape(U, D)
+    xv = sol[:nx].reshape(U, D)
     up = np.argmax(xv, axis=1).astype(np.int64)
-    obj = prob.max_load(up)
-    # loads are non-negative, so 0 is always a valid bound: the gap lies in [0, 1]
+    if warm is not None and model.max_load(warm[prob.unit_of]) < model.max_load(up[prob.unit_of]):
+        up = np.asarray(warm, dtype=np.int64)  # never worse than the start
+    obj = model.max_load(up[prob.unit_of]) * 1e-6
     bound = (
-        max(float(info.mip_dual_bound) / scale, 0.0) if np.isfinite(info.mip_dual_bound) else 0.0
+        max(float(info.mip_dual_bound) / scale * 1e-6, 0.0)
+        if np.isfinite(info.mip_dual_bound)
+        else 0.0
     )
-    gap = max(0.0, (obj - bound) / obj) if obj > 0 else 0.0
+    bound = min(bound, obj)
+    gap = (obj - bound) / obj if obj > 0 else 0.0
     return up, {
         "ilp_objective": obj,
         "ilp_bound": bound,
         "mip_gap": float(gap),
         "ilp_status": status,
-        "ilp_variables": nvar,
+        "ilp_seconds": time.perf_counter() - t0,
+        "ilp_variables": int(nvar),
+        "ilp_rows": int(r),
         "ilp_nodes": int(info.mip_node_count),
-        "warm_start": warm is not None,
+        "ilp_formulation": "uniform routes" if model.uniform else "per device pair",
+        "cost_model_exact": bool(model.exact),
     }
+
+
+def _set_start(
+    h: highspy.Highs,
+    A: sp.csc_matrix,
+    warm: np.ndarray,
+    xi: np.ndarray,
+    nx: int,
+    L: int,
+    nvar: int,
+    row_lo: np.ndarray,
+    link_var: list[np.ndarray],
+    link_start: int,
+    load_start: int,
+    n_link_rows: int,
+) -> None:
+    """Give HiGHS the placement ``warm`` with the least transfer and load values it implies."""
+    U = xi.shape[0]
+    x0 = np.zeros(nvar)
+    x0[xi[np.arange(U), warm]] = 1.0
+    # least continuous values that satisfy every transfer row, then the loads
+    Ar = A.tocsr()
+    if n_link_rows:
+        need = row_lo[link_start:load_start] - Ar[link_start:load_start] @ x0
+        vcols = np.concatenate(link_var)
+        np.maximum.at(x0, vcols, need)
+        x0[nx:L] = np.maximum(x0[nx:L], 0.0)
+    x0[L] = max(float((Ar[load_start:] @ x0).max(initial=0.0)), 0.0)
+    sol = highspy.HighsSolution()
+    sol.col_value = x0.tolist()
+    h.setSolution(sol)
 
 
 def ilp(
@@ -205,13 +320,57 @@ def ilp(
     oracle: Oracle,
     budget: int | None = None,
     *,
-    time_limit: float = 30.0,
+    time_limit: float = 60.0,
+    warm_time_limit: float | None = None,
     max_variables: int = MAX_VARIABLES,
+    max_rows: int = MAX_ROWS,
+    warm_start: bool = True,
+    init: np.ndarray | None = None,
 ) -> Plan:
-    """Max-load MILP with HiGHS, time-limited; ``meta["mip_gap"]`` is the proven gap (one evaluation)."""
+    """Max-load MILP (HiGHS), warm-started from `ideal_dp`; one oracle evaluation.
+
+    ``time_limit`` bounds HiGHS; ``warm_time_limit`` (default ``time_limit``) the DP.
+    ``init``: a per-node placement (colocation groups kept together) to start from
+    instead of solving `ideal_dp`. For a makespan oracle the memory rule charges every microbatch's activations
+    (an upper bound on any schedule) and the oracle's step time is reported.
+    """
     start = oracle_calls_start(oracle)
-    # its placements are arbitrary, not pipelines: charge every microbatch's activations
-    # (an upper bound on any schedule), so a plan the MILP accepts never runs out of memory
-    prob = make_problem(graph, cluster, oracle, act_fraction=1.0)
-    up, info = solve_max_load(prob, time_limit=time_limit, max_variables=max_variables)
-    return finish(prob, up, "ilp", start, objective="max_load", **info)
+    prob = exact_problem(graph, cluster, oracle)
+    model = build_model(graph, cluster)
+    warm, warm_info = None, {}
+    if init is not None:  # a given per-node placement (e.g. ideal_dp's plan) replaces the DP
+        warm = unit_placement(prob, init, who="ilp")
+        if not prob.fits(warm):
+            raise ValueError(
+                "ilp: init does not fit the devices' memory (or puts a unit where it cannot run)"
+            )
+        warm_info = {"warm_objective": float(model.max_load(warm[prob.unit_of]) * 1e-6)}
+    elif warm_start:
+        try:
+            warm, wi = solve_ideal_dp(
+                prob, model, time_limit=time_limit if warm_time_limit is None else warm_time_limit
+            )
+            warm_info = {
+                "warm_objective": float(model.max_load(warm[prob.unit_of]) * 1e-6),
+                "warm_exact": wi["exact"],
+            }
+        except InfeasiblePlanError:
+            warm = None
+    up, info = solve_max_load(
+        prob,
+        model,
+        time_limit=time_limit,
+        max_variables=max_variables,
+        max_rows=max_rows,
+        warm=warm,
+    )
+    return finish(
+        prob,
+        up,
+        "ilp",
+        start,
+        objective="max_load",
+        warm_start=warm is not None,
+        **warm_info,
+        **info,
+    )

@@ -1,8 +1,16 @@
-"""`pipedream_dp`: optimal contiguous pipeline stages by dynamic programming.
+"""`chain_dp` (alias `pipedream_dp`): optimal contiguous pipeline stages on a device chain, by DP.
 
-After PipeDream (Narayanan et al., SOSP 2019) and DAPPLE (Fan et al., PPoPP
-2021). The colocation units are taken in a topological order and cut into
-``S <= D`` contiguous stages; stage ``k`` runs on device ``chain[k]`` of the
+After the partitioning DP of PipeDream (Narayanan et al., SOSP 2019) and DAPPLE
+(Fan et al., PPoPP 2021), **without stage replication**: PipeDream's DP may give a
+stage ``r`` data-parallel replicas (its time divided by ``r`` plus an all-reduce of
+its weights), but a :class:`graphs.plan.Plan` of this kind puts each node on one
+device and the simulator has no weight all-reduce for an op placement, so a
+replicated stage could be neither expressed nor scored. The DP here is the
+replication-free special case, exact for its chain model; `pipedream_dp` keeps
+its historical name as an alias (``meta["algorithm"]`` is the name called).
+
+The colocation units are taken in a topological order and cut into ``S <= D``
+contiguous stages; stage ``k`` runs on device ``chain[k]`` of the
 topology-aware device chain (:func:`device_chain`). The objective minimised is
 the **bottleneck stage time** (the steady-state time per microbatch of the
 pipeline)::
@@ -142,13 +150,14 @@ def dp_placement(prob: Problem) -> np.ndarray:
     return up
 
 
-def pipedream_dp(
+def chain_dp(
     graph: CompGraph,
     cluster: Cluster,
     oracle: Oracle,
     budget: int | None = None,
     *,
     max_stages: int | None = None,
+    _name: str = "chain_dp",
 ) -> Plan:
     """Bottleneck-optimal contiguous stages on the device chain (one oracle evaluation)."""
     start = oracle_calls_start(oracle)
@@ -163,7 +172,7 @@ def pipedream_dp(
     return finish(
         prob,
         up,
-        "pipedream_dp",
+        _name,
         start,
         stage_device=chain[:S],
         unit_stage=unit_stage,
@@ -171,3 +180,15 @@ def pipedream_dp(
         stages=S,
         device_chain=chain,
     )
+
+
+def pipedream_dp(
+    graph: CompGraph,
+    cluster: Cluster,
+    oracle: Oracle,
+    budget: int | None = None,
+    *,
+    max_stages: int | None = None,
+) -> Plan:
+    """The same DP as :func:`chain_dp` under its historical name (no stage replication)."""
+    return chain_dp(graph, cluster, oracle, budget, max_stages=max_stages, _name="pipedream_dp")

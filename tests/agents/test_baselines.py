@@ -20,7 +20,9 @@ from placement_env.oracles.simulator import Simulator
 
 ALL = [
     "anneal",
+    "chain_dp",
     "expert",
+    "ideal_dp",
     "ilp",
     "m_etf",
     "m_sct",
@@ -319,7 +321,8 @@ def instances(draw):
     )
     M = draw(st.sampled_from([1, 2]))
     sched = draw(st.sampled_from(["gpipe", "1f1b"]))
-    return g, Cluster("rc", devs, links), M, sched, mem_scale
+    objective = draw(st.sampled_from(["makespan", "max_load"]))
+    return g, Cluster("rc", devs, links), M, sched, mem_scale, objective
 
 
 @settings(
@@ -329,9 +332,9 @@ def instances(draw):
 )
 @given(instances())
 def test_every_plan_respects_colocation_and_memory(inst):
-    g, c, M, sched, mem_scale = inst
+    g, c, M, sched, mem_scale, objective = inst
     for name in ALL:
-        sim = Simulator(g, c, microbatches=M, schedule=sched)
+        sim = Simulator(g, c, microbatches=M, schedule=sched, objective=objective)
         try:
             plan = run(name, g, c, sim)
         except InfeasiblePlanError:
@@ -346,7 +349,7 @@ def test_every_plan_respects_colocation_and_memory(inst):
             continue
         plan.check(g, c)
         assert plan.colocation_violations(g) == []
-        res = Simulator(g, c, microbatches=M, schedule=sched).evaluate(plan)
+        res = Simulator(g, c, microbatches=M, schedule=sched, objective=objective).evaluate(plan)
         assert not res.oom
         assert np.all(res.peak_memory <= c.memory)
         assert np.isfinite(res.step_time)
@@ -379,3 +382,42 @@ def test_every_baseline_on_gpt2_xl_dgx1():
     # 24.9 GB of persistent state cannot fit one 16 GiB V100; every other baseline must
     # return a memory-feasible plan (55 GB of activations fit 8 devices)
     assert set(found) == set(ALL) - {"single"}
+
+
+# ------------------------------------------------------------ anneal moves
+def test_anneal_moves_keep_memory_and_do_what_they_say():
+    from agents.baselines.anneal import MOVES, propose, unit_neighbours
+
+    g, c = chain6(), uniform_cluster(3)
+    prob = make_problem(g, c, Simulator(g, c))
+    up = np.array([0, 0, 1, 1, 2, 2])
+    use = prob.memory_use(up)
+    nbrs = unit_neighbours(prob)
+    rng = np.random.default_rng(0)
+    for kind in MOVES:
+        for _ in range(25):
+            new, k = propose(prob, up, use, rng, nbrs, kind=kind)
+            changed = np.flatnonzero(new != up)
+            assert k == kind and prob.fits(new) and len(changed) >= 1
+            if kind == "boundary":  # still three (or fewer) contiguous runs along the chain
+                seq = new[prob.order]
+                assert all(
+                    len(set(np.flatnonzero(seq == d))) == 0
+                    or np.ptp(np.flatnonzero(seq == d)) == len(np.flatnonzero(seq == d)) - 1
+                    for d in range(3)
+                )
+            elif kind == "neighbour":
+                (u,) = changed
+                assert new[u] in {int(up[v]) for v in nbrs[u]}
+            elif kind == "swap":
+                assert len(changed) == 2 and sorted(new) == sorted(up)
+            else:
+                assert len(changed) == 1
+
+
+def test_chain_dp_is_pipedream_dp():
+    g, c = chain6(), uniform_cluster(3)
+    a = run("chain_dp", g, c, Simulator(g, c))
+    b = run("pipedream_dp", g, c, Simulator(g, c))
+    assert a.placement.tolist() == b.placement.tolist()
+    assert (a.meta["algorithm"], b.meta["algorithm"]) == ("chain_dp", "pipedream_dp")

@@ -1,0 +1,393 @@
+"""Numba kernel of `ideal_dp`: the DP over ideals of a precedence DAG, max-load stage costs.
+
+Called by :mod:`agents.baselines.ideal_dp`, which explains the model. Terms:
+*items* are the DP's atoms (colocation units fused along cycles), numbered in a
+topological order; an *ideal* is a downward-closed item set; a *stage* is the
+difference ``I \\ J`` of two ideals ``J <= I``, placed on one device of one
+*class* (identical devices). ``dp[I, k]`` is the least bottleneck over splits of
+ideal ``I`` into stages using ``k`` devices of each class (``k`` a mixed-radix
+index over classes).
+
+The kernel relaxes forwards: ideals are taken in order of size; from each ``J``
+it enumerates every stage ``S`` (an ideal of the items outside ``J``) by reverse
+search, each exactly once (``S``'s largest item is the one added last), while
+keeping ``S``'s compute, memory and transfer charges up to date, so a stage
+costs O(its boundary) to score. A branch is cut when no class can hold ``S``
+(memory and compute only grow with ``S``) or its compute alone exceeds the
+upper bound ``UB`` (any stage of a better split costs at most ``UB``). Ideals
+are created only when reached by a stage within ``UB``, keyed by a 64-bit
+Zobrist hash and checked bit for bit.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit
+from numba import types as nbt
+from numba.typed import Dict
+
+STATUS_DONE = 0
+STATUS_TIME = 1
+STATUS_IDEALS = 2
+STATUS_COLLISION = 3
+STATUS_STACK = 4
+
+
+@njit(cache=True)
+def _recompute_out(x, optr, oidx, ocost, node_item, inS):
+    """(largest cost of x's consumers outside S, how many consumers reach it)."""
+    m = 0.0
+    cnt = 0
+    for e in range(optr[x], optr[x + 1]):
+        if not inS[node_item[oidx[e]]]:
+            if ocost[e] > m:
+                m = ocost[e]
+                cnt = 1
+            elif ocost[e] == m:
+                cnt += 1
+    return m, cnt
+
+
+@njit(cache=True)
+def ideal_dp_kernel(
+    B,  # number of items
+    sptr,  # int64[B+1] CSR successors (precedence)
+    sidx,  # int64[.]
+    npred,  # int64[B] number of distinct predecessors
+    pptr,  # int64[B+1] CSR predecessors
+    pidx,  # int64[.]
+    inptr,  # int64[B+1] CSR nodes of each item
+    inidx,  # int64[.]
+    node_item,  # int64[n]
+    optr,  # int64[n+1] CSR consumer pairs of each node (other items only)
+    oidx,  # int64[.] consumer node
+    ocost,  # float64[.] transfer cost of the pair
+    iptr,  # int64[n+1] CSR producer pairs of each node (other items only)
+    iidx,  # int64[.] producer node
+    icost,  # float64[.]
+    comp_item,  # float64[B, K] compute per item per class
+    work_item,  # float64[B] least compute of the item over classes (finite)
+    mem_item,  # float64[B]
+    cap,  # float64[K]
+    pays,  # bool[K] class is charged transfers
+    counts,  # int64[K] devices per class
+    ub0,  # float64 upper bound on the optimum (inf = none)
+    keys,  # int64[B] Zobrist keys
+    max_ideals,  # int64
+    deadline,  # float64 time.perf_counter() deadline
+):
+    K = counts.shape[0]
+    n = node_item.shape[0]
+    W = (B + 63) // 64
+    NK = 1
+    stride = np.zeros(K, np.int64)
+    for c in range(K):
+        stride[c] = NK
+        NK *= counts[c] + 1
+    kc = np.zeros((NK, K), np.int64)
+    left = np.zeros(NK, np.int64)  # devices still free in state k
+    ndev = 0
+    for c in range(K):
+        ndev += counts[c]
+    for k in range(NK):
+        r = k
+        left[k] = ndev
+        for c in range(K):
+            kc[k, c] = r % (counts[c] + 1)
+            r //= counts[c] + 1
+            left[k] -= kc[k, c]
+    total_work = 0.0
+    for v in range(B):
+        total_work += work_item[v]
+    bits = np.zeros((max_ideals, W), np.uint64)
+    isize = np.zeros(max_ideals, np.int64)
+    ihash = np.zeros(max_ideals, np.int64)
+    dp = np.full((max_ideals, NK), np.inf)
+    bJ = np.full((max_ideals, NK), -1, np.int32)
+    bC = np.full((max_ideals, NK), -1, np.int8)
+    nxt = np.full(max_ideals, -1, np.int64)
+    head = np.full(B + 1, -1, np.int64)
+    tail = np.full(B + 1, -1, np.int64)
+    table = Dict.empty(key_type=nbt.int64, value_type=nbt.int64)
+    table[0] = 0
+    nI = 1
+    dp[0, 0] = 0.0
+    head[0] = 0
+    tail[0] = 0
+    UB = ub0
+    tol = 1.0 + 1e-12
+
+    inJ = np.zeros(B, np.bool_)
+    inS = np.zeros(B, np.bool_)
+    missing = np.zeros(B, np.int64)
+    outc = np.zeros(n)
+    outn = np.zeros(n, np.int64)  # consumers outside S whose cost equals outc
+    fresh = np.full(n, -1, np.int64)  # visit at which outc was recomputed with all of v inside
+    inc = np.zeros(n)
+    ustack_cap = 2 * n + 2 * oidx.shape[0] + 2 * iidx.shape[0] + 16
+    u_node = np.empty(ustack_cap, np.int64)
+    u_kind = np.empty(ustack_cap, np.int8)
+    u_val = np.empty(ustack_cap, np.float64)
+    u_cnt = np.empty(ustack_cap, np.int64)
+    f_item = np.zeros(B + 1, np.int64)
+    f_umark = np.zeros(B + 1, np.int64)
+    f_cs = np.zeros(B + 1, np.int64)
+    f_cl = np.zeros(B + 1, np.int64)
+    f_cp = np.zeros(B + 1, np.int64)
+    f_comp = np.zeros((B + 1, K))
+    f_mem = np.zeros(B + 1)
+    f_comm = np.zeros(B + 1)
+    f_work = np.zeros(B + 1)
+    cand_cap = 64 * B + 1024
+    cand = np.empty(cand_cap, np.int64)
+    bitsS = np.zeros(W, np.uint64)
+    costc = np.zeros(K)
+    okc = np.zeros(K, np.bool_)
+    status = STATUS_DONE
+    visited = 0
+    full_hash = 0
+    for v in range(B):
+        full_hash ^= keys[v]
+
+    for s in range(B):
+        J = head[s]
+        while J != -1 and status == STATUS_DONE:
+            bestJ = np.inf
+            for k in range(NK):
+                if dp[J, k] < bestJ:
+                    bestJ = dp[J, k]
+            if bestJ > UB * tol:
+                J = nxt[J]
+                continue
+            # ---- set up J
+            workJ = total_work
+            for v in range(B):
+                inJ[v] = (bits[J, v >> 6] >> np.uint64(v & 63)) & np.uint64(1) == np.uint64(1)
+                if inJ[v]:
+                    workJ -= work_item[v]
+            ncand = 0
+            for v in range(B):
+                if inJ[v]:
+                    continue
+                m = 0
+                for e in range(pptr[v], pptr[v + 1]):
+                    if not inJ[pidx[e]]:
+                        m += 1
+                missing[v] = m
+                if m == 0:
+                    cand[ncand] = v
+                    ncand += 1
+            hJ = ihash[J]
+            hS = 0
+            sizeS = 0
+            utop = 0
+            depth = 0
+            f_cs[0] = 0
+            f_cl[0] = ncand
+            f_cp[0] = 0
+            for c in range(K):
+                f_comp[0, c] = 0.0
+            f_mem[0] = 0.0
+            f_comm[0] = 0.0
+            f_work[0] = 0.0
+            ctop = ncand
+            while True:
+                if f_cp[depth] >= f_cl[depth]:
+                    # ---- pop: undo the item that opened this frame
+                    if depth == 0:
+                        break
+                    v = f_item[depth]
+                    while utop > f_umark[depth]:
+                        utop -= 1
+                        if u_kind[utop] == 0:
+                            outc[u_node[utop]] = u_val[utop]
+                            outn[u_node[utop]] = u_cnt[utop]
+                        else:
+                            inc[u_node[utop]] = u_val[utop]
+                    inS[v] = False
+                    bitsS[v >> 6] ^= np.uint64(1) << np.uint64(v & 63)
+                    hS ^= keys[v]
+                    sizeS -= 1
+                    for e in range(sptr[v], sptr[v + 1]):
+                        missing[sidx[e]] += 1
+                    ctop = f_cs[depth]
+                    depth -= 1
+                    continue
+                v = cand[f_cs[depth] + f_cp[depth]]
+                f_cp[depth] += 1
+                visited += 1
+                if (visited & 0xFFFF) == 0:
+                    with numba.objmode(now="float64"):
+                        now = _perf_counter()
+                    if now > deadline:
+                        status = STATUS_TIME
+                        break
+                # ---- memory and compute of S + v; cut if no class can take it
+                memv = f_mem[depth] + mem_item[v]
+                anyok = False
+                for c in range(K):
+                    comp = f_comp[depth, c] + comp_item[v, c]
+                    costc[c] = comp
+                    okc[c] = memv <= cap[c] and np.isfinite(comp) and comp <= UB * tol
+                    if okc[c]:
+                        anyok = True
+                if not anyok:
+                    continue
+                # ---- add v
+                mark = utop
+                inS[v] = True
+                bitsS[v >> 6] ^= np.uint64(1) << np.uint64(v & 63)
+                hS ^= keys[v]
+                sizeS += 1
+                comm = f_comm[depth]
+                for q in range(inptr[v], inptr[v + 1]):
+                    y = inidx[q]
+                    if inc[y] != 0.0:
+                        comm -= inc[y]
+                        u_node[utop] = y
+                        u_kind[utop] = 1
+                        u_val[utop] = inc[y]
+                        utop += 1
+                        inc[y] = 0.0
+                for q in range(inptr[v], inptr[v + 1]):
+                    y = inidx[q]
+                    o, oc = _recompute_out(y, optr, oidx, ocost, node_item, inS)
+                    u_node[utop] = y
+                    u_kind[utop] = 0
+                    u_val[utop] = outc[y]
+                    u_cnt[utop] = outn[y]
+                    utop += 1
+                    comm += o - outc[y]
+                    outc[y] = o
+                    outn[y] = oc
+                    for e in range(iptr[y], iptr[y + 1]):
+                        x = iidx[e]
+                        if inS[node_item[x]]:
+                            # y was one of x's outside consumers; recompute only if it was the last at the max
+                            if icost[e] != outc[x] or fresh[x] == visited:
+                                continue
+                            u_node[utop] = x
+                            u_kind[utop] = 0
+                            u_val[utop] = outc[x]
+                            u_cnt[utop] = outn[x]
+                            utop += 1
+                            if outn[x] > 1:
+                                outn[x] -= 1
+                            else:
+                                o2, oc2 = _recompute_out(x, optr, oidx, ocost, node_item, inS)
+                                fresh[x] = visited
+                                comm += o2 - outc[x]
+                                outc[x] = o2
+                                outn[x] = oc2
+                        elif icost[e] > inc[x]:
+                            u_node[utop] = x
+                            u_kind[utop] = 1
+                            u_val[utop] = inc[x]
+                            utop += 1
+                            comm += icost[e] - inc[x]
+                            inc[x] = icost[e]
+                # ---- relax dp[J] -> dp[J + S]; the work left must fit the devices left
+                workS = f_work[depth] + work_item[v]
+                rest = workJ - workS
+                Iidx = -1
+                for c in range(K):
+                    if not okc[c]:
+                        continue
+                    cost = costc[c] + (comm if pays[c] else 0.0)
+                    if cost > UB * tol:
+                        continue
+                    for k in range(NK):
+                        if kc[k, c] >= counts[c]:
+                            continue
+                        val = dp[J, k] if dp[J, k] > cost else cost
+                        if val > UB * tol or rest > UB * tol * (left[k] - 1) + 1e-9 * UB:
+                            continue
+                        if Iidx < 0:
+                            h = hJ ^ hS
+                            if h in table:
+                                Iidx = table[h]
+                                for w in range(W):
+                                    if bits[Iidx, w] != (bits[J, w] | bitsS[w]):
+                                        status = STATUS_COLLISION
+                            else:
+                                if nI >= max_ideals:
+                                    status = STATUS_IDEALS
+                                    break
+                                Iidx = nI
+                                nI += 1
+                                table[h] = Iidx
+                                for w in range(W):
+                                    bits[Iidx, w] = bits[J, w] | bitsS[w]
+                                sz = s + sizeS
+                                isize[Iidx] = sz
+                                ihash[Iidx] = h
+                                if head[sz] < 0:
+                                    head[sz] = Iidx
+                                else:
+                                    nxt[tail[sz]] = Iidx
+                                tail[sz] = Iidx
+                            if status != STATUS_DONE:
+                                break
+                        k2 = k + stride[c]
+                        if val < dp[Iidx, k2]:
+                            dp[Iidx, k2] = val
+                            bJ[Iidx, k2] = J
+                            bC[Iidx, k2] = c
+                            if s + sizeS == B and val < UB:
+                                UB = val
+                    if status != STATUS_DONE:
+                        break
+                if status != STATUS_DONE:
+                    break
+                # ---- push a frame: candidates = parent's after v, then freed successors
+                depth += 1
+                f_item[depth] = v
+                f_umark[depth] = mark
+                for c in range(K):
+                    f_comp[depth, c] = costc[c]
+                f_mem[depth] = memv
+                f_comm[depth] = comm
+                f_work[depth] = workS
+                start = ctop
+                pc = depth - 1
+                if ctop + f_cl[pc] + (sptr[v + 1] - sptr[v]) > cand_cap:
+                    status = STATUS_STACK
+                    break
+                for t in range(f_cl[pc]):
+                    w = cand[f_cs[pc] + t]
+                    if w > v:
+                        cand[ctop] = w
+                        ctop += 1
+                for e in range(sptr[v], sptr[v + 1]):
+                    w = sidx[e]
+                    missing[w] -= 1
+                    if missing[w] == 0 and not inJ[w]:
+                        cand[ctop] = w
+                        ctop += 1
+                f_cs[depth] = start
+                f_cl[depth] = ctop - start
+                f_cp[depth] = 0
+            # ---- leave J clean (after an abort the arrays are discarded anyway)
+            if status != STATUS_DONE:
+                break
+            J = nxt[J]
+        if status != STATUS_DONE:
+            break
+    full = table[full_hash] if full_hash in table else -1
+    return (
+        status,
+        nI,
+        dp[:nI].copy(),
+        bJ[:nI].copy(),
+        bC[:nI].copy(),
+        bits[:nI].copy(),
+        full,
+        visited,
+    )
+
+
+def _perf_counter() -> float:
+    import time
+
+    return time.perf_counter()

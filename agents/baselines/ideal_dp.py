@@ -1,0 +1,411 @@
+"""`ideal_dp`: the optimal contiguous split for max-load, by dynamic programming over ideals.
+
+After Tarnawski, Phanishayee, Devanur, Mahajan & Nina Paravecino, "Efficient
+Algorithms for Device Placement of DNN Graph Operators" (NeurIPS 2020), Section 4.
+
+**Splits considered.** Colocation units (the graph's groups) are ordered by the
+*precedence DAG*: edges between forward nodes, plus, for a unit with no forward
+node, its backward/optimizer edges mirrored (as the paper's artificial forward
+nodes do); units on a cycle of it are fused, since no contiguous split can part
+them. The fused units are the DP's *items*. A split is *contiguous* when its
+stages can be ordered so that every prefix union is an *ideal* (a
+downward-closed item set) -- equivalently the devices' quotient graph is
+acyclic. Each stage goes to its own device; backward and optimizer nodes follow
+their unit.
+
+**Objective.** Exactly ``Simulator(objective="max_load")`` (see
+:class:`agents.baselines.maxload.MaxLoadModel`): a stage's load is its compute
+plus, on a non-CPU device, for each producer node inside with a consumer outside
+the largest such transfer, and for each producer outside with consumers inside
+the largest of those. In a contiguous split a stage's device holds exactly that
+stage, so this is the device's load whatever the other stages are, provided
+every route between two devices costs the same (``MaxLoadModel.uniform``; else
+the dearest route is charged, an upper bound, and ``meta["exact"]`` is False).
+
+**Devices.** Devices with equal compute times, capacity and CPU-ness form a
+*class* (e.g. 8 accelerators + 1 host CPU = 2 classes, the paper's FPGAs and
+CPUs). ``dp[I][k]`` = least bottleneck of splitting ideal ``I`` into stages on
+``k[c]`` devices of each class ``c``;
+``dp[I][k] = min_{J <= I, c} max(dp[J][k - e_c], cost_c(I \\ J))`` with memory
+``mem(I \\ J) <= capacity_c``; the answer is ``min_k dp[all][k]``.
+
+**Explosion, and what is pruned.** The number of ideals grows exponentially with
+the graph's width. Remedies, each reported in ``meta``:
+
+1. *Bounding* (exact): chain DPs over three topological orders of the items (the
+   paper's "linearize" remedy, O(items^2) stages each: the items' own order, a
+   depth-first one and a level one, :func:`linear_extensions`) run first and give
+   an upper bound ``UB``; the full DP keeps only stages whose compute is within
+   ``UB``, and after which the remaining work still fits the remaining devices
+   within ``UB``, and the ideals reached that way. Nothing better than ``UB`` is lost.
+2. *Pinning isolated items* (a documented restriction): items with no precedence
+   edge at all (e.g. a BatchNorm step counter) would each double the ideals;
+   when there are more than ``pin_isolated_above`` of them they are chained to
+   their neighbours in the topological order (``meta["pinned_items"]``).
+3. *Limits*: when the full DP exceeds ``max_ideals`` or ``time_limit`` it stops
+   and the best of the chain DPs' plans and the full DP's incumbent is returned
+   (``meta["status"]`` says which limit; ``meta["exact"]`` False).
+
+``meta["exact"]`` is True only when the full DP finished on exact costs with
+nothing pinned: the plan is then optimal among all contiguous splits.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from agents.baselines._ideal_kernel import (
+    STATUS_COLLISION,
+    STATUS_DONE,
+    STATUS_IDEALS,
+    STATUS_STACK,
+    STATUS_TIME,
+    ideal_dp_kernel,
+)
+from agents.baselines.common import (
+    InfeasiblePlanError,
+    Problem,
+    finish,
+    make_problem,
+    oracle_calls_start,
+)
+from agents.baselines.maxload import MaxLoadModel, build_model
+from graphs.cluster import Cluster
+from graphs.compgraph import FWD, CompGraph
+from graphs.plan import Plan
+from placement_env.oracles.base import Oracle
+
+_STATUS = {
+    STATUS_DONE: "done",
+    STATUS_TIME: "time_limit",
+    STATUS_IDEALS: "max_ideals",
+    STATUS_COLLISION: "hash_collision",
+    STATUS_STACK: "stack_limit",
+}
+
+
+@dataclass(frozen=True)
+class Items:
+    """The DP's atoms: ``item_of_unit[u]``, numbered in a topological order of the precedence DAG."""
+
+    item_of_unit: np.ndarray  # int64[U]
+    succ: list[list[int]]  # precedence successors per item (after pinning)
+    pinned: int  # isolated items chained to their neighbours
+    fused_units: int  # units merged with others because they lie on a precedence cycle
+
+
+def precedence_items(
+    graph: CompGraph, unit_of: np.ndarray, pin_isolated_above: int | None = 8
+) -> Items:
+    """Fuse units along cycles of the precedence DAG, number them topologically, pin isolated ones.
+
+    ``pin_isolated_above``: chain isolated items when there are more than this many
+    (``None``: never; ``0``: always).
+    """
+    U = int(unit_of.max()) + 1 if len(unit_of) else 0
+    fwd = graph.kind == FWD
+    has_fwd = np.bincount(unit_of[fwd], minlength=U) > 0
+    src, dst = graph.src, graph.dst
+    ff = fwd[src] & fwd[dst]
+    orphan = ~fwd[src] & ~fwd[dst] & (~has_fwd[unit_of[src]] | ~has_fwd[unit_of[dst]])
+    us = np.concatenate([unit_of[src[ff]], unit_of[dst[orphan]]])
+    ud = np.concatenate([unit_of[dst[ff]], unit_of[src[orphan]]])
+    keep = us != ud
+    us, ud = us[keep], ud[keep]
+    A = sp.csr_matrix((np.ones(len(us)), (us, ud)), shape=(U, U))
+    nb, lab = connected_components(A, directed=True, connection="strong")
+    bs, bd = lab[us], lab[ud]
+    keep = bs != bd
+    pairs = sorted(set(zip(bs[keep].tolist(), bd[keep].tolist())))
+    succ: list[set[int]] = [set() for _ in range(nb)]
+    indeg = np.zeros(nb, dtype=np.int64)
+    for a, b in pairs:
+        succ[a].add(b)
+        indeg[b] += 1
+    # topological order of blocks, ties by their first node in the graph's topological order
+    pos = np.empty(graph.num_nodes, dtype=np.int64)
+    pos[graph.topo_order] = np.arange(graph.num_nodes)
+    first = np.full(nb, graph.num_nodes, dtype=np.int64)
+    np.minimum.at(first, lab[unit_of], pos)
+    heap = [(int(first[b]), b) for b in range(nb) if indeg[b] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    deg = indeg.copy()
+    while heap:
+        _, b = heapq.heappop(heap)
+        order.append(b)
+        for c in sorted(succ[b]):
+            deg[c] -= 1
+            if deg[c] == 0:
+                heapq.heappush(heap, (int(first[c]), c))
+    assert len(order) == nb, "precedence graph must be acyclic after fusing its cycles"
+    isolated = [b for b in range(nb) if indeg[b] == 0 and not succ[b]] if nb > 1 else []
+    pinned = 0
+    if pin_isolated_above is not None and len(isolated) > pin_isolated_above:
+        where = {b: i for i, b in enumerate(order)}
+        for b in isolated:
+            i = where[b]
+            if i > 0:
+                succ[order[i - 1]].add(b)
+            if i + 1 < nb:
+                succ[b].add(order[i + 1])
+        pinned = len(isolated)
+    rank = np.empty(nb, dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(nb)
+    item_succ: list[list[int]] = [[] for _ in range(nb)]
+    for b in range(nb):
+        item_succ[int(rank[b])] = sorted(int(rank[c]) for c in succ[b])
+    return Items(
+        item_of_unit=rank[lab].astype(np.int64),
+        succ=item_succ,
+        pinned=pinned,
+        fused_units=int(U - nb),
+    )
+
+
+def device_classes(
+    model: MaxLoadModel, capacity: np.ndarray
+) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
+    """``(devices of each class, capacity per class, pays transfers per class)``.
+
+    Devices fall into one class when their compute times, capacity and CPU-ness agree.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for d in range(model.num_devices):
+        key = (model.comp[:, d].tobytes(), float(capacity[d]), bool(model.nocomm[d]))
+        groups.setdefault(key, []).append(d)
+    classes = list(groups.values())
+    cap = np.array([float(capacity[c[0]]) for c in classes])
+    pays = np.array([not model.nocomm[c[0]] for c in classes], dtype=bool)
+    return classes, cap, pays
+
+
+def _csr(keys: np.ndarray, n: int, *cols: np.ndarray) -> tuple[np.ndarray, ...]:
+    order = np.argsort(keys, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=ptr[1:])
+    return (ptr, *(np.ascontiguousarray(c[order]) for c in cols))
+
+
+def _succ_csr(succ: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    B = len(succ)
+    a = np.array([i for i, s in enumerate(succ) for _ in s], dtype=np.int64)
+    b = np.array([j for s in succ for j in s], dtype=np.int64)
+    sptr, sidx = _csr(a, B, b)
+    pptr, pidx = _csr(b, B, a)
+    return sptr, sidx, pptr, pidx
+
+
+def solve_ideal_dp(
+    prob: Problem,
+    model: MaxLoadModel,
+    *,
+    time_limit: float = 60.0,
+    max_ideals: int = 200_000,
+    pin_isolated_above: int | None = 8,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Run the chain DP then the DP over ideals; ``(device of each unit, info)`` (see the module docstring)."""
+    t0 = time.perf_counter()
+    deadline = t0 + float(time_limit)
+    graph = prob.graph
+    unit_of = prob.unit_of
+    items = precedence_items(graph, unit_of, pin_isolated_above)
+    B = len(items.succ)
+    node_item = items.item_of_unit[unit_of]
+    classes, cap, pays = device_classes(model, prob.capacity)
+    counts = np.array([len(c) for c in classes], dtype=np.int64)
+    K = len(classes)
+    rep = np.array([c[0] for c in classes], dtype=np.int64)
+    comp_item = np.zeros((B, K))
+    np.add.at(comp_item, node_item, model.comp[:, rep])
+    fin = np.where(np.isfinite(comp_item), comp_item, np.inf)
+    work_item = fin.min(axis=1) if K else np.zeros(B)
+    work_item = np.where(np.isfinite(work_item), work_item, 0.0)
+    mem_item = np.bincount(items.item_of_unit, weights=prob.mem, minlength=B)
+    cost = model.uniform_cost()
+    cross = node_item[model.psrc] != node_item[model.pdst]
+    ps, pd, pc = model.psrc[cross], model.pdst[cross], cost[cross]
+    n = graph.num_nodes
+    optr, oidx, ocost = _csr(ps, n, pd, pc)
+    iptr, iidx, icost = _csr(pd, n, ps, pc)
+    keys = np.random.default_rng(0x1DEA1).integers(1, 2**63 - 1, size=B, dtype=np.int64)
+    # NK dp columns per ideal; keep the tables under ~1 GiB
+    NK = int(np.prod(counts + 1))
+    W = (B + 63) // 64
+    cap_ideals = int(max(16, min(max_ideals, (1 << 30) // (NK * 13 + W * 8 + 40))))
+
+    def run(
+        perm: np.ndarray, succ: list[list[int]], ub: float, limit: int
+    ) -> tuple[int, np.ndarray | None, float, int, int]:
+        """The kernel with items relabelled so that ``perm`` (new -> old) is their order;
+        ``succ`` in the new labels must only point to larger labels."""
+        rank = np.empty(B, dtype=np.int64)
+        rank[perm] = np.arange(B)
+        ni = rank[node_item]
+        inptr, inidx = _csr(ni, B, np.arange(n, dtype=np.int64))
+        sptr, sidx, pptr, pidx = _succ_csr(succ)
+        status, nI, dp, bJ, bC, bits, full, visited = ideal_dp_kernel(
+            B, sptr, sidx, np.diff(pptr), pptr, pidx, inptr, inidx, ni,
+            optr, oidx, ocost, iptr, iidx, icost,
+            comp_item[perm], work_item[perm], mem_item[perm], cap, pays, counts, float(ub),
+            keys, int(limit), float(deadline),
+        )  # fmt: skip
+        if status == STATUS_COLLISION or full < 0 or not np.isfinite(dp[full].min()):
+            return status, None, np.inf, nI, visited
+        dev = _backtrack(dp, bJ, bC, bits, full, counts, classes, B)
+        out = np.empty(B, dtype=np.int64)
+        out[perm] = dev
+        return status, out, float(dp[full].min()), nI, visited
+
+    # ---- chain DPs over a few topological orders: the upper bound (and the fallback plan)
+    place_lin, val_lin, vis_lin = None, np.inf, 0
+    for perm in linear_extensions(items.succ):
+        chain = [[i + 1] if i + 1 < B else [] for i in range(B)]
+        st, pl, v, _, vis = run(perm, chain, val_lin, B + 2)
+        vis_lin += vis
+        if st == STATUS_TIME:
+            raise InfeasiblePlanError(
+                f"ideal_dp: the chain DP over {B} items of {graph.meta.get('name', '?')!r} did not "
+                f"finish within time_limit={time_limit} s; raise the limit"
+            )
+        if pl is not None and v < val_lin:
+            place_lin, val_lin = pl, v
+    t_lin = time.perf_counter() - t0
+    info: dict[str, Any] = {
+        "items": B,
+        "units": int(prob.num_units),
+        "fused_units": items.fused_units,
+        "pinned_items": items.pinned,
+        "device_classes": [list(c) for c in classes],
+        "chain_objective": val_lin * 1e-6,
+        "chain_seconds": t_lin,
+        "cost_model_exact": bool(model.exact and model.uniform),
+    }
+    # ---- the DP over ideals, bounded by the chains' best
+    status, place, val, nI, visited = run(np.arange(B), items.succ, val_lin, cap_ideals)
+    info.update(
+        status=_STATUS[status], ideals=int(nI), stages_scored=int(visited + vis_lin),
+        ideal_limit=cap_ideals,
+    )  # fmt: skip
+    if place is None or not (val < val_lin):
+        place, val = place_lin, val_lin
+    if place is None:
+        raise InfeasiblePlanError(
+            f"ideal_dp: no contiguous split of {graph.meta.get('name', '?')!r} onto "
+            f"{prob.num_devices} devices fits in memory (or every split puts a node where it cannot run)"
+        )
+    info["dp_objective"] = val * 1e-6
+    place = place[items.item_of_unit]
+    info["exact"] = bool(status == STATUS_DONE and info["cost_model_exact"] and items.pinned == 0)
+    info["optimal_among"] = (
+        "contiguous splits"
+        if status == STATUS_DONE and items.pinned == 0
+        else "contiguous splits with isolated items pinned"
+        if status == STATUS_DONE
+        else "none proven: the full DP stopped; best of the chain DPs and the full DP's incumbent"
+    )
+    return place, info
+
+
+def linear_extensions(succ: list[list[int]]) -> list[np.ndarray]:
+    """Three topological orders of the items (``succ`` points to larger labels): the labels
+    themselves, a depth-first order (a branch is finished before the next starts) and a
+    level order (by longest path from a source: branches advance together)."""
+    B = len(succ)
+    orders = [np.arange(B)]
+    indeg = np.zeros(B, dtype=np.int64)
+    for s in succ:
+        for j in s:
+            indeg[j] += 1
+    deg, stack, dfs = indeg.copy(), [i for i in range(B - 1, -1, -1) if indeg[i] == 0], []
+    while stack:
+        v = stack.pop()
+        dfs.append(v)
+        for j in sorted(succ[v], reverse=True):
+            deg[j] -= 1
+            if deg[j] == 0:
+                stack.append(j)
+    orders.append(np.asarray(dfs, dtype=np.int64))
+    level = np.zeros(B, dtype=np.int64)
+    for v in range(B):  # labels are topological
+        for j in succ[v]:
+            level[j] = max(level[j], level[v] + 1)
+    orders.append(np.lexsort((np.arange(B), level)).astype(np.int64))
+    uniq: list[np.ndarray] = []
+    for o in orders:
+        if not any(np.array_equal(o, u) for u in uniq):
+            uniq.append(o)
+    return uniq
+
+
+def _backtrack(
+    dp: np.ndarray,
+    bJ: np.ndarray,
+    bC: np.ndarray,
+    bits: np.ndarray,
+    full: int,
+    counts: np.ndarray,
+    classes: list[list[int]],
+    B: int,
+) -> np.ndarray:
+    """Per-item device of the best split ending at ideal ``full``."""
+    stride = np.cumprod(np.concatenate([[1], counts[:-1] + 1])).astype(np.int64)
+    k = int(np.argmin(dp[full]))
+    cur = full
+    item_dev = np.full(B, -1, dtype=np.int64)
+    used = [0] * len(classes)
+    shifts = np.arange(64, dtype=np.uint64)
+    while cur != 0:
+        prev, c = int(bJ[cur, k]), int(bC[cur, k])
+        diff = bits[cur] & ~bits[prev]
+        members = np.flatnonzero(((diff[:, None] >> shifts[None, :]) & np.uint64(1)).ravel())
+        members = members[members < B]
+        item_dev[members] = classes[c][used[c]]
+        used[c] += 1
+        k -= int(stride[c])
+        cur = prev
+    assert (item_dev >= 0).all()
+    return item_dev
+
+
+def ideal_dp(
+    graph: CompGraph,
+    cluster: Cluster,
+    oracle: Oracle,
+    budget: int | None = None,
+    *,
+    time_limit: float = 60.0,
+    max_ideals: int = 200_000,
+    pin_isolated_above: int | None = 8,
+) -> Plan:
+    """Max-load-optimal contiguous split by the DP over ideals (one oracle evaluation).
+
+    ``meta``: ``dp_objective`` (seconds; equals the max-load step time when
+    ``exact``), ``exact``, ``optimal_among``, ``status`` (``done`` or the limit
+    that stopped the full DP), ``ideals``, ``items``, ``pinned_items``,
+    ``chain_objective``, ``device_classes``.
+    """
+    start = oracle_calls_start(oracle)
+    prob = exact_problem(graph, cluster, oracle)
+    model = build_model(graph, cluster)
+    up, info = solve_ideal_dp(
+        prob, model, time_limit=time_limit, max_ideals=max_ideals,
+        pin_isolated_above=pin_isolated_above,
+    )  # fmt: skip
+    return finish(prob, up, "ideal_dp", start, objective="max_load", **info)
+
+
+def exact_problem(graph: CompGraph, cluster: Cluster, oracle: Oracle) -> Problem:
+    """The unit view with the oracle's memory rule: exact for max-load (parameter bytes
+    against device memory); for makespan oracles every microbatch's activations are
+    charged (an upper bound on any schedule), as for the ILP."""
+    if getattr(oracle, "objective", "makespan") == "max_load":
+        return make_problem(graph, cluster, oracle)
+    return make_problem(graph, cluster, oracle, act_fraction=1.0)

@@ -1,0 +1,278 @@
+"""Tests of the exact max-load planners: `ideal_dp` and `ilp` against brute force and the simulator."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agents.baselines as B
+from agents.baselines.ideal_dp import precedence_items
+from agents.baselines.maxload import build_model
+from graphs.cluster import Cluster, Device, Link
+from graphs.compgraph import CompGraph
+from graphs.training import with_backward
+from placement_env.oracles.simulator import Simulator
+
+
+def slow(n: int) -> settings:
+    return settings(
+        max_examples=n,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def random_dag(rng: np.random.Generator, n: int, p: float) -> list[tuple[int, int]]:
+    return [(a, b) for a in range(n) for b in range(a + 1, n) if rng.random() < p]
+
+
+def cluster_of(
+    rng: np.random.Generator, A: int, cpu: bool, mem: float, uniform: bool = True
+) -> Cluster:
+    """``A`` identical accelerators (memory ``mem``) and optionally an unbounded host CPU."""
+    devs = [Device(f"acc{i}", "acc", 1e12, 1e12, mem) for i in range(A)]
+    if cpu:
+        devs.append(Device("cpu0", "cpu", 2.5e11, 1e11, float("inf")))
+    D = len(devs)
+    links = tuple(
+        Link(a, b, 1e9 if uniform else float(rng.choice([5e8, 1e9, 4e9])), 1e-6)
+        for a in range(D)
+        for b in range(D)
+        if a != b
+    )
+    return Cluster("rc", tuple(devs), links)
+
+
+def dag_graph(
+    rng: np.random.Generator, n: int, p: float, groups: bool, explicit: bool
+) -> CompGraph:
+    edges = random_dag(rng, n, p)
+    group = np.arange(n)
+    if groups and n > 2:  # a few colocation pairs
+        for _ in range(n // 4):
+            a, b = rng.choice(n, size=2, replace=False)
+            group[group == group[b]] = group[a]
+    m = len(edges)
+    et = None
+    if explicit and m:  # explicit times per producer node (all or none of its out-edges)
+        per_node = np.where(rng.random(n) < 0.5, rng.uniform(50, 400, n), np.nan)
+        et = np.array([per_node[a] for a, _ in edges])
+    return CompGraph.build(
+        n,
+        edges,
+        flops=rng.uniform(1e7, 4e8, n),
+        bytes_accessed=rng.uniform(1e4, 1e6, n),
+        param_bytes=rng.uniform(0, 100, n),
+        edge_bytes=rng.uniform(1e4, 5e5, m),
+        edge_time=et,
+        group=group,
+        meta={"name": "rand"},
+    )
+
+
+# --------------------------------------------------------------- the model
+@slow(25)
+@given(st.integers(0, 2**31), st.integers(2, 9), st.booleans(), st.booleans(), st.booleans())
+def test_max_load_model_equals_simulator(seed, n, cpu, uniform, explicit):
+    rng = np.random.default_rng(seed)
+    g = dag_graph(rng, n, 0.4, groups=False, explicit=explicit)
+    c = cluster_of(rng, 3, cpu, 1e9, uniform=uniform)
+    model = build_model(g, c)
+    sim = Simulator(g, c, objective="max_load")
+    for _ in range(10):
+        p = rng.integers(0, c.num_devices, n)
+        res = sim.evaluate(p)
+        np.testing.assert_allclose(model.loads(p), res.extra["loads"], rtol=1e-12, atol=1e-9)
+
+
+# ------------------------------------------- ideal_dp vs contiguous brute force
+def _brute_force_contiguous(g: CompGraph, c: Cluster) -> float:
+    """Least simulator max-load (s) over every memory-feasible placement whose device quotient of
+    the precedence graph is acyclic, i.e. every contiguous split (vectorised over all D^U)."""
+    _, unit_of = g.group_index()
+    U, D = int(unit_of.max()) + 1, c.num_devices
+    items = precedence_items(g, unit_of, pin_isolated_above=None)
+    prec = [(a, b) for a, s in enumerate(items.succ) for b in s]
+    places = np.array(list(itertools.product(range(D), repeat=U)), dtype=np.int64)  # by unit
+    item_place_ok = np.ones(len(places), bool)
+    # units fused into one item must share a device
+    for it in np.unique(items.item_of_unit):
+        us = np.flatnonzero(items.item_of_unit == it)
+        item_place_ok &= (places[:, us] == places[:, us[:1]]).all(axis=1)
+    places = places[item_place_ok]
+    unit_item = items.item_of_unit
+    first_unit = np.array([np.flatnonzero(unit_item == i)[0] for i in range(len(items.succ))])
+    ip = places[:, first_unit]  # device of each item
+    adj = np.zeros((len(places), D, D), bool)
+    rows = np.arange(len(places))
+    for a, b in prec:
+        da, db = ip[:, a], ip[:, b]
+        m = da != db
+        adj[rows[m], da[m], db[m]] = True
+    reach = adj.copy()
+    for _ in range(D):
+        reach |= np.einsum("pij,pjk->pik", reach, adj) > 0
+    acyclic = ~np.diagonal(reach, axis1=1, axis2=2).any(axis=1)
+    node_place = places[:, unit_of]
+    mem = np.stack([(g.param_bytes[None, :] * (node_place == d)).sum(1) for d in range(D)], 1)
+    fits = (mem <= c.memory[None, :]).all(axis=1)
+    ok = acyclic & fits
+    node_place = node_place[ok]
+    model = build_model(g, c)
+    comp = model.comp
+    loads = np.zeros((len(node_place), D))
+    for d in range(D):
+        loads[:, d] = np.where(node_place == d, comp[:, d][None, :], 0.0).sum(1)
+    cost = model.uniform_cost()
+    for x in range(g.num_nodes):
+        sel = np.flatnonzero(model.psrc == x)
+        if not len(sel):
+            continue
+        px = node_place[:, x]
+        own = np.zeros(len(node_place))
+        for d in range(D):
+            on_d = node_place[:, model.pdst[sel]] == d
+            recv = np.where(on_d & (px != d)[:, None], cost[sel][None, :], 0.0).max(1)
+            if not model.nocomm[d]:
+                loads[:, d] += recv
+            own = np.maximum(own, recv)
+        loads[np.arange(len(px)), px] += np.where(model.nocomm[px], 0.0, own)
+    best = loads.max(axis=1).min() if len(loads) else np.inf
+    # the vectorised evaluator agrees with the simulator on its best and on random samples
+    sim = Simulator(g, c, objective="max_load")
+    pick = np.concatenate([[int(np.argmin(loads.max(1)))], np.arange(0, len(loads), 997)])
+    for i in pick:
+        np.testing.assert_allclose(
+            sim.evaluate(node_place[i]).extra["loads"], loads[i], rtol=1e-9, atol=1e-9
+        )
+    return float(best) * 1e-6
+
+
+@slow(20)
+@given(
+    st.integers(0, 2**31),
+    st.integers(2, 12),
+    st.sampled_from([0.15, 0.3, 0.5]),
+    st.booleans(),
+    st.sampled_from([0.25, 0.5, 10.0]),
+)
+def test_ideal_dp_equals_brute_force_over_contiguous_splits(seed, n, p, groups, mem_share):
+    rng = np.random.default_rng(seed)
+    g = dag_graph(rng, n, p, groups=groups, explicit=bool(rng.random() < 0.3))
+    A = 2 if n > 9 else int(rng.integers(2, 4))
+    c = cluster_of(rng, A, cpu=True, mem=float(g.param_bytes.sum()) * mem_share + 1.0)
+    best = _brute_force_contiguous(g, c)
+    sim = Simulator(g, c, objective="max_load")
+    plan = B.get("ideal_dp")(g, c, sim, None, pin_isolated_above=None)
+    assert plan.meta["exact"] is True and plan.meta["status"] == "done"
+    assert plan.colocation_violations(g) == []
+    res = Simulator(g, c, objective="max_load").evaluate(plan)
+    assert not res.oom
+    assert res.step_time == pytest.approx(best, rel=1e-9)
+    assert plan.meta["dp_objective"] == pytest.approx(res.step_time, rel=1e-9)
+
+
+def test_ideal_dp_chain_by_hand():
+    # 1 -> 2 -> 3 -> 4, compute 1,2,3,4 s on 2 accelerators, 0.1 s per crossing
+    g = CompGraph.build(4, [(0, 1), (1, 2), (2, 3)], flops=[1, 2, 3, 4], out_bytes=1.0)
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 1e12) for i in range(2))
+    c = Cluster("two", devs, (Link(0, 1, 10.0, 0.0), Link(1, 0, 10.0, 0.0)))
+    plan = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"))
+    # {1,2,3} | {4}: 6 + 0.1 vs 4 + 0.1 -> 6.1; {1,2} | {3,4}: 3.1 vs 7.1
+    assert plan.meta["dp_objective"] == pytest.approx(6.1)
+    assert plan.meta["step_time"] == pytest.approx(6.1)
+    assert len(set(plan.placement[:3].tolist())) == 1 and plan.placement[3] != plan.placement[0]
+
+
+def test_precedence_items_pin_isolated_and_follow_backward():
+    # 0 -> 1 plus 3 isolated forward nodes; with_backward adds bwd nodes in the same groups
+    fwd = CompGraph.build(5, [(0, 1)], flops=1.0, param_bytes=1.0)
+    g = with_backward(fwd)
+    _, unit_of = g.group_index()
+    free = precedence_items(g, unit_of, pin_isolated_above=None)
+    pinned = precedence_items(g, unit_of, pin_isolated_above=2)
+    assert free.pinned == 0 and pinned.pinned == 3
+    assert sum(len(s) for s in pinned.succ) > sum(len(s) for s in free.succ)
+    # backward nodes share their forward node's item
+    assert len(np.unique(free.item_of_unit)) == 5
+
+
+def test_ideal_dp_training_graph_keeps_backward_with_forward():
+    rng = np.random.default_rng(3)
+    fwd = CompGraph.build(
+        8, random_dag(rng, 8, 0.4) + [(i, i + 1) for i in range(7)], flops=1e9, out_bytes=1e6,
+        param_bytes=1e6, act_bytes=1e6,
+    )  # fmt: skip
+    g = with_backward(fwd)
+    c = cluster_of(rng, 3, cpu=True, mem=4e6)
+    sim = Simulator(g, c, objective="max_load")
+    plan = B.get("ideal_dp")(g, c, sim)
+    assert plan.colocation_violations(g) == []
+    assert plan.meta["exact"] is True
+    assert plan.meta["dp_objective"] == pytest.approx(sim.evaluate(plan).step_time, rel=1e-9)
+
+
+def test_ideal_dp_infeasible_names_the_cause():
+    g = CompGraph.build(3, [(0, 1), (1, 2)], flops=1.0, param_bytes=10.0)
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 5.0) for i in range(2))
+    c = Cluster("tiny", devs, (Link(0, 1, 1.0, 0.0), Link(1, 0, 1.0, 0.0)))
+    with pytest.raises(B.InfeasiblePlanError, match="ideal_dp: no contiguous split"):
+        B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"))
+
+
+# ------------------------------------------------ ilp vs brute force (all placements)
+@slow(15)
+@given(
+    st.integers(0, 2**31),
+    st.integers(2, 8),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([0.3, 0.6, 10.0]),
+)
+def test_ilp_equals_brute_force_over_all_placements(seed, n, cpu, uniform, groups, mem_share):
+    rng = np.random.default_rng(seed)
+    g = dag_graph(rng, n, 0.4, groups=groups, explicit=bool(rng.random() < 0.3))
+    c = cluster_of(
+        rng, 2 if cpu else 3, cpu, float(g.param_bytes.sum()) * mem_share + 1.0, uniform
+    )  # 3 devices
+    sim = Simulator(g, c, objective="max_load")
+    _, unit_of = g.group_index()
+    U = int(unit_of.max()) + 1
+    best = np.inf
+    for up in itertools.product(range(3), repeat=U):
+        r = sim.evaluate(np.asarray(up)[unit_of])
+        if not r.oom:
+            best = min(best, r.step_time)
+    try:
+        plan = B.get("ilp")(g, c, Simulator(g, c, objective="max_load"), None, time_limit=20.0)
+    except B.InfeasiblePlanError:
+        assert not np.isfinite(best)
+        return
+    res = Simulator(g, c, objective="max_load").evaluate(plan)
+    assert plan.colocation_violations(g) == [] and not res.oom
+    assert res.step_time == pytest.approx(best, rel=1e-9)
+    assert plan.meta["ilp_objective"] == pytest.approx(res.step_time, rel=1e-9)
+    assert plan.meta["ilp_status"] == "Optimal" and plan.meta["mip_gap"] < 1e-5
+    if plan.meta["warm_start"]:
+        assert plan.meta["ilp_objective"] <= plan.meta["warm_objective"] * (1 + 1e-12)
+
+
+def test_ilp_init_is_its_start_and_is_checked():
+    rng = np.random.default_rng(5)
+    g = dag_graph(rng, 6, 0.5, groups=False, explicit=False).replace(
+        group=np.array([0, 0, 1, 2, 3, 4])
+    )
+    c = cluster_of(rng, 2, cpu=True, mem=1e9)
+    sim = Simulator(g, c, objective="max_load")
+    init = np.zeros(6, dtype=np.int64)
+    plan = B.get("ilp")(g, c, sim, None, init=init, time_limit=10.0)
+    start = Simulator(g, c, objective="max_load").evaluate(init).step_time
+    assert plan.meta["warm_objective"] == pytest.approx(start, rel=1e-9)
+    assert plan.meta["step_time"] <= start * (1 + 1e-12)
+    with pytest.raises(ValueError, match="ilp: init puts node"):
+        B.get("ilp")(g, c, sim, None, init=np.array([0, 1, 0, 0, 0, 0]))
