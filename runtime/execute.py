@@ -19,7 +19,13 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
-from runtime.launch import RankFailure, first_failure, read_error_files, torchrun_failures
+from runtime.launch import (
+    RankFailure,
+    first_failure,
+    read_error_files,
+    torchrun_failures,
+    with_silent_exits,
+)
 from runtime.spec import RunSpec, make_run_spec
 
 
@@ -146,7 +152,10 @@ def _launch(text: str, nproc: int, threads: int, folder: Path, timeout_s: float)
         ) from None
     (folder / "torchrun.log").write_text(log or "")
     if proc.returncode != 0:
-        failure = first_failure(read_error_files(folder), torchrun_failures(log or ""))
+        records = read_error_files(folder)
+        finished = {r for r in range(nproc) if (folder / f"rank{r}.json").exists()}
+        exits = with_silent_exits(torchrun_failures(log or ""), nproc, records, finished)
+        failure = first_failure(records, exits)
         if failure is not None:
             raise failure
         raise RankFailure(

@@ -145,6 +145,24 @@ def first_failure(
     return None
 
 
+def with_silent_exits(
+    exits: Mapping[int, tuple[int, float]],
+    nproc: int,
+    records: Sequence[Mapping[str, Any]],
+    finished: set[int],
+) -> dict[int, tuple[int, float]]:
+    """``exits`` plus ``(0, 0.0)`` for every rank that left no trace: not among the failures
+    torchrun lists, no error record, no result record. Such a rank returned (exit 0) before
+    the end, which torchrun does not list as a failure; :func:`first_failure` then blames it
+    as having left early rather than the peers that saw its connection close."""
+    out = dict(exits)
+    seen = {int(r.get("rank", -1)) for r in records} | set(finished) | set(out)
+    for r in range(nproc):
+        if r not in seen:
+            out[r] = (0, 0.0)
+    return out
+
+
 def torchrun_failures(log: str) -> dict[int, tuple[int, float]]:
     """``{rank: (exit code, unix time)}`` of the failures torchrun's summary lists."""
     out: dict[int, tuple[int, float]] = {}

@@ -77,7 +77,8 @@ def _tp_step(model: dict, module_paths: list[str], mesh: object) -> dict:
 
 
 def die_on_rank(bad: int, how: str) -> str:
-    """Rank ``bad`` is SIGKILLed (``how="kill"``) or returns at once (``how="leave"``) while
+    """Rank ``bad`` is SIGKILLed (``how="kill"``), returns at once (``how="leave"``) or
+    exits with status 0 at once (``how="exit"``) while
     every other rank waits in an all-reduce that ``bad`` never joins."""
     import os
     import signal
@@ -88,6 +89,8 @@ def die_on_rank(bad: int, how: str) -> str:
             time.sleep(0.3)
             if how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if how == "exit":  # the process ends with status 0 at once (no teardown)
+                os._exit(0)
             return "left"
         dist.all_reduce(torch.ones(1))
         return "unreachable"
@@ -95,9 +98,9 @@ def die_on_rank(bad: int, how: str) -> str:
         teardown()
 
 
-def _torchrun_main(out_dir: str, bad: int) -> None:
-    """Under torchrun: rank ``bad`` is SIGKILLed, the others record what they see (as
-    ``runtime.worker`` does) and exit 1."""
+def _torchrun_main(out_dir: str, bad: int, how: str = "kill") -> None:
+    """Under torchrun: rank ``bad`` is SIGKILLed (or returns, ``how="leave"``), the others
+    record what they see (as ``runtime.worker`` does) and exit 1."""
     import os
     import sys
     from pathlib import Path
@@ -106,7 +109,7 @@ def _torchrun_main(out_dir: str, bad: int) -> None:
 
     rank = int(os.environ["RANK"])
     try:
-        die_on_rank(bad, "kill")
+        die_on_rank(bad, how)
     except BaseException as exc:  # noqa: BLE001 - recorded for the launcher, as runtime.worker does
         write_error_file(Path(out_dir, f"error_rank{rank}.json"), rank, exc, time.time())
         sys.exit(1)
@@ -115,4 +118,4 @@ def _torchrun_main(out_dir: str, bad: int) -> None:
 if __name__ == "__main__":
     import sys
 
-    _torchrun_main(sys.argv[1], int(sys.argv[2]))
+    _torchrun_main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4])
