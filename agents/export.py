@@ -142,8 +142,27 @@ def policy_payload(model: Any, *, meta: Mapping[str, Any] | None = None) -> dict
     }
 
 
+def resolve_policy(path: str | Path) -> Path:
+    """The file of a policy: a shipped name (``"generalist"``, under ``agents/pretrained/``)
+    unless a file of that name exists, else ``path`` itself."""
+    from agents.generalist import shipped_path
+
+    p = Path(path)
+    shipped = shipped_path(str(path))
+    if shipped is not None and not p.exists():
+        if not shipped.exists():
+            raise ValueError(f"policy {str(path)!r}: the shipped file {shipped} is missing")
+        return shipped
+    return p
+
+
 def load_policy(path: str | Path) -> ExportedPolicy:
-    """Read a file written by :func:`export_policy` (safely: ``weights_only=True``)."""
+    """Read a file written by :func:`export_policy` (safely: ``weights_only=True``).
+
+    ``path`` may name a shipped policy: ``load_policy("generalist")`` reads the pretrained
+    generalist that ships in ``agents/pretrained/`` (see ``docs/generalisation.md``).
+    """
+    path = resolve_policy(path)
     try:
         d = torch.load(Path(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling refusals and corrupt files alike
