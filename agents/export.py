@@ -151,6 +151,20 @@ def policy_payload(model: Any, *, meta: Mapping[str, Any] | None = None) -> dict
     }
 
 
+def resolve_policy(path: str | Path) -> Path:
+    """The file of a policy: a shipped name (``"generalist"``, under ``agents/pretrained/``)
+    unless a file of that name exists, else ``path`` itself."""
+    from agents.generalist import shipped_path
+
+    p = Path(path)
+    shipped = shipped_path(str(path))
+    if shipped is not None and not p.exists():
+        if not shipped.exists():
+            raise ValueError(f"policy {str(path)!r}: the shipped file {shipped} is missing")
+        return shipped
+    return p
+
+
 def _read_policy_file(path: Path) -> Any:
     """``torch.load(path, weights_only=True)`` with refusals that name the file and never
     suggest ``weights_only=False`` (that would run whatever the file's pickle says)."""
@@ -303,8 +317,12 @@ def _plain_value(v: Any) -> bool:
 def load_policy(path: str | Path) -> ExportedPolicy:
     """Read a file written by :func:`export_policy`, safely: only tensors and plain values are
     unpickled (``weights_only=True``), then every field is checked (see :func:`from_payload`)
-    before the network is built. ``ValueError`` naming the file, the field and the value."""
-    path = Path(path)
+    before the network is built. ``ValueError`` naming the file, the field and the value.
+
+    ``path`` may name a shipped policy: ``load_policy("generalist")`` reads the pretrained
+    generalist that ships in ``agents/pretrained/`` (see ``docs/generalisation.md``).
+    """
+    path = resolve_policy(path)
     return from_payload(_read_policy_file(path), source=str(path))
 
 

@@ -124,6 +124,14 @@ def warm_search_options(
     return dict(WARM_SEARCH_ENV), kwargs
 
 
+def load_network(net: Any, state: Mapping[str, Any], *, source: str = "policy") -> None:
+    """Copy ``state`` into ``net``; only a keep logit the source lacks may stay as initialised."""
+    missing, unexpected = net.load_state_dict(dict(state), strict=False)
+    bad = [k for k in missing if not k.endswith("keep_logit")] + list(unexpected)
+    if bad:
+        raise ValueError(f"{source}: its network does not match the one trained here: {bad}")
+
+
 def _step_time(oracle: Any, placement: np.ndarray) -> float | None:
     res = oracle.evaluate(placement)
     return None if res.oom or not math.isfinite(res.step_time) else float(res.step_time)
@@ -146,6 +154,7 @@ def ppo_search(
     tracker: Any = None,
     microbatches: int = 8,
     schedule: str = "1f1b",
+    init_policy: str | None = None,
 ) -> SearchResult:
     """Train PPO on ``env`` and report the best feasible plan of ``graph`` on ``cluster``.
 
@@ -165,6 +174,9 @@ def ppo_search(
             :class:`~agents.callbacks.BestPlanTracker`.
         microbatches, schedule: the zero-shot planner's simulator settings (used only
             when ``oracle_factory``'s oracle does not say).
+        init_policy: a policy file or shipped name (``"generalist"``) whose network starts
+            the training (fine-tuning); its network kind and sizes replace ``policy`` and the
+            sizes in ``ppo_kwargs["net_kwargs"]``.
     """
     from agents.callbacks import BestPlanTracker
     from agents.export import from_payload, policy_payload
@@ -174,7 +186,25 @@ def ppo_search(
     if model is None:
         from agents.ppo import make_ppo
 
-        model = make_ppo(env, policy=policy, seed=seed, **dict(ppo_kwargs or {}))
+        kwargs = dict(ppo_kwargs or {})
+        init = None
+        if init_policy is not None:
+            from agents.export import load_policy
+
+            init = load_policy(init_policy)
+            policy = init.network
+            sizes = {
+                k: v
+                for k, v in init.net.config().items()
+                if k not in ("node_dim", "edge_dim", "dev_dim", "link_dim")
+            }
+            net_kwargs = {**dict(kwargs.get("net_kwargs") or {}), **sizes}
+            if "keep_prob" in (kwargs.get("net_kwargs") or {}):
+                net_kwargs["keep_prob"] = kwargs["net_kwargs"]["keep_prob"]
+            kwargs["net_kwargs"] = net_kwargs
+        model = make_ppo(env, policy=policy, seed=seed, **kwargs)
+        if init is not None:
+            load_network(model.policy.net, init.net.state_dict(), source=str(init_policy))
         remaining, reset = int(timesteps), True
     else:
         remaining, reset = max(0, int(timesteps) - int(model.num_timesteps)), False

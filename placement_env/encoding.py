@@ -162,6 +162,14 @@ def _rel(x: np.ndarray) -> np.ndarray:
     return x / m if m > 0 else np.zeros_like(x, dtype=np.float64)
 
 
+def _mid_cumsum(x: np.ndarray) -> np.ndarray:
+    """Share of ``x`` before each entry plus half its own (a position in [0, 1] weighted by ``x``)."""
+    tot = float(x.sum()) if x.size else 0.0
+    if not np.isfinite(tot) or tot <= 0:
+        return np.zeros_like(x, dtype=np.float64)
+    return ((np.cumsum(x) - 0.5 * x) / tot).clip(0.0, 1.0)
+
+
 def _finite_pos(x: float, default: float = 1.0) -> float:
     return float(x) if np.isfinite(x) and x > 0 else default
 
@@ -370,6 +378,8 @@ def prepare(
         "mem_need": np.minimum(mem_need / min_cap, 1.0) if np.isfinite(min_cap) else 0.0,
         "topo_pos": np.arange(U) / max(U - 1, 1),
         "size_log": _lognorm(ub.size),
+        "work_pos": _mid_cumsum(fastest),
+        "mem_pos": _mid_cumsum(ub.param_bytes),
     }
     for k, v in cols.items():
         node[:U, _N[k]] = v
@@ -389,6 +399,11 @@ def prepare(
     total_need = float(mem_need.sum())
     dev[:D, _D["mem_vs_graph"]] = (
         np.minimum(cap / total_need, 1.0) if total_need > 0 else np.ones(D)
+    )
+
+    dev[:D, _D["speed_pos"]] = _mid_cumsum(speed)
+    dev[:D, _D["mem_pos"]] = _mid_cumsum(
+        np.where(np.isfinite(cap), cap, max_cap if np.isfinite(max_cap) else 1.0)
     )
 
     bw = c.bandwidth_matrix()

@@ -26,6 +26,8 @@ NODE_FEATURES: tuple[str, ...] = (
     "mem_need",  # (param + act bytes) / smallest device capacity (clipped to 1)
     "topo_pos",  # unit index / (U - 1): position in the topological unit order
     "size_log",  # log-normalised number of member nodes
+    "work_pos",  # compute time of the units before it + half its own / total (fastest devices)
+    "mem_pos",  # persistent bytes of the units before it + half its own / total
     "current",  # 1 for the unit the action refers to (Sweep), else 0
     "visited",  # 1 for units already decided or moved this episode
     "device_pos",  # current device index / (max_devices - 1)
@@ -47,6 +49,8 @@ DEVICE_FEATURES: tuple[str, ...] = (
     "membw_rel",  # memory bandwidth / max over the cluster
     "mem_rel",  # capacity / max finite capacity (unbounded = 1)
     "mem_vs_graph",  # capacity / total persistent+activation bytes of the graph (clip 1)
+    "speed_pos",  # FLOP/s of the devices before it + half its own / total (device order)
+    "mem_pos",  # capacity of the devices before it + half its own / total (device order)
     "used_frac",  # persistent bytes placed here / capacity (clip 1)
     "free_frac",  # max(0, capacity - persistent bytes placed here) / capacity
     "over",  # 1 if the persistent bytes placed here exceed the capacity

@@ -1,4 +1,6 @@
-"""``python -m runners.plan policy=PATH +env=NAME``: zero-shot planning with an exported policy.
+"""``python -m runners.plan [policy=PATH] +env=NAME``: zero-shot planning with an exported policy.
+
+Without ``policy=`` the shipped pretrained generalist plans (``agents/pretrained/``).
 
 Writes ``plan.json`` (with its Gantt PNG and Chrome trace) and ``result.json`` (simulated
 step time, lower bound, OOM flag, planning seconds) into the hydra run directory.
@@ -22,10 +24,14 @@ schema.register()
 def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Plan ``cfg.env``'s problem with the policy file ``cfg.policy``; return result.json's dict."""
     import agents
+    from agents.export import resolve_policy
 
-    policy_path = Path(cfg.policy)
+    policy_path = resolve_policy(cfg.policy)
     if not policy_path.exists():
-        raise ValueError(f"policy={policy_path}: no such file (expected a file from export_policy)")
+        raise ValueError(
+            f"policy={policy_path}: no such file (expected a file from export_policy, "
+            "or 'generalist' for the shipped policy)"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     common.seed_everything(int(cfg.seed))
     spec = common.env_spec(cfg.env)

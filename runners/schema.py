@@ -86,6 +86,8 @@ class AgentConfig:
     that makes the plan worse is undone (``accept="improve"``), each episode restarts from
     the best plan so far (``restart="best"``) and the policy's keep logit starts at
     ``keep_prob=0.5``. Values already set in ``env.env_kwargs`` / ``agent.ppo.extra`` win.
+    ``init_policy`` (PPO): a policy file or ``generalist`` (the shipped pretrained policy)
+    whose network starts the training instead of random weights (fine-tuning).
     """
 
     name: str = MISSING
@@ -97,6 +99,7 @@ class AgentConfig:
     options: dict[str, Any] = field(default_factory=dict)
     warm_start: bool = True
     warm_search: bool = True
+    init_policy: str | None = None
 
 
 @dataclass
@@ -167,7 +170,7 @@ class EvaluateConfig:
 class PlanConfig:
     """``python -m runners.plan``: zero-shot planning with an exported policy."""
 
-    policy: str = MISSING
+    policy: str = "generalist"
     env: EnvConfig = MISSING
     greedy: bool = True
     samples: int = 1

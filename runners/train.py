@@ -308,7 +308,10 @@ def search_ppo(
         tracker=best,
         microbatches=problem.spec.microbatches,
         schedule=problem.spec.schedule,
+        init_policy=agent_cfg.get("init_policy") if model is None else None,
     )
+    if agent_cfg.get("init_policy"):
+        policy = found.model.policy.network
     policy_path = run_dir / "policy.pt"
     agents.export_policy(
         found.model,
@@ -316,6 +319,8 @@ def search_ppo(
         meta={"env": problem.spec.name, "policy": policy, "seed": seed, "timesteps": total},
     )
     meta: dict[str, Any] = {"policy": policy, "updates": cb.updates, "best_from": found.best_from}
+    if agent_cfg.get("init_policy"):
+        meta["init_policy"] = str(agent_cfg["init_policy"])
     if found.best_from == "zero_shot":
         meta["zero_shot"] = True
     if warm_start is not None:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from graphs.compgraph import CompGraph
 from placement_env.encoding import observation_space, prepare, unflatten, unit_graph
-from placement_env.types import Bounds, EpisodeState, Instance
+from placement_env.types import DEVICE_FEATURES, NODE_FEATURES, Bounds, EpisodeState, Instance
 from tests.placement_env.test_envs import make_cluster
 
 
@@ -38,12 +38,19 @@ def test_unit_graph_by_hand() -> None:
     assert obs["edge_feat"][:, 3].tolist() == [1.0, 1.0, 0.0]  # both unit edges cut
     assert obs["placement"].tolist() == [0, 1, -1] and obs["current"].tolist() == [1]
     dev = obs["device_feat"]
-    assert np.allclose(dev[:2, 4], [0.05, 0.07])  # used_frac: 5/100, 7/100
-    assert dev[1, 9] == 1.0 and dev[0, 9] == 0.0  # current_dev
+    D_, N_ = (
+        {n: i for i, n in enumerate(DEVICE_FEATURES)},
+        {n: i for i, n in enumerate(NODE_FEATURES)},
+    )
+    assert np.allclose(dev[:2, D_["used_frac"]], [0.05, 0.07])  # 5/100, 7/100
+    assert dev[1, D_["current_dev"]] == 1.0 and dev[0, D_["current_dev"]] == 0.0
+    assert np.allclose(dev[:2, D_["speed_pos"]], [0.25, 0.75])  # two equal devices
+    assert np.allclose(dev[:2, D_["mem_pos"]], [0.25, 0.75])
     node = obs["node_feat"]
-    assert node[1, 12] == 1.0 and node[0, 13] == 1.0  # current, visited
-    assert node[1, 15] == 1.0 and node[0, 15] == 0.0  # boundary where the device changes
-    assert np.allclose(node[:2, 17], [1.0, 1.0])  # all edge bytes cross devices
+    assert node[1, N_["current"]] == 1.0 and node[0, N_["visited"]] == 1.0
+    assert node[1, N_["boundary"]] == 1.0 and node[0, N_["boundary"]] == 0.0
+    assert np.allclose(node[:2, N_["mem_pos"]], [2.5 / 12, 8.5 / 12])  # params 5, 7
+    assert np.allclose(node[:2, N_["cut_frac"]], [1.0, 1.0])  # all edge bytes cross devices
 
 
 @st.composite

@@ -1,0 +1,116 @@
+"""Train the shipped generalist placer: label the corpus with teachers, clone them, export.
+
+Reproduce the shipped file (CPU, 1 torch thread; every stage resumes from WORK):
+
+    python scripts/train_generalist.py --work runs/generalist --steps 1500 \
+        --out agents/pretrained/generalist.pt
+
+Stages: ``label`` (teacher plans of every training problem, ``WORK/labels.jsonl``),
+``train`` (behaviour cloning, ``WORK/bc.ckpt``), ``export`` (the policy file, with the
+corpus, config, git commit, steps and this command recorded in its ``meta``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from agents import generalist as G
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", type=Path, default=Path("runs/generalist"))
+    ap.add_argument("--out", type=Path, default=G.PRETRAINED_DIR / "generalist.pt")
+    ap.add_argument("--steps", type=int, default=1500, help="behaviour-cloning gradient steps")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--anneal-calls", type=int, default=300, help="annealing from the best teacher")
+    ap.add_argument("--teachers", nargs="+", default=list(G.DEFAULT_TEACHERS))
+    ap.add_argument("--max-minutes", type=float, default=None, help="stop training early")
+    ap.add_argument("--stages", nargs="+", default=["label", "train", "export"])
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    cmd = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+
+    def log(msg: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+    t0 = time.perf_counter()
+    problems = G.corpus_instances(G.CORPUS, split="train", log=log)
+    log(f"{len(problems)} training problems")
+    labels = G.label_corpus(
+        problems,
+        args.work / "labels.jsonl",
+        teachers=args.teachers,
+        anneal_calls=args.anneal_calls,
+        log=log,
+    )
+    label_seconds = time.perf_counter() - t0
+    if "train" not in args.stages:
+        return
+    samples = [G.make_sample(pb, r["units"]) for pb, r in zip(problems, labels) if "units" in r]
+    log(f"{len(samples)} labelled samples ({label_seconds:.0f} s to build and label)")
+    net, stats = G.train_bc(
+        samples,
+        steps=args.steps,
+        checkpoint=args.work / "bc.ckpt",
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        log=log,
+        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+    )
+    if "export" not in args.stages:
+        return
+    teachers_used: dict[str, int] = {}
+    for r in labels:
+        if "teacher" in r:
+            teachers_used[r["teacher"]] = teachers_used.get(r["teacher"], 0) + 1
+    meta = {
+        "name": "generalist",
+        "training": "behaviour cloning of teacher plans (agents.generalist.train_bc)",
+        "corpus": G.CORPUS.to_dict(),
+        "problems": len(samples),
+        "max_units": max(int(s.obs["node_mask"].sum()) for s in samples),
+        "max_devices": max(int(s.obs["device_mask"].sum()) for s in samples),
+        "teachers": args.teachers,
+        "anneal_calls": args.anneal_calls,
+        "teacher_labels": teachers_used,
+        "net_config": G.NET_CONFIG,
+        "bc": {
+            "steps": stats["steps"],
+            "batch_size": args.batch_size,
+            "lr": args.lr,
+            "seed": args.seed,
+        },
+        "final_loss": stats["history"][-1][1] if stats["history"] else None,
+        "final_unit_accuracy": stats["history"][-1][2] if stats["history"] else None,
+        "train_seconds": stats["seconds"],
+        "git_commit": git_commit(),
+        "command": cmd,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    G.save_generalist(net, args.out, meta=meta)
+    log(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Early-stopping check of generalist checkpoints on a validation split drawn like training.
+
+    python scripts/validate_generalist.py --policies A.pt B.pt --rows 12
+
+Validation problems: ``corpus_instances`` of the training corpus with another seed (same
+families, cluster kinds and sizes as training, different draws), every ``k``-th one, so no
+held-out family or cluster kind is looked at. Per-model search as in
+``scripts/eval_generalist.py`` (best one-call baseline, then ``--anneal-calls`` annealing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agents import generalist as G
+from scripts.eval_generalist import ONE_CALL, per_model_search, zero_shot
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policies", nargs="+", required=True)
+    ap.add_argument("--rows", type=int, default=12)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--anneal-calls", type=int, default=1000)
+    ap.add_argument("--cache", type=Path, default=Path("runs/generalist/validation.json"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    import agents
+
+    corpus = dataclasses.replace(G.CORPUS, seed=args.seed)
+    probs = G.corpus_instances(corpus, split="train")
+    probs = probs[:: max(1, len(probs) // args.rows)][: args.rows]
+    cache = json.loads(args.cache.read_text()) if args.cache.exists() else {}
+    for pb in probs:
+        if pb.name not in cache:
+            cache[pb.name] = per_model_search(pb, list(ONE_CALL), args.anneal_calls)
+            args.cache.parent.mkdir(parents=True, exist_ok=True)
+            args.cache.write_text(json.dumps(cache, indent=1))
+    for path in args.policies:
+        pol = agents.load_policy(path)
+        ratios = []
+        for pb in probs:
+            z = zero_shot(pb, pol, args.samples)
+            s = cache[pb.name].get("search_ms")
+            if z["zs_ms"] is not None and s and not z["oom"]:
+                ratios.append(z["zs_ms"] / s)
+        geo = math.exp(float(np.mean(np.log(ratios))))
+        print(f"{path}: validation rows {len(ratios)}/{len(probs)}, geo-mean {geo:.3f}, worst {max(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()

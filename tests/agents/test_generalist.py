@@ -1,0 +1,176 @@
+"""The shipped generalist: its file, its planning, its corpus pieces, and the runners using it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agents import generalist as G
+from agents.export import _encoding_spec, load_policy
+from graphs import synthetic
+from graphs.plan import check_placement
+from placement_env.encoding import unit_graph
+
+SHIPPED = G.PRETRAINED_DIR / "generalist.pt"
+
+
+def test_shipped_file_loads_safely_with_the_current_feature_spec() -> None:
+    d = torch.load(SHIPPED, map_location="cpu", weights_only=True)
+    assert d["features"] == _encoding_spec()  # trained on today's encoding
+    meta = d["meta"]
+    for key in ("corpus", "git_commit", "command", "bc", "teachers", "max_units", "max_devices"):
+        assert key in meta, key
+    assert meta["bc"]["steps"] > 0 and meta["problems"] > 50
+    assert set(meta["corpus"]["heldout_kinds"]).isdisjoint(meta["corpus"]["train_kinds"])
+    assert SHIPPED.stat().st_size < 5e6
+    pol = load_policy("generalist")
+    assert pol.network == "gdp" and pol.mode == "per_node" and pol.env_id == G.ENV_ID
+
+
+def test_feature_spec_mismatch_is_refused(tmp_path: Path) -> None:
+    d = torch.load(SHIPPED, map_location="cpu", weights_only=True)
+    d["features"]["node"] = d["features"]["node"][:-1]
+    torch.save(d, tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="node features"):
+        load_policy(tmp_path / "old.pt")
+
+
+def _problem(seed: int, ops: int, kind: str, devices: int) -> tuple:
+    g = synthetic.sample(np.random.default_rng(seed), "layered", min_nodes=ops, max_nodes=ops)
+    c = G.sample_cluster(np.random.default_rng(seed), kind, devices, hetero=True)
+    return g, c
+
+
+def test_planning_is_deterministic_for_a_seed() -> None:
+    g, c = _problem(1, 60, "pcie", 4)
+    pol = load_policy("generalist")
+    a = pol.plan(g, c, samples=3, seed=5)
+    b = pol.plan(g, c, samples=3, seed=5)
+    assert np.array_equal(a.placement, b.placement)
+    assert a.meta["step_time"] == b.meta["step_time"] and a.meta["samples"] == 3
+
+
+def test_plans_graphs_and_clusters_larger_than_any_in_training() -> None:
+    pol = load_policy("generalist")
+    g, c = _problem(2, 400, "ib_hosts", 24)
+    U = unit_graph(g).num_units
+    assert U > pol.meta["max_units"] and c.num_devices > pol.meta["max_devices"]
+    plan = pol.plan(g, c, samples=2, seed=0)
+    p = check_placement(plan.placement, g, c)
+    assert p.shape == (g.num_nodes,) and np.isfinite(plan.meta["step_time"])
+
+
+@pytest.mark.parametrize("kind", G.CLUSTER_KINDS)
+def test_sampled_clusters_connect_every_pair(kind: str) -> None:
+    for d in (1, 2, 5, 16):
+        c = G.sample_cluster(np.random.default_rng(d), kind, d, hetero=d > 2)
+        assert c.num_devices == d and c.meta["kind"] == kind
+        bw = c.bandwidth_matrix()[~np.eye(d, dtype=bool)]
+        assert np.all(np.isfinite(bw) & (bw > 0))  # every ordered pair is routed
+        if d > 2:
+            assert len(set(c.kinds)) == 2  # heterogeneous: two device types
+    a = G.sample_cluster(np.random.default_rng(0), kind, 8).content_hash()
+    assert a == G.sample_cluster(np.random.default_rng(0), kind, 8).content_hash()
+
+
+def test_bc_loss_counts_only_real_units_and_learns_a_label() -> None:
+    g, c = _problem(3, 24, "nvswitch", 2)
+    pb = G.Problem("p", g, c, 4, "1f1b", "train")
+    U = unit_graph(g).num_units
+    target = (np.arange(U) >= U // 2).astype(np.int64)  # two contiguous stages
+    s = G.make_sample(pb, target)
+    flat, mask, tgt = G.collate([s, s])
+    assert (tgt[0, :U] == torch.as_tensor(target)).all() and (tgt[:, U:] == -1).all()
+    torch.manual_seed(0)
+    net = G.new_network({"hidden": 16, "attn_layers": 1})
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    first = None
+    for _ in range(60):
+        loss, acc = G.bc_loss(net, (flat, mask, tgt))
+        first = loss.item() if first is None else first
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.5 * first and acc > 0.9
+
+
+def test_teacher_plan_is_no_slower_than_its_best_teacher() -> None:
+    from agents import baselines
+
+    g, c = _problem(4, 40, "pcie", 3)
+    pb = G.Problem("p", g, c, 4, "gpipe", "train")
+    units, t, who = G.teacher_plan(pb, ("expert", "metis"), anneal_calls=30)
+    ref = min(
+        float(baselines.get(n)(g, c, pb.oracle()).meta["step_time"]) for n in ("expert", "metis")
+    )
+    assert t <= ref + 1e-12 and who.split("+")[0] in ("expert", "metis")
+    assert units.shape == (unit_graph(g).num_units,)
+
+
+def test_ppo_search_starts_from_the_generalist() -> None:
+    from agents.search import ppo_search
+    from placement_env.generators import fixed
+    from placement_env.oracles.simulator import Simulator
+
+    g, c = _problem(5, 30, "pcie", 2)
+    ref = load_policy("generalist").net.state_dict()
+
+    def factory():
+        import gymnasium as gym
+
+        return gym.make(G.ENV_ID, generator=fixed(g, c))
+
+    found = ppo_search(
+        factory,
+        graph=g,
+        cluster=c,
+        oracle_factory=lambda gg, cc: Simulator(gg, cc),
+        timesteps=0,
+        policy="placeto",
+        init_policy="generalist",
+        ppo_kwargs={"n_steps": 8},
+    )
+    net = found.model.policy.net
+    assert type(net).__name__ == "GDPNet"
+    assert all(torch.equal(net.state_dict()[k], v) for k, v in ref.items())
+
+
+@pytest.mark.timeout(300)
+def test_runners_plan_without_policy_uses_the_generalist(tmp_path: Path) -> None:
+    from graphs import io as gio
+    from runners.plan import plan
+    from tests.runners.conftest import chain_graph, compose
+
+    gio.save(chain_graph(), tmp_path / "g.json")
+    cfg = compose(
+        ["+env=rnnlm_k40_4", f"env.graph_file={tmp_path / 'g.json'}", "env.model=null"],
+        config="plan",
+    )
+    res = plan(cfg, tmp_path / "plan", echo=lambda s: None)
+    assert Path(res["policy"]) == SHIPPED and res["samples"] == 8 and not res["oom"]
+    saved = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert saved["meta"]["policy"] == str(SHIPPED)
+
+
+@pytest.mark.timeout(300)
+def test_runners_train_init_policy_generalist(tmp_path: Path) -> None:
+    from graphs import io as gio
+    from runners.train import train
+    from tests.runners.conftest import chain_graph, compose, small_env
+
+    gio.save(chain_graph(), tmp_path / "g.json")
+    ov = [
+        *small_env(tmp_path / "g.json"),
+        "env.baselines=[]",
+        "train.timesteps=32",
+        "agent.ppo.n_steps=16",
+        "agent.init_policy=generalist",
+    ]
+    res = train(compose(ov), tmp_path / "train", echo=lambda s: None)
+    assert res["meta"]["init_policy"] == "generalist"
+    exported = load_policy(tmp_path / "train" / "policy.pt")
+    assert exported.network == "gdp"  # the generalist's network, not the env's placeto
