@@ -103,6 +103,32 @@ class ModelDims:
     def num_params(self) -> int:
         return self.layers * self.layer_params() + self.embedding_params() + self.head_params()
 
+    def attn_flops(self, tokens: float) -> float:
+        """Forward FLOPs of one layer's attention for ``tokens`` tokens of length ``seq``:
+        QKV and output projections (``2 * tokens * h * (2h + 2 kv)``) plus the scores and
+        the weighted sum (``4 * tokens * seq * h``, no causal saving, as Narayanan et al.)."""
+        h, kv = self.hidden, self.kv_heads * self.head_dim
+        return 2.0 * tokens * h * (2 * h + 2 * kv) + 4.0 * tokens * self.seq * h
+
+    def mlp_flops(self, tokens: float) -> float:
+        """Forward FLOPs of one layer's MLP (2 matrices for GPT, 3 for SwiGLU)."""
+        return (4.0 if self.arch == "gpt" else 6.0) * tokens * self.hidden * self.ffn
+
+    def layer_flops(self, tokens: float) -> float:
+        """Forward FLOPs of one transformer layer (``24 t h^2 + 4 t s h`` for GPT, ffn = 4h)."""
+        return self.attn_flops(tokens) + self.mlp_flops(tokens)
+
+    def head_flops(self, tokens: float) -> float:
+        """Forward FLOPs of the output head (logits): ``2 * tokens * h * vocab``."""
+        return 2.0 * tokens * self.hidden * self.vocab
+
+    def model_flops(self, samples: float) -> float:
+        """Forward + backward FLOPs of a step of ``samples`` sequences, no recomputation
+        (3x forward): the "model FLOPs" of MFU (Chowdhery et al. 2022; Narayanan et al. 2021
+        eq. 3 for GPT with ffn = 4h gives ``72 B s l h^2 (1 + s/6h + V/12lh)``)."""
+        t = samples * self.seq
+        return 3.0 * (self.layers * self.layer_flops(t) + self.head_flops(t))
+
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
