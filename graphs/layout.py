@@ -103,6 +103,30 @@ class ModelDims:
     def num_params(self) -> int:
         return self.layers * self.layer_params() + self.embedding_params() + self.head_params()
 
+    def activation_parts(self) -> tuple[float, float, float]:
+        """Activation bytes one layer keeps for backward per sequence (fp16, 1-byte dropout
+        masks, no recomputation), as ``(replicated, sharded, scores)``: ``replicated`` is
+        what tensor parallelism leaves whole on every rank (LayerNorm/RMSNorm inputs, the
+        inputs of the first linear of each block, dropout masks; sequence parallelism
+        shards it too), ``sharded`` what it splits ``tp`` ways (Q, K, V, the projection
+        input, the MLP's inner activations), ``scores`` the attention matrices
+        (``tp``-sharded; dropped by selective recomputation).
+
+        GPT at ffn = 4h is Korthikanti et al. 2022 eq. (1)-(2): ``s h (10 + 24 + 5 a s / h)``
+        = ``10 s h`` + ``(8 s h + 4 s ffn)`` + ``5 a s^2``. LLaMA (no dropout): ``8 s h`` +
+        ``(4 s h + 4 s kv + 8 s ffn)`` (SwiGLU keeps gate and up outputs, the SiLU output and
+        the down-projection input) + ``2 a s^2`` (softmax output).
+        """
+        s, h, a = self.seq, self.hidden, self.heads
+        if self.arch == "gpt":
+            return float(10 * s * h), float(8 * s * h + 4 * s * self.ffn), float(5 * a * s * s)
+        kv = self.kv_heads * self.head_dim
+        return (
+            float(8 * s * h),
+            float(4 * s * h + 4 * s * kv + 8 * s * self.ffn),
+            float(2 * a * s * s),
+        )
+
     def attn_flops(self, tokens: float) -> float:
         """Forward FLOPs of one layer's attention for ``tokens`` tokens of length ``seq``:
         QKV and output projections (``2 * tokens * h * (2h + 2 kv)``) plus the scores and

@@ -314,7 +314,8 @@ def build(
     """
     from graphs.zoo.parametric import PARAM_KEYS, PARAMETRIC, build_named
 
-    if name in PARAMETRIC and (name == "gpt" or set(config) & (set(PARAM_KEYS) - {"batch"})):
+    only = set(PARAM_KEYS) - {"batch", "seq", "vocab"}  # keys the extracted models do not take
+    if name in PARAMETRIC and (name == "gpt" or set(config) & only):
         if max_groups is not None:
             raise ValueError(f"graphs.zoo.build: parametric {name!r} takes no max_groups")
         if (precision, optimizer) != ("mixed", "adam"):
