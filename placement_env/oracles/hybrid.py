@@ -126,6 +126,31 @@ class HybridModel:
         self.topo = Topology.from_cluster(cluster)
 
     # ----------------------------------------------------------------- API
+    def _end_costs(self, lay: HybridLayout, tp_ar: float) -> tuple[float, float]:
+        """Forward seconds of the embedding (first chunk) and of the final norm, head and
+        loss (last chunk) per microbatch; their backwards take 1x and 2x these."""
+        d, dev = self.dims, self.device
+        tok = float(lay.microbatch_size * d.seq)
+        peak = dev.peak_flops * self.gemm_efficiency
+        emb_f = 2.0 * tok * d.hidden / dev.mem_bw + (tp_ar if lay.tp > 1 else 0.0)
+        head_gemm = d.head_flops(tok) / lay.tp / peak
+        logits = 4.0 * tok * d.vocab / lay.tp  # fp32 logits for the cross-entropy
+        head_f = head_gemm + ELEMENTWISE_TRAFFIC * logits / dev.mem_bw
+        return emb_f, head_f + (tp_ar if lay.tp > 1 else 0.0)
+
+    def stage_costs(self, layout: HybridLayout) -> dict[str, float]:
+        """Per-microbatch seconds on one GPU under ``layout``'s intra-op choices (tp, SP,
+        recompute, ZeRO, microbatch size): ``layer`` (forward + backward of one
+        transformer layer), ``first`` / ``last`` (the embedding, resp. head and loss,
+        forward + backward). What the Alpa-style planner's inter-op DP splits."""
+        r = self.evaluate(layout)
+        emb_f, head_f = self._end_costs(layout, r.breakdown["tp_collective"])
+        return {
+            "layer": r.breakdown["layer_fwd"] + r.breakdown["layer_bwd"],
+            "first": 2 * emb_f,
+            "last": 3 * head_f,
+        }
+
     def evaluate(self, layout: HybridLayout) -> HybridResult:
         d, lay, dev, topo = self.dims, layout, self.device, self.topo
         layout.validate(d.layers, d.heads, self.cluster.num_devices)
@@ -179,10 +204,7 @@ class HybridModel:
         nl = np.array([bb - aa for aa, bb in lay.stage_layers], dtype=np.float64)
         fdur = nl * layer_f
         bdur = nl * layer_b
-        emb_f = 2.0 * b * s * h / mem_bw + (tp_ar if tp > 1 else 0.0)
-        head_gemm = d.head_flops(tok) / tp / peak
-        logits = 4.0 * tok * d.vocab / tp  # fp32 logits for the cross-entropy
-        head_f = head_gemm + ELEMENTWISE_TRAFFIC * logits / mem_bw + (tp_ar if tp > 1 else 0.0)
+        emb_f, head_f = self._end_costs(lay, tp_ar)
         fdur[0] += emb_f
         bdur[0] += emb_f
         fdur[-1] += head_f
@@ -203,6 +225,7 @@ class HybridModel:
         else:
             per_layer = rep + (Sh + A) / tp
         act = nl * per_layer * b
+        logits = 4.0 * tok * d.vocab / tp  # fp32 logits kept for the cross-entropy
         act[0] += s * h * b / (tp if sp else 1)  # embedding dropout mask
         act[-1] += b * (4.0 * s * h / (tp if sp else 1)) + logits
 
