@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -449,6 +450,64 @@ def _check_fields(obj: Any, source: str) -> None:
         prev = b
 
 
+#: Default microbatch sizes and virtual-stage counts of :func:`layout_grid`.
+GRID_MICROBATCH_SIZES = (1, 2, 4, 8)
+GRID_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)
+
+
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def layout_grid(
+    graph: Any,
+    cluster: Any,
+    *,
+    global_batch: int,
+    microbatch_sizes: Sequence[int] = GRID_MICROBATCH_SIZES,
+    virtual_stages: Sequence[int] = GRID_VIRTUAL_STAGES,
+    recompute: Sequence[str] = RECOMPUTE,
+    zero: Sequence[int] = ZERO_STAGES,
+    sequence_parallel: Sequence[bool] = (False, True),
+    max_tp: int | None = None,
+) -> Iterator[HybridLayout]:
+    """Every valid layout of the grid (balanced stages): ``t`` divides the heads (and
+    the kv heads, or they divide it) and at most ``max_tp`` (default: GPUs per node),
+    ``p`` at most the layers, ``d = D / (t p)``, microbatch sizes that split the
+    batch, ``v`` with ``p v <= layers`` (interleaved when ``v > 1``), every
+    recomputation, SP (when ``t > 1``) and ZeRO stage."""
+    d = model_dims(graph)
+    D = cluster.num_devices
+    if max_tp is None:
+        max_tp = int(cluster.meta.get("gpus_per_node", min(D, 8)))
+    for t in divisors(D):
+        if t > max_tp or d.heads % t or (d.kv_heads % t and t % d.kv_heads):
+            continue
+        for p in divisors(D // t):
+            if p > d.layers:
+                continue
+            dp = D // (t * p)
+            for mbs in microbatch_sizes:
+                if global_batch % (dp * mbs):
+                    continue
+                m = global_batch // (dp * mbs)
+                for v in virtual_stages:
+                    if v > 1 and (p == 1 or m % p or p * v > d.layers):
+                        continue
+                    stages = balanced_stage_layers(d.layers, p * v)
+                    sched = "interleaved" if v > 1 else "1f1b"
+                    for rc, sp, z in itertools.product(recompute, sequence_parallel, zero):
+                        if sp and t == 1:
+                            continue
+                        if z and dp == 1:
+                            continue
+                        yield HybridLayout(
+                            dp=dp, tp=t, pp=p, microbatch_size=mbs, global_batch=global_batch,
+                            virtual_stages=v, recompute=rc, sequence_parallel=sp, zero=z,
+                            schedule=sched, stage_layers=stages,
+                        )  # fmt: skip
+
+
 __all__ = [
     "HYBRID_SCHEDULES",
     "MESH_DIM_NAMES",
@@ -457,5 +516,6 @@ __all__ = [
     "HybridLayout",
     "ModelDims",
     "balanced_stage_layers",
+    "layout_grid",
     "model_dims",
 ]

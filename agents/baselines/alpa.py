@@ -80,7 +80,7 @@ def alpa(
     """Alpa-style planner over hybrid layouts.
 
     For every intra-op choice (``tp`` and ``dp`` of the stage submesh, microbatch size,
-    recomputation, SP, ZeRO) and pipeline depth ``pp`` of :func:`megatron_grid.grid`
+    recomputation, SP, ZeRO) and pipeline depth ``pp`` of :func:`graphs.layout.layout_grid`
     (``v = 1``), the per-layer and end-stage costs of that choice
     (:meth:`HybridModel.stage_costs`) feed the inter-op split :func:`split_layers`; the
     resulting layout (and the balanced one, if the split one does not fit) is scored by

@@ -41,7 +41,7 @@ def hybrid_anneal(
 ) -> Plan:
     """Simulated annealing over layouts, ``budget`` oracle calls (default 2000).
 
-    State: a layout of the :func:`megatron_grid.grid` space, or the same with moved stage
+    State: a layout of the :func:`graphs.layout.layout_grid` space, or the same with moved stage
     boundaries. A move either replaces the intra-op/inter-op choice by a random grid
     neighbour differing in one field (``tp``/``pp``/``dp`` change together so that their
     product stays the device count) or moves one stage boundary by one layer. Cost: the
