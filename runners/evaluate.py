@@ -194,7 +194,8 @@ def plot_bars(rows: Sequence[dict[str, Any]], path: Path) -> None:
 def _hydra_main(cfg: DictConfig) -> None:
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
     common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
-    evaluate(cfg, run_dir)
+    with common.reported_errors(run_dir, "evaluate"):
+        evaluate(cfg, run_dir, echo=common.RunLog(run_dir, "evaluate"))
 
 
 def main() -> None:

@@ -67,7 +67,9 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
 @hydra.main(version_base=None, config_path="../conf", config_name="plan")
 def _hydra_main(cfg: DictConfig) -> None:
     common.require_env(cfg, "plan")
-    plan(cfg, common.run_dir_from_hydra(cfg.get("output_dir")))
+    run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
+    with common.reported_errors(run_dir, "plan"):
+        plan(cfg, run_dir, echo=common.RunLog(run_dir, "plan"))
 
 
 def main() -> None:
