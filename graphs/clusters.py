@@ -11,6 +11,7 @@ import yaml
 from graphs.cluster import Cluster
 
 _CPU_RE = re.compile(r"^cpu_(\d+)$")
+_NODES_RE = re.compile(r"^(.+)_x(\d+)$")
 
 
 def preset_dir() -> Path:
@@ -22,9 +23,18 @@ def preset_dir() -> Path:
 
 
 def names() -> list[str]:
-    """Names of the available presets (``cpu_N`` stands for any N >= 1)."""
+    """Names of the available presets (``cpu_N`` stands for any N >= 1; see :func:`exists`
+    for the ``NAME_xN`` multi-node names)."""
     found = sorted(p.stem for p in preset_dir().glob("*.yaml"))
     return sorted(set(found) | {"cpu_N"})
+
+
+def exists(name: str) -> bool:
+    """Whether :func:`load` knows ``name``: a preset, ``cpu_N`` or ``NAME_xN`` of a preset."""
+    if (preset_dir() / f"{name}.yaml").exists() or _CPU_RE.match(name):
+        return True
+    m = _NODES_RE.match(name)
+    return bool(m) and (preset_dir() / f"{m.group(1)}.yaml").exists()
 
 
 def load(name: str, *, nodes: int = 1) -> Cluster:
@@ -34,7 +44,8 @@ def load(name: str, *, nodes: int = 1) -> Cluster:
     ``nodes=N`` joins ``N`` copies of a one-node preset that has a ``scale_out`` section
     (``dgx_a100_80g``, ``dgx_h100``): every GPU gets its own NIC link to one fabric
     switch, device ``k * G + i`` is GPU ``i`` of node ``k`` (``G`` GPUs per node), and
-    ``meta`` records ``gpus_per_node`` and ``nodes``.
+    ``meta`` records ``gpus_per_node`` and ``nodes``. ``"NAME_xN"`` (the name such a
+    cluster gets, e.g. ``"dgx_a100_80g_x128"``) is the same as ``load("NAME", nodes=N)``.
     """
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ValueError(f"clusters.load: nodes must be an integer >= 1, got {nodes!r}")
@@ -49,6 +60,11 @@ def load(name: str, *, nodes: int = 1) -> Cluster:
 
         return cpu_cluster(int(m.group(1)))
     f = preset_dir() / f"{name}.yaml"
+    m = _NODES_RE.match(name)
+    if not f.exists() and m and (preset_dir() / f"{m.group(1)}.yaml").exists():
+        if nodes != 1:
+            raise ValueError(f"clusters.load: {name!r} already names its node count")
+        return load(m.group(1), nodes=int(m.group(2)))
     if not f.exists():
         raise ValueError(f"unknown cluster {name!r}; available: {names()}")
     return from_file(f, nodes=nodes)

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import bisect
 import time
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from agents.baselines.common import InfeasiblePlanError, fmt_bytes
-from agents.baselines.megatron_grid import default_global_batch, finish_hybrid, grid, hybrid_oracle
+from agents.baselines.megatron_grid import default_global_batch, finish_hybrid, hybrid_oracle
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
-from graphs.layout import HybridLayout
+from graphs.layout import (
+    GRID_MICROBATCH_SIZES,
+    RECOMPUTE,
+    ZERO_STAGES,
+    HybridLayout,
+    layout_grid,
+)
 from graphs.plan import Plan
 from placement_env.oracles.base import Oracle
 from placement_env.oracles.hybrid import HybridModel
@@ -75,7 +81,11 @@ def alpa(
     /,
     *,
     global_batch: int | None = None,
-    **grid_options: Any,
+    microbatch_sizes: Sequence[int] = GRID_MICROBATCH_SIZES,
+    recompute: Sequence[str] = RECOMPUTE,
+    zero: Sequence[int] = ZERO_STAGES,
+    sequence_parallel: Sequence[bool] = (False, True),
+    max_tp: int | None = None,
 ) -> Plan:
     """Alpa-style planner over hybrid layouts.
 
@@ -93,11 +103,20 @@ def alpa(
     score = hybrid_oracle(oracle)
     model = HybridModel(graph, cluster)
     gb = int(global_batch or default_global_batch(graph))
-    opts = dict(grid_options)
-    opts["virtual_stages"] = (1,)
     best: HybridLayout | None = None
     best_res, calls, least = None, 0, float("inf")
-    for lay in grid(graph, cluster, global_batch=gb, **opts):
+    space = layout_grid(
+        graph,
+        cluster,
+        global_batch=gb,
+        microbatch_sizes=microbatch_sizes,
+        virtual_stages=(1,),
+        recompute=recompute,
+        zero=zero,
+        sequence_parallel=sequence_parallel,
+        max_tp=max_tp,
+    )
+    for lay in space:
         if budget is not None and calls >= budget:
             break
         tries = [lay]

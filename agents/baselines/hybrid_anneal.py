@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from agents.baselines.common import InfeasiblePlanError
-from agents.baselines.megatron_grid import default_global_batch, finish_hybrid, grid, hybrid_oracle
+from agents.baselines.megatron_grid import default_global_batch, finish_hybrid, hybrid_oracle
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
-from graphs.layout import HybridLayout
+from graphs.layout import (
+    GRID_MICROBATCH_SIZES,
+    GRID_VIRTUAL_STAGES,
+    RECOMPUTE,
+    ZERO_STAGES,
+    HybridLayout,
+    layout_grid,
+)
 from graphs.plan import Plan
 from placement_env.oracles.base import Oracle
 
@@ -37,7 +45,12 @@ def hybrid_anneal(
     seed: int = 0,
     t0: float = 0.05,
     t1: float = 1e-4,
-    **grid_options: Any,
+    microbatch_sizes: Sequence[int] = GRID_MICROBATCH_SIZES,
+    virtual_stages: Sequence[int] = GRID_VIRTUAL_STAGES,
+    recompute: Sequence[str] = RECOMPUTE,
+    zero: Sequence[int] = ZERO_STAGES,
+    sequence_parallel: Sequence[bool] = (False, True),
+    max_tp: int | None = None,
 ) -> Plan:
     """Simulated annealing over layouts, ``budget`` oracle calls (default 2000).
 
@@ -53,7 +66,19 @@ def hybrid_anneal(
     start = time.perf_counter()
     score = hybrid_oracle(oracle)
     gb = int(global_batch or default_global_batch(graph))
-    space = list(grid(graph, cluster, global_batch=gb, **grid_options))
+    space = list(
+        layout_grid(
+            graph,
+            cluster,
+            global_batch=gb,
+            microbatch_sizes=microbatch_sizes,
+            virtual_stages=virtual_stages,
+            recompute=recompute,
+            zero=zero,
+            sequence_parallel=sequence_parallel,
+            max_tp=max_tp,
+        )
+    )
     if not space:
         raise InfeasiblePlanError(f"hybrid_anneal: no valid layout of {graph.meta.get('name')!r}")
     budget = DEFAULT_BUDGET if budget is None else int(budget)

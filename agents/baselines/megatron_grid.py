@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from agents.baselines.common import InfeasiblePlanError, fmt_bytes
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
-from graphs.layout import HybridLayout, layout_grid, model_dims
+from graphs.layout import (
+    GRID_MICROBATCH_SIZES,
+    GRID_VIRTUAL_STAGES,
+    RECOMPUTE,
+    ZERO_STAGES,
+    HybridLayout,
+    layout_grid,
+    model_dims,
+)
 from graphs.plan import Plan
 from placement_env.oracles.base import Oracle
 
@@ -36,19 +45,35 @@ def megatron_grid(
     /,
     *,
     global_batch: int | None = None,
-    **grid_options: Any,
+    microbatch_sizes: Sequence[int] = GRID_MICROBATCH_SIZES,
+    virtual_stages: Sequence[int] = GRID_VIRTUAL_STAGES,
+    recompute: Sequence[str] = RECOMPUTE,
+    zero: Sequence[int] = ZERO_STAGES,
+    sequence_parallel: Sequence[bool] = (False, True),
+    max_tp: int | None = None,
 ) -> Plan:
     """The fastest memory-feasible layout of :func:`graphs.layout.layout_grid`, scored by ``oracle``.
 
     ``budget`` caps the layouts scored (``None``: the whole grid); ``global_batch``
-    defaults to the graph's batch. Ties keep the first layout in grid order.
+    defaults to the graph's batch; the other keywords are the grid's axes. Ties keep the first layout in grid order.
     Raises :class:`InfeasiblePlanError` when no layout fits in memory.
     """
     t0 = time.perf_counter()
     score = hybrid_oracle(oracle)
     gb = int(global_batch or default_global_batch(graph))
     best, best_res, calls, least_mem = None, None, 0, float("inf")
-    for lay in layout_grid(graph, cluster, global_batch=gb, **grid_options):
+    space = layout_grid(
+        graph,
+        cluster,
+        global_batch=gb,
+        microbatch_sizes=microbatch_sizes,
+        virtual_stages=virtual_stages,
+        recompute=recompute,
+        zero=zero,
+        sequence_parallel=sequence_parallel,
+        max_tp=max_tp,
+    )
+    for lay in space:
         if budget is not None and calls >= budget:
             break
         r = score(lay)

@@ -350,4 +350,14 @@ class HybridModel:
         )
 
 
-__all__ = ["DEFAULT_GEMM_EFFICIENCY", "HybridModel", "HybridResult"]
+def hybrid_lower_bound(
+    graph: CompGraph, cluster: Cluster, global_batch: int | None = None
+) -> float:
+    """Seconds no layout beats: the step's model FLOPs (``global_batch``, default the graph's
+    batch) spread over every GPU at its peak (what ``HybridResult.lower_bound`` is)."""
+    d = model_dims(graph)
+    gb = int(global_batch or d.batch)
+    return d.model_flops(gb) / cluster.num_devices / float(np.max(cluster.peak_flops))
+
+
+__all__ = ["DEFAULT_GEMM_EFFICIENCY", "HybridModel", "HybridResult", "hybrid_lower_bound"]
