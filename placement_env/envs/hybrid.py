@@ -238,7 +238,16 @@ class HybridEnv(gym.Env[dict, Any]):
 
     def action_masks(self) -> np.ndarray:
         """``bool[n]``: the actions that change the layout (see the class docstring)."""
-        return np.array([self._target(a) is not None for a in range(int(self.action_space.n))])
+        lay = self.layout
+        assert lay is not None
+        nk = 2 * len(KEYS)
+        mask = np.zeros(int(self.action_space.n), dtype=bool)
+        mask[:nk] = [self._target(a) is not None for a in range(nk)]
+        for b in range(lay.num_chunks - 1):  # boundary moves: no layout needs building
+            (a0, a1), (_, b1) = lay.stage_layers[b], lay.stage_layers[b + 1]
+            mask[nk + 2 * b] = a1 - 1 > a0
+            mask[nk + 2 * b + 1] = a1 + 1 < b1
+        return mask
 
     def render(self) -> str | None:
         if self.render_mode == "ansi" and self.layout is not None:

@@ -65,3 +65,12 @@ def test_boundary_moves_and_reward_sign(env):
     assert obs["chunks"][0] == pytest.approx(3 / 8)
     # boundaries of chunks the layout does not have are masked
     assert not env.action_masks()[nk + 2 * 5]
+
+
+def test_masks_match_the_moves(env):
+    env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        m = env.action_masks()
+        assert m.tolist() == [env._target(a) is not None for a in range(env.action_space.n)]
+        env.step(int(rng.choice(np.flatnonzero(m))))
