@@ -325,8 +325,11 @@ class ExportedPolicy:
                     if done:
                         break
                     mask = env.unwrapped.action_masks()  # type: ignore[attr-defined]
+                    greedy_now = greedy and k == 0
+                    if greedy_now and self.proposes_moves:
+                        mask = _without_current_device(env.unwrapped, mask)
                     batch = {key: v[None] for key, v in obs.items()}
-                    a = self.predict(batch, mask[None], deterministic=greedy and k == 0, rng=rng)
+                    a = self.predict(batch, mask[None], deterministic=greedy_now, rng=rng)
                     obs, _, term, trunc, info = env.step(a[0])
                     done = term or trunc
         finally:
@@ -355,5 +358,25 @@ class ExportedPolicy:
             },
         )
 
+    @property
+    def proposes_moves(self) -> bool:
+        """The policy is a local search's proposal (a ``Sweep-v0`` with ``accept="improve"``):
+        its greedy episode takes, for each unit, its most likely device *other than* the
+        current one, and the env undoes the moves that make the plan slower. (Its argmax
+        including the current device is nearly always "keep", an episode that changes nothing.)"""
+        return self.mode == "current_row" and self.env_options.get("accept") == "improve"
+
     def __repr__(self) -> str:
         return f"ExportedPolicy({self.net!r}, mode={self.mode!r}, env_id={self.env_id!r})"
+
+
+def _without_current_device(env: Any, mask: np.ndarray) -> np.ndarray:
+    """``mask`` with the current unit's own device removed, unless it is the only choice."""
+    st = getattr(env, "state", None)
+    if st is None or st.current < 0:
+        return mask
+    d = int(st.placement[st.current])
+    if 0 <= d < mask.size and mask.sum() > 1:
+        mask = mask.copy()
+        mask[d] = False
+    return mask

@@ -182,6 +182,15 @@ def test_warm_started_policy_exports_no_instance_state_and_plans_other_graphs(tm
     assert d["env_options"]["init"] == "balanced"  # the name, never the training placement
     assert d["env_options"]["accept"] == "improve" and d["env_options"]["restart"] == "best"
     policy = load_policy(path)
+    assert policy.proposes_moves
+    # the greedy episode proposes a move for every unit (not "keep" everywhere): each
+    # proposal is scored, and the plan is never worse than the balanced start
+    g, cl = _chain(9), load("cpu_2")
+    sim = Simulator(g, cl, microbatches=2)
+    greedy = policy.plan(g, cl, microbatches=2, samples=1, oracle=sim)
+    assert greedy.meta["oracle_calls"] >= g.num_nodes
+    start = policy.make_env(g, cl, Simulator(g, cl, microbatches=2)).reset(seed=0)[1]
+    assert greedy.meta["step_time"] <= start["step_time"]
     for n, cl in ((9, "cpu_2"), (4, "cpu_8"), (13, "cpu_3")):
         g = _chain(n)
         plan = policy.plan(g, load(cl), microbatches=2, samples=2, seed=0)
