@@ -9,6 +9,7 @@ from pathlib import Path
 from graphs.cluster import Cluster
 
 _CPU_RE = re.compile(r"^cpu_(\d+)(?:@(.+))?$")
+_NODES_RE = re.compile(r"^(.+)_x(\d+)$")
 #: Most processes ``cpu_N`` may have (its links are all-to-all: N * (N - 1)).
 MAX_CPU_PROCESSES = 1024
 
@@ -22,20 +23,43 @@ def preset_dir() -> Path:
 
 
 def names() -> list[str]:
-    """Names of the available presets (``cpu_N`` stands for any N >= 1, ``cpu_N@PATH`` calibrated)."""
+    """Names of the available presets (``cpu_N`` stands for any N >= 1, ``cpu_N@PATH`` calibrated;
+    see :func:`exists` for the ``NAME_xN`` multi-node names)."""
     found = sorted(p.stem for p in preset_dir().glob("*.yaml"))
     return sorted(set(found) | {"cpu_N", "cpu_N@CALIBRATION.json"})
 
 
-def load(name: str) -> Cluster:
-    """Load a preset by name (``dgx1_v100_8``, ``cpu_4``, ...) or a YAML/JSON file path.
+def exists(name: str) -> bool:
+    """Whether :func:`load` knows ``name``: a preset, ``cpu_N`` or ``NAME_xN`` of a preset."""
+    if (preset_dir() / f"{name}.yaml").exists() or _CPU_RE.match(name):
+        return True
+    m = _NODES_RE.match(name)
+    return bool(m) and (preset_dir() / f"{m.group(1)}.yaml").exists()
+
+
+def load(name: str, *, nodes: int = 1) -> Cluster:
+    """Load a preset by name (``dgx1_v100_8``, ``dgx_a100_80g``, ``cpu_4``, ...) or a YAML/JSON
+    file path.
+
+    ``nodes=N`` joins ``N`` copies of a one-node preset that has a ``scale_out`` section
+    (``dgx_a100_80g``, ``dgx_h100``): every GPU gets its own NIC link to one fabric
+    switch, device ``k * G + i`` is GPU ``i`` of node ``k`` (``G`` GPUs per node), and
+    ``meta`` records ``gpus_per_node`` and ``nodes``. ``"NAME_xN"`` (the name such a
+    cluster gets, e.g. ``"dgx_a100_80g_x128"``) is the same as ``load("NAME", nodes=N)``.
 
     ``cpu_N`` is N CPU processes with the documented default figures on every machine;
     ``cpu_N@PATH`` takes its figures from the calibration file ``PATH`` written by
     ``python -m runners.profile`` (see :func:`graphs.cpu_cluster.cpu_cluster`).
     """
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"clusters.load: nodes must be an integer >= 1, got {nodes!r}")
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml", ".json") and p.exists():
+        return from_file(p, nodes=nodes)
     m = _CPU_RE.match(name)
     if m:
+        if nodes != 1:
+            raise ValueError(f"clusters.load: {name!r} has no multi-node form (nodes={nodes})")
         from graphs.cpu_cluster import cpu_cluster
 
         n = int(m.group(1))
@@ -44,17 +68,64 @@ def load(name: str) -> Cluster:
                 f"cluster {name!r}: cpu_N needs N >= 1 and N <= {MAX_CPU_PROCESSES}, got {n}"
             )
         return cpu_cluster(n, calibration=m.group(2))
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml", ".json") and p.exists():
-        return from_file(p)
     f = preset_dir() / f"{name}.yaml"
+    m = _NODES_RE.match(name)
+    if not f.exists() and m and (preset_dir() / f"{m.group(1)}.yaml").exists():
+        if nodes != 1:
+            raise ValueError(f"clusters.load: {name!r} already names its node count")
+        return load(m.group(1), nodes=int(m.group(2)))
     if not f.exists():
         raise ValueError(f"unknown cluster {name!r}; available: {names()}")
-    return from_file(f)
+    return from_file(f, nodes=nodes)
 
 
-def from_file(path: str | Path) -> Cluster:
-    """Read a cluster from a YAML or JSON file (the :meth:`Cluster.from_dict` form)."""
+def from_file(path: str | Path, *, nodes: int = 1) -> Cluster:
+    """Read a cluster from a YAML or JSON file (the :meth:`Cluster.from_dict` form, plus an
+    optional ``scale_out`` section used when ``nodes > 1``; see :func:`load`)."""
     from graphs.schema import read_yaml
 
-    return Cluster.from_dict(read_yaml(path), source=str(path))
+    data = read_yaml(path)  # strict: names the file, field and value of a bad one
+    if not isinstance(data, dict):
+        return Cluster.from_dict(data, source=str(path))  # refused there, naming the top level
+    scale = data.pop("scale_out", None)
+    if nodes != 1 or scale is not None:
+        data = _scaled(data, scale, nodes, str(path))
+    return Cluster.from_dict(data, source=str(path))
+
+
+def _scaled(data: dict, scale: dict | None, nodes: int, source: str) -> dict:
+    """The dict form of ``nodes`` copies of a one-node cluster joined per ``scale_out``."""
+    if scale is None:
+        raise ValueError(
+            f"{source}: cluster {data.get('name')!r} has no scale_out section, so it has no "
+            f"multi-node form (asked for nodes={nodes})"
+        )
+    for key in ("fabric", "nic"):
+        if key not in scale:
+            raise ValueError(f"{source}: scale_out is missing {key!r}")
+    devs = list(data["devices"])
+    G = len(devs)
+    sw = [str(x) for x in data.get("switches", ()) or ()]
+    out = dict(data)
+    out["meta"] = dict(data.get("meta") or {}, gpus_per_node=G, nodes=nodes)
+    if nodes == 1:
+        return out
+    out["name"] = f"{data['name']}_x{nodes}"
+    dname = [str(d["name"]) for d in devs]
+
+    def rename(x: str, k: int) -> str:
+        if x in dname:
+            return f"{x.rstrip('0123456789')}{k * G + dname.index(x)}"
+        return f"{x}{k}"
+
+    out["devices"] = [dict(d, name=rename(str(d["name"]), k)) for k in range(nodes) for d in devs]
+    out["switches"] = [rename(x, k) for k in range(nodes) for x in sw] + [str(scale["fabric"])]
+    links = [
+        dict(ln, src=rename(str(ln["src"]), k), dst=rename(str(ln["dst"]), k))
+        for k in range(nodes)
+        for ln in data.get("links", ()) or ()
+    ]
+    nic = dict(scale["nic"])
+    links += [dict(nic, src=d["name"], dst=str(scale["fabric"])) for d in out["devices"]]
+    out["links"] = links
+    return out

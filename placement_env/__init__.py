@@ -8,6 +8,7 @@ ENV_IDS = (
     "placement_env/Reassign-v0",
     "placement_env/Stage-v0",
     "placement_env/OneShot-v0",
+    "placement_env/Hybrid-v0",
 )
 
 if ENV_IDS[0] not in registry:
@@ -23,5 +24,10 @@ if ENV_IDS[0] not in registry:
         max_episode_steps=128,
     )
     register(id="placement_env/OneShot-v0", entry_point="placement_env.envs.oneshot:OneShotEnv")
+    register(
+        id="placement_env/Hybrid-v0",
+        entry_point="placement_env.envs.hybrid:HybridEnv",
+        max_episode_steps=64,
+    )
 
 __all__ = ["ENV_IDS"]

@@ -44,6 +44,7 @@ class SearchOutcome:
     timesteps: int = 0
     policy_path: Path | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    plan: Any = None  # the baseline's Plan (kept for hybrid plans: their layout is the answer)
 
 
 def _make_runner_callback(
@@ -348,8 +349,57 @@ def search_baseline(
     placement = None if o.plan is None or o.step_time is None else np.asarray(o.plan.placement)
     hist = [] if o.step_time is None else [(0, o.oracle_calls, o.step_time)]
     return SearchOutcome(
-        placement, o.step_time, o.oracle_calls, hist, 0, None, {"baseline": name, "error": o.error}
+        placement,
+        o.step_time,
+        o.oracle_calls,
+        hist,
+        0,
+        None,
+        {"baseline": name, "error": o.error},
+        plan=o.plan if o.step_time is not None else None,
     )
+
+
+HYBRID_ENV_ID = "placement_env/Hybrid-v0"
+
+
+def _write_hybrid_plan(
+    problem: common.Problem, outcome: SearchOutcome, agent: str, seed: int, run_dir: Path
+) -> dict[str, Any]:
+    """Write ``best_plan.json`` of a hybrid plan (its layout is the answer) and return the
+    result fields of a hybrid run: layout, step time, TFLOP/s per GPU, MFU, memory per GPU."""
+    from graphs.plan import Plan
+
+    if outcome.plan is None or outcome.plan.layout is None:
+        raise ValueError(
+            f"env {problem.spec.name!r} poses hybrid-parallel problems: agent {agent!r} must "
+            "return a plan with a layout (e.g. agent=megatron_grid, alpa or hybrid_anneal)"
+        )
+    plan = Plan.from_layout(
+        problem.graph,
+        problem.cluster,
+        outcome.plan.layout,
+        meta={
+            **common.plan_provenance(problem.spec),
+            **dict(outcome.plan.meta),
+            "algorithm": agent,
+            "seed": seed,
+        },
+    )
+    plan.save(run_dir / "best_plan.json")
+    res = problem.oracle().evaluate(plan)
+    outcome.step_time = float(res.step_time)
+    return {
+        "oom": bool(res.oom),
+        "layout": plan.layout.to_dict(),
+        "step_time": float(res.step_time),
+        "tflops_per_gpu": float(res.model_flops_per_device) / 1e12,
+        "hardware_tflops_per_gpu": float(res.hardware_flops_per_device) / 1e12,
+        "mfu": float(res.mfu),
+        "memory_per_gpu": float(res.peak_memory.max()),
+        "memory_per_stage": res.breakdown["memory_per_rank"],
+        "num_gpus": problem.cluster.num_devices,
+    }
 
 
 # ------------------------------------------------------------------------ run
@@ -395,7 +445,13 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         f"{problem.cluster.name} ({problem.cluster.num_devices} devices), "
         f"{spec.microbatches} microbatches, {spec.schedule}, oracle {spec.oracle}"
     )
-    lower_bound = common.lower_bound(problem)  # the simulator's: nothing is executed
+    hybrid = spec.env_id == HYBRID_ENV_ID
+    if hybrid:  # model FLOPs at peak: no op-level tables of a thousand-GPU cluster
+        from placement_env.oracles.hybrid import hybrid_lower_bound
+
+        lower_bound = hybrid_lower_bound(problem.graph, problem.cluster)
+    else:
+        lower_bound = common.lower_bound(problem)  # the simulator's: nothing is executed
 
     # ---- logger
     info_path = run_dir / "run_info.json"
@@ -463,7 +519,11 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         # ---- files
         oom = outcome.placement is None
         sim_lb = lower_bound
-        if not oom:
+        hybrid_fields: dict[str, Any] = {}
+        if not oom and hybrid:
+            hybrid_fields = _write_hybrid_plan(problem, outcome, agent_cfg["name"], seed, run_dir)
+            oom = hybrid_fields.pop("oom")
+        elif not oom:
             plan = problem.plan(
                 outcome.placement,
                 algorithm=agent_cfg["name"],
@@ -490,6 +550,7 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
             "wall_seconds": clock.total(),  # every session of the run, killed ones included
             "history": outcome.history,
             "meta": outcome.meta,
+            **hybrid_fields,
         }
         common.write_json(run_dir / "result.json", result)
         _log_final(tracker, result, run_dir, outcome)

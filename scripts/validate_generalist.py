@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> None:
             if z["zs_ms"] is not None and s and not z["oom"]:
                 ratios.append(z["zs_ms"] / s)
         geo = math.exp(float(np.mean(np.log(ratios))))
-        print(f"{path}: validation rows {len(ratios)}/{len(probs)}, geo-mean {geo:.3f}, worst {max(ratios):.3f}")
+        print(
+            f"{path}: validation rows {len(ratios)}/{len(probs)}, geo-mean {geo:.3f}, worst {max(ratios):.3f}"
+        )
 
 
 if __name__ == "__main__":

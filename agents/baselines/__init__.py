@@ -43,6 +43,10 @@ _REGISTRY: dict[str, str] = {
     "ideal_dp": "agents.baselines.ideal_dp:ideal_dp",
     "ilp": "agents.baselines.ilp:ilp",
     "anneal": "agents.baselines.anneal:anneal",
+    # hybrid-parallel planners: they return plans with a HybridLayout (Plan.layout)
+    "megatron_grid": "agents.baselines.megatron_grid:megatron_grid",
+    "alpa": "agents.baselines.alpa:alpa",
+    "hybrid_anneal": "agents.baselines.hybrid_anneal:hybrid_anneal",
 }
 
 

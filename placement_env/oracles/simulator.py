@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from graphs.cluster import Cluster
+from graphs.cluster import EAGER_ROUTE_DEVICES, Cluster
 from graphs.compgraph import KIND_NAMES, OPT, CompGraph
 from graphs.plan import Plan, check_placement
 from placement_env.oracles import _kernels
@@ -159,6 +159,19 @@ class Simulator:
         self.objective = objective
         self.calls = 0
 
+        self._hybrid: Any = None
+        self._prepared = False
+        if cluster.num_devices <= EAGER_ROUTE_DEVICES:
+            self._prepare()
+
+    def _prepare(self) -> None:
+        """Placement-independent tables of the op-level kernels (made on first use for
+        clusters of more than ``EAGER_ROUTE_DEVICES`` devices, which hybrid plans score
+        without them)."""
+        if self._prepared:
+            return
+        self._prepared = True
+        graph, cluster, schedule = self.graph, self.cluster, self.schedule
         g, c, M = graph, cluster, self.microbatches
         n, D = g.num_nodes, c.num_devices
         self._permb = np.ascontiguousarray(g.kind != OPT)
@@ -264,10 +277,12 @@ class Simulator:
     # ------------------------------------------------------------------ API
     def node_times(self) -> np.ndarray:
         """``float64[n, D]`` seconds of one run of each node on each device (+inf: cannot run)."""
+        self._prepare()
         return self._dur.copy()
 
     def lower_bound(self) -> float:
         """A step time no placement can beat (see the class docstring), seconds."""
+        self._prepare()
         return self._lower_bound
 
     def static_memory(self, placement: Any) -> np.ndarray:
@@ -278,6 +293,7 @@ class Simulator:
         ``max_load``: param bytes. Equals ``peak_memory`` when the cap is reached.
         """
         p = self._check(placement)
+        self._prepare()
         D = self.cluster.num_devices
         params, act, trans = self._sums(p)
         if self.objective == "max_load":
@@ -292,8 +308,16 @@ class Simulator:
         return params + act / M * inflight + trans
 
     def evaluate(self, placement_or_plan: np.ndarray | Plan, *, record: bool = False) -> SimResult:
-        """Score a placement (device index per node) or a :class:`Plan` for this graph."""
+        """Score a placement (device index per node) or a :class:`Plan` for this graph.
+
+        A plan with a ``layout`` (:meth:`graphs.plan.Plan.hybrid`) is scored by the hybrid
+        step model (:class:`placement_env.oracles.hybrid.HybridModel`) and returns a
+        :class:`~placement_env.oracles.hybrid.HybridResult`; ``record`` is ignored there.
+        """
+        if isinstance(placement_or_plan, Plan) and placement_or_plan.layout is not None:
+            return self.evaluate_layout(placement_or_plan.layout, plan=placement_or_plan)
         p = self._check(placement_or_plan)
+        self._prepare()
         self.calls += 1
         if self.schedule == "in_order" and self.objective == "makespan":
             f = self._fwd_of
@@ -317,6 +341,18 @@ class Simulator:
         if self.objective == "max_load":
             return self._max_load(p)
         return self._makespan(p, record)
+
+    def evaluate_layout(self, layout: Any, *, plan: Plan | None = None) -> Any:
+        """Score a :class:`graphs.layout.HybridLayout` of this graph on this cluster (the
+        hybrid step model; counts as one call). ``plan``, when given, is checked first."""
+        from placement_env.oracles.hybrid import HybridModel
+
+        if plan is not None:
+            plan.check(self.graph, self.cluster)
+        if self._hybrid is None:
+            self._hybrid = HybridModel(self.graph, self.cluster)
+        self.calls += 1
+        return self._hybrid.evaluate(layout)
 
     # ------------------------------------------------------------ internals
     def _check(self, placement_or_plan: Any) -> np.ndarray:

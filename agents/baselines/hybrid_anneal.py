@@ -1,0 +1,174 @@
+"""hybrid_anneal: simulated annealing over hybrid layouts (degrees, microbatch, schedule, recompute, SP, ZeRO, stage boundaries)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from agents.baselines.common import InfeasiblePlanError
+from agents.baselines.megatron_grid import default_global_batch, finish_hybrid, hybrid_oracle
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+from graphs.layout import (
+    GRID_MICROBATCH_SIZES,
+    GRID_VIRTUAL_STAGES,
+    RECOMPUTE,
+    ZERO_STAGES,
+    HybridLayout,
+    layout_grid,
+)
+from graphs.plan import Plan
+from placement_env.oracles.base import Oracle
+
+#: Oracle calls when no budget is given.
+DEFAULT_BUDGET = 2000
+
+
+def _cost(r: Any, capacity: float) -> float:
+    """Step time, scaled up by how far a plan overflows memory (so OOM plans still rank)."""
+    over = float(r.peak_memory.max()) / capacity
+    return float(r.step_time) * (1.0 if not r.oom else 10.0 * over)
+
+
+def hybrid_anneal(
+    graph: CompGraph,
+    cluster: Cluster,
+    oracle: Oracle,
+    budget: int | None = None,
+    /,
+    *,
+    global_batch: int | None = None,
+    seed: int = 0,
+    t0: float = 0.05,
+    t1: float = 1e-4,
+    microbatch_sizes: Sequence[int] = GRID_MICROBATCH_SIZES,
+    virtual_stages: Sequence[int] = GRID_VIRTUAL_STAGES,
+    recompute: Sequence[str] = RECOMPUTE,
+    zero: Sequence[int] = ZERO_STAGES,
+    sequence_parallel: Sequence[bool] = (False, True),
+    max_tp: int | None = None,
+) -> Plan:
+    """Simulated annealing over layouts, ``budget`` oracle calls (default 2000).
+
+    State: a layout of the :func:`graphs.layout.layout_grid` space, or the same with moved stage
+    boundaries. A move either replaces the intra-op/inter-op choice by a random grid
+    neighbour differing in one field (``tp``/``pp``/``dp`` change together so that their
+    product stays the device count) or moves one stage boundary by one layer. Cost: the
+    step time (x 10 x memory overflow for OOM layouts); acceptance is Metropolis on the
+    log of the cost with a temperature falling geometrically from ``t0`` to ``t1``.
+    Starts from the grid layout most like Megatron's defaults (largest ``tp`` within a
+    node, fewest stages, microbatch 1, 1F1B, full recomputation, ZeRO-0).
+    """
+    start = time.perf_counter()
+    score = hybrid_oracle(oracle)
+    gb = int(global_batch or default_global_batch(graph))
+    space = list(
+        layout_grid(
+            graph,
+            cluster,
+            global_batch=gb,
+            microbatch_sizes=microbatch_sizes,
+            virtual_stages=virtual_stages,
+            recompute=recompute,
+            zero=zero,
+            sequence_parallel=sequence_parallel,
+            max_tp=max_tp,
+        )
+    )
+    if not space:
+        raise InfeasiblePlanError(f"hybrid_anneal: no valid layout of {graph.meta.get('name')!r}")
+    budget = DEFAULT_BUDGET if budget is None else int(budget)
+    rng = np.random.default_rng(seed)
+    cap = float(cluster.devices[0].memory)
+    keys = (
+        "tp",
+        "pp",
+        "microbatch_size",
+        "virtual_stages",
+        "recompute",
+        "sequence_parallel",
+        "zero",
+    )
+    by_key: dict[tuple, list[int]] = {}
+    for i, lay in enumerate(space):
+        for k in keys:
+            sig = tuple(
+                getattr(lay, x)
+                for x in keys
+                if x != k and not (k in ("tp", "pp") and x in ("tp", "pp"))
+            )
+            by_key.setdefault((k, sig), []).append(i)
+
+    def start_key(lay: HybridLayout) -> tuple:
+        return (-lay.tp, lay.pp, lay.microbatch_size, lay.virtual_stages,
+                lay.recompute != "full", lay.sequence_parallel, lay.zero)  # fmt: skip
+
+    cur = min(space, key=start_key)
+    r = score(cur)
+    calls = 1
+    cur_c = _cost(r, cap)
+    best, best_r, best_c = cur, r, cur_c
+    while calls < budget:
+        frac = calls / max(budget - 1, 1)
+        temp = t0 * (t1 / t0) ** frac
+        cand = _neighbour(cur, space, by_key, keys, rng)
+        if cand is None:
+            continue
+        r = score(cand)
+        calls += 1
+        c = _cost(r, cap)
+        if c <= cur_c or rng.random() < math.exp(-(math.log(c) - math.log(cur_c)) / temp):
+            cur, cur_c = cand, c
+            if c < best_c:
+                best, best_r, best_c = cand, r, c
+    if best_r.oom:
+        raise InfeasiblePlanError(
+            f"hybrid_anneal: no memory-feasible layout found in {calls} oracle calls"
+        )
+    return finish_hybrid(graph, cluster, best, best_r, "hybrid_anneal", calls, start, seed=seed)
+
+
+def _neighbour(
+    lay: HybridLayout,
+    space: list[HybridLayout],
+    by_key: dict[tuple, list[int]],
+    keys: tuple[str, ...],
+    rng: np.random.Generator,
+) -> HybridLayout | None:
+    if lay.num_chunks > 1 and rng.random() < 0.3:
+        stages = [list(r) for r in lay.stage_layers]
+        c = int(rng.integers(0, len(stages) - 1))  # boundary between chunk c and c + 1
+        step = int(rng.choice((-1, 1)))
+        b = stages[c][1] + step
+        if not (stages[c][0] < b < stages[c + 1][1]):
+            return None
+        stages[c][1] = stages[c + 1][0] = b
+        d = lay.to_dict()
+        d["stage_layers"] = stages
+        return HybridLayout.from_dict(d)
+    k = keys[int(rng.integers(0, len(keys)))]
+    sig = tuple(
+        getattr(lay, x) for x in keys if x != k and not (k in ("tp", "pp") and x in ("tp", "pp"))
+    )
+    options = by_key.get((k, sig), [])
+    if len(options) <= 1:
+        return None
+    new = space[int(options[int(rng.integers(0, len(options)))])]
+    if new.num_chunks == lay.num_chunks and new.stage_layers != lay.stage_layers:
+        return new
+    if new.num_chunks != lay.num_chunks:
+        return new
+    # same chunk count: keep the current (possibly moved) boundaries
+    d = new.to_dict()
+    d["stage_layers"] = [list(r) for r in lay.stage_layers]
+    try:
+        return HybridLayout.from_dict(d)
+    except ValueError:
+        return new
+
+
+__all__ = ["DEFAULT_BUDGET", "hybrid_anneal"]

@@ -1,0 +1,121 @@
+"""megatron_grid: exhaustive search over Megatron-LM style hybrid layouts (t, p, d, microbatch, v, recompute, SP, ZeRO)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from agents.baselines.common import InfeasiblePlanError, fmt_bytes
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+from graphs.layout import (
+    GRID_MICROBATCH_SIZES,
+    GRID_VIRTUAL_STAGES,
+    RECOMPUTE,
+    ZERO_STAGES,
+    HybridLayout,
+    layout_grid,
+    model_dims,
+)
+from graphs.plan import Plan
+from placement_env.oracles.base import Oracle
+
+
+def hybrid_oracle(oracle: Oracle) -> Any:
+    """The ``evaluate_layout`` of an oracle (the :class:`Simulator`); ``ValueError`` otherwise."""
+    f = getattr(oracle, "evaluate_layout", None)
+    if f is None:
+        raise ValueError(
+            f"hybrid planners need an oracle that scores layouts (Simulator.evaluate_layout); "
+            f"got {type(oracle).__name__}"
+        )
+    return f
+
+
+def default_global_batch(graph: CompGraph) -> int:
+    return int(model_dims(graph).batch)
+
+
+def megatron_grid(
+    graph: CompGraph,
+    cluster: Cluster,
+    oracle: Oracle,
+    budget: int | None = None,
+    /,
+    *,
+    global_batch: int | None = None,
+    microbatch_sizes: Sequence[int] = GRID_MICROBATCH_SIZES,
+    virtual_stages: Sequence[int] = GRID_VIRTUAL_STAGES,
+    recompute: Sequence[str] = RECOMPUTE,
+    zero: Sequence[int] = ZERO_STAGES,
+    sequence_parallel: Sequence[bool] = (False, True),
+    max_tp: int | None = None,
+) -> Plan:
+    """The fastest memory-feasible layout of :func:`graphs.layout.layout_grid`, scored by ``oracle``.
+
+    ``budget`` caps the layouts scored (``None``: the whole grid); ``global_batch``
+    defaults to the graph's batch; the other keywords are the grid's axes. Ties keep the first layout in grid order.
+    Raises :class:`InfeasiblePlanError` when no layout fits in memory.
+    """
+    t0 = time.perf_counter()
+    score = hybrid_oracle(oracle)
+    gb = int(global_batch or default_global_batch(graph))
+    best, best_res, calls, least_mem = None, None, 0, float("inf")
+    space = layout_grid(
+        graph,
+        cluster,
+        global_batch=gb,
+        microbatch_sizes=microbatch_sizes,
+        virtual_stages=virtual_stages,
+        recompute=recompute,
+        zero=zero,
+        sequence_parallel=sequence_parallel,
+        max_tp=max_tp,
+    )
+    for lay in space:
+        if budget is not None and calls >= budget:
+            break
+        r = score(lay)
+        calls += 1
+        if r.oom:
+            least_mem = min(least_mem, float(r.peak_memory.max()))
+            continue
+        if best_res is None or r.step_time < best_res.step_time:
+            best, best_res = lay, r
+    if best is None:
+        raise InfeasiblePlanError(
+            f"megatron_grid: none of {calls} layouts of {graph.meta.get('name', '?')!r} fits "
+            f"on {cluster.name!r} (least peak memory {fmt_bytes(least_mem)})"
+        )
+    return finish_hybrid(graph, cluster, best, best_res, "megatron_grid", calls, t0)
+
+
+def finish_hybrid(
+    graph: CompGraph,
+    cluster: Cluster,
+    layout: HybridLayout,
+    res: Any,
+    algorithm: str,
+    calls: int,
+    t0: float,
+    **extra: Any,
+) -> Plan:
+    """The :class:`Plan` of a hybrid planner's answer, with the usual ``meta``."""
+    meta = {
+        "algorithm": algorithm,
+        "step_time": float(res.step_time),
+        "oracle_calls": int(calls),
+        "search_seconds": time.perf_counter() - t0,
+        "tflops_per_gpu": float(res.model_flops_per_device) / 1e12,
+        "mfu": float(res.mfu),
+        "memory_per_gpu": float(res.peak_memory.max()),
+        **extra,
+    }
+    return Plan.from_layout(graph, cluster, layout, meta=meta)
+
+
+#: The grid of layouts (:func:`graphs.layout.layout_grid`), under its planner's name.
+grid = layout_grid
+
+__all__ = ["finish_hybrid", "grid", "hybrid_oracle", "megatron_grid"]

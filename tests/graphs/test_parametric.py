@@ -1,0 +1,65 @@
+"""Parametric GPT / LLaMA graphs and the multi-node DGX presets."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from graphs import clusters, zoo
+from graphs.layout import model_dims
+
+
+def test_gpt3_175b_builds_fast_with_the_published_parameter_count():
+    t0 = time.perf_counter()
+    g = zoo.build("gpt", hidden=12288, layers=96, heads=96, vocab=51200, seq=2048)
+    assert time.perf_counter() - t0 < 60
+    # 12 l h^2 (1 + 13/12h + (V + s)/12lh) = 174.6e9 (Narayanan et al. 2021 eq. 2 form)
+    h, L, V, s = 12288, 96, 51200, 2048
+    # plus the final LayerNorm (2h), which the formula leaves out
+    want = 12 * L * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * L * h)) + 2 * h
+    assert g.num_params == pytest.approx(want, rel=1e-9)
+    assert g.num_params == pytest.approx(174.6e9, rel=1e-3)
+    assert int(g.layer.max()) + 1 == 96
+    d = model_dims(g)
+    # forward FLOPs per token: 24 h^2 + 4 s h per layer + 2 h V for the head
+    assert d.layer_flops(1) == pytest.approx(24 * h * h + 4 * s * h)
+
+
+def test_llama2_70b_dims_and_parameters():
+    g = zoo.build(
+        "llama", hidden=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=32000, seq=4096
+    )
+    d = model_dims(g)
+    assert (d.arch, d.kv_heads, d.tied) == ("llama", 8, False)
+    assert g.num_params == pytest.approx(68.98e9, rel=1e-3)  # Llama 2 70B: 68,976,648,192
+
+
+def test_trillion_parameter_model_of_128_layers():
+    t0 = time.perf_counter()
+    g = zoo.build("gpt", hidden=25600, layers=128, heads=160, vocab=51200, seq=2048)
+    assert time.perf_counter() - t0 < 60
+    assert g.num_params == pytest.approx(1008e9, rel=2e-3)
+
+
+def test_parametric_keys_are_checked():
+    with pytest.raises(ValueError, match="ffns"):
+        zoo.build("gpt", hidden=64, layers=2, heads=4, vocab=10, seq=8, ffns=3)
+    with pytest.raises(ValueError, match="needs"):
+        zoo.build("gpt", hidden=64, layers=2)
+
+
+def test_dgx_presets_scale_to_many_nodes():
+    cl = clusters.load("dgx_a100_80g", nodes=4)
+    assert cl.num_devices == 32 and cl.meta["gpus_per_node"] == 8 and cl.meta["nodes"] == 4
+    assert cl.devices[9].name == "gpu9"
+    # inside a node: NVSwitch, 300 GB/s per direction; across nodes one 25 GB/s HDR NIC
+    assert cl.transfer_time(0, 1, 300e9) == pytest.approx(1 + 2e-6)
+    assert cl.transfer_time(0, 9, 25e9) == pytest.approx(1 + 5e-6)
+    h = clusters.load("dgx_h100", nodes=2)
+    assert h.transfer_time(0, 15, 50e9) == pytest.approx(1 + 5e-6)
+    assert h.devices[0].peak_flops == 989e12
+    big = clusters.load("dgx_h100", nodes=768)
+    assert big.num_devices == 6144
+    with pytest.raises(ValueError, match="multi-node"):
+        clusters.load("dgx1_v100_8", nodes=2)

@@ -1,0 +1,76 @@
+"""Hybrid-v0: moves, masks, rewards by hand, checkers."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import placement_env  # noqa: F401  (registers the ids)
+from placement_env.envs.hybrid import KEYS
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = gym.make("placement_env/Hybrid-v0").unwrapped
+    e.reset(seed=0)
+    return e
+
+
+def test_registered_and_checkers_pass():
+    assert gym.spec("placement_env/Hybrid-v0").max_episode_steps == 64
+    e = gym.make("placement_env/Hybrid-v0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(e.unwrapped)
+
+
+def test_megatron_start_and_field_moves(env):
+    obs, info = env.reset(seed=0)
+    lay = env.layout
+    # largest TP in a node, fewest stages, microbatch 1, full recomputation, ZeRO-0
+    assert (lay.tp, lay.pp, lay.microbatch_size, lay.recompute, lay.zero) == (8, 1, 1, "full", 0)
+    masks = env.action_masks()
+    up_tp = 2 * KEYS.index("tp") + 1
+    assert not masks[up_tp]  # tp = 8 fills a node
+    down_tp = 2 * KEYS.index("tp")
+    assert masks[down_tp]
+    before = env._cost
+    obs, r, term, trunc, info = env.step(down_tp)
+    assert env.layout.tp == 4 and env.layout.dp == 4 and env.layout.pp == 1
+    assert r == pytest.approx(before - env._cost)
+    assert not info["invalid_action"] and not term and not trunc
+    # a masked move is a flagged no-op with reward 0
+    bad = int(np.flatnonzero(~env.action_masks())[0])
+    lay = env.layout
+    obs, r, *_, info = env.step(bad)
+    assert info["invalid_action"] and r == 0.0 and env.layout == lay
+
+
+def test_boundary_moves_and_reward_sign(env):
+    env.reset(seed=0)
+    env.step(2 * KEYS.index("pp") + 1)  # one more pipeline stage
+    lay = env.layout
+    assert lay.pp == 2 and lay.stage_layers == ((0, 4), (4, 8))
+    nk = 2 * len(KEYS)
+    before = env._cost
+    obs, r, *_, info = env.step(nk + 0)  # end of chunk 0 one layer left
+    assert env.layout.stage_layers == ((0, 3), (3, 8))
+    # the last stage already carries the head: a heavier last stage is slower
+    assert info["step_time"] > 0 and r == pytest.approx(before - env._cost) and r < 0
+    assert obs["chunk_mask"].sum() == 2
+    assert obs["chunks"][0] == pytest.approx(3 / 8)
+    # boundaries of chunks the layout does not have are masked
+    assert not env.action_masks()[nk + 2 * 5]
+
+
+def test_masks_match_the_moves(env):
+    env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        m = env.action_masks()
+        assert m.tolist() == [env._target(a) is not None for a in range(env.action_space.n)]
+        env.step(int(rng.choice(np.flatnonzero(m))))
