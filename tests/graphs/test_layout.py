@@ -59,7 +59,7 @@ def test_json_round_trip_and_plan_key():
     q = Plan.from_dict(d)
     assert q.layout == p.layout and q.to_dict() == d
     # op-placement plans carry "layout": null and read back without one
-    op = Plan(np.zeros(g.num_nodes, np.int64))
+    op = Plan.for_graph(np.zeros(g.num_nodes, np.int64), g, cl)  # files carry both hashes
     assert op.to_dict()["layout"] is None and Plan.from_dict(op.to_dict()).layout is None
 
 
