@@ -14,7 +14,7 @@ from graphs.cluster import Cluster
 from graphs.compgraph import FWD, CompGraph
 from graphs.plan import Plan
 
-MODES = ("oplevel", "pipeline", "tp")
+MODES = ("oplevel", "pipeline", "tp", "hybrid")
 
 
 @dataclass
@@ -22,7 +22,8 @@ class RunSpec:
     """Everything a rank needs; JSON-serialisable.
 
     Attributes:
-        mode: ``"oplevel"`` (any DAG split by device), ``"pipeline"`` (stages) or ``"tp"``.
+        mode: ``"oplevel"`` (any DAG split by device), ``"pipeline"`` (stages), ``"tp"`` or
+            ``"hybrid"`` (data x tensor x pipeline parallel, :mod:`runtime.hybrid`).
         world_size: number of processes, one per device of the plan.
         devices: cluster device index of each rank.
         device_of: forward (FX) node name -> rank (op-level plans).
@@ -34,6 +35,7 @@ class RunSpec:
         model: the model spec (see :func:`runtime.model.load_model`).
         capture_grads: record the first step's (unsharded) gradients in each rank's record
             (for equivalence tests; large for real models).
+        hybrid: for ``mode="hybrid"``, the layout (:meth:`runtime.hybrid.HybridSpec.to_dict`).
     """
 
     mode: str
@@ -57,6 +59,7 @@ class RunSpec:
     threads: int = 1
     plan_hash: str = ""
     capture_grads: bool = False
+    hybrid: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -88,12 +91,26 @@ class RunSpec:
             raise ValueError(
                 f"RunSpec: tp_degree {tp} must be >= 1 and divide world_size {self.world_size}"
             )
+        if self.mode == "hybrid":
+            from runtime.hybrid import HybridSpec
+
+            if not self.hybrid:
+                raise ValueError("RunSpec: mode 'hybrid' needs the layout in RunSpec.hybrid")
+            layout = HybridSpec.from_layout(self.hybrid)
+            layout.validate()
+            if self.world_size != layout.world_size:
+                raise ValueError(
+                    f"RunSpec: a hybrid plan with pp x dp x tp = {layout.pp} x {layout.dp} x "
+                    f"{layout.tp} runs on {layout.world_size} ranks, got world_size {self.world_size}"
+                )
+        elif self.hybrid:
+            raise ValueError(f"RunSpec: a layout (hybrid) is given but mode is {self.mode!r}")
         if self.mode == "tp" and self.world_size != tp:
             raise ValueError(
                 f"RunSpec: a tensor-parallel plan runs on tp_degree={tp} ranks, got world_size "
                 f"{self.world_size}"
             )
-        if tp > 1 and not self.tp_modules:
+        if tp > 1 and not self.tp_modules and self.mode != "hybrid":
             raise ValueError(f"RunSpec: tp_degree {tp} needs tp_modules (module paths to shard)")
         if self.mode == "pipeline":
             pp = self.world_size // tp

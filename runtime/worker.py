@@ -33,6 +33,21 @@ def build_runner(
     for x in inputs:  # the same batch on every rank, whatever the factory did
         dist.broadcast(x, src=0)
     M = spec.microbatches
+    if spec.mode == "hybrid":
+        from runtime.hybrid import HybridRunner, HybridSpec
+
+        runner = HybridRunner(
+            module,
+            zm.loss_fn,
+            inputs,
+            HybridSpec.from_layout(spec.hybrid),
+            rank=rank,
+            world_size=spec.world_size,
+            timer=timer,
+            device=device,
+            tp_modules=spec.tp_modules or None,
+        )
+        return runner, inputs
     if spec.mode == "tp":
         from runtime.tensor_parallel import TensorParallelRunner
 
