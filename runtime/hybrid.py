@@ -285,7 +285,6 @@ class HybridChunk(nn.Module):
             for k in range(len(self.segs)):
                 out = self._run(k, out)
             return out
-
         out = tuple(
             DTensor.from_local(x, self.tp_mesh, [Replicate()], run_check=False)
             if isinstance(x, torch.Tensor) and not isinstance(x, DTensor)
@@ -361,8 +360,6 @@ class HybridRunner:
         )
         self.pp_group = self.mesh.get_group("pp")
         dp_mesh, tp_mesh = self.mesh["dp"], self.mesh["tp"]
-        per = L.global_batch // L.dp
-        self.local_inputs = tuple(x[self.d * per : (self.d + 1) * per] for x in inputs)
         mb = tuple(x[: L.microbatch_size] for x in inputs)
         gm = export_with_loss(model, mb, loss_fn)
         blocks, n_layer = block_list(gm)

@@ -1,0 +1,135 @@
+"""Hybrid plans (runtime.hybrid): layout checks, layers of a program, and data x tensor x
+pipeline parallel executions equal to one process within 1e-5 (8 and 4 gloo ranks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.dist import seed_everything
+from runtime.execute import run_specs
+from runtime.hybrid import HybridSpec, block_list, segment_of_nodes
+from runtime.model import load_model
+from runtime.program import compute_nodes, export_with_loss
+from runtime.spec import RunSpec
+from tests.runtime._reference import TINY, check_grads
+
+
+def gpt2(n_layer: int) -> dict:
+    return {"name": "gpt2", "config": dict(TINY, n_layer=n_layer)}
+
+
+def layout(dp: int, tp: int, pp: int, n_layer: int = 2, **kw) -> HybridSpec:
+    """Equal layer ranges, one per chunk; microbatch size 1 of TINY's batch of 4."""
+    chunks = pp * kw.get("virtual_stages", 1)
+    per = n_layer // chunks
+    ranges = tuple((c * per, (c + 1) * per) for c in range(chunks))
+    return HybridSpec(
+        dp=dp, tp=tp, pp=pp, microbatch_size=1, global_batch=4, stage_layers=ranges, **kw
+    )
+
+
+def hybrid_spec(lay: HybridSpec, n_layer: int = 2) -> RunSpec:
+    return RunSpec(
+        mode="hybrid", world_size=lay.world_size, devices=list(range(lay.world_size)),
+        model=gpt2(n_layer), hybrid=lay.to_dict(), microbatches=lay.num_microbatches,
+        schedule=lay.schedule, steps=1, warmup=0, capture_grads=True, timeout_s=300,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- no processes
+def test_layout_fields_rank_order_and_duck_typing():
+    lay = layout(2, 2, 2)
+    assert (lay.world_size, lay.num_chunks, lay.num_microbatches) == (8, 2, 2)
+    # rank = (p * dp + d) * tp + t
+    assert [lay.coords(r) for r in (0, 1, 2, 5, 7)] == [
+        (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 1), (1, 1, 1),
+    ]  # fmt: skip
+    assert HybridSpec.from_layout(lay.to_dict()) == lay
+
+    class LayoutLike:  # graphs.layout.HybridLayout's fields, duck-typed
+        dp, tp, pp, microbatch_size, global_batch = 2, 1, 2, 1, 8
+        virtual_stages, recompute, sequence_parallel, zero, schedule = (
+            2,
+            "full",
+            False,
+            3,
+            "interleaved",
+        )
+        stage_layers = ((0, 1), (1, 2), (2, 3), (3, 4))
+
+    got = HybridSpec.from_layout(LayoutLike())
+    assert got.stage_layers == ((0, 1), (1, 2), (2, 3), (3, 4)) and got.zero == 3
+    got.validate(4)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        (dict(global_batch=5), "global_batch 5 is not a multiple of dp x microbatch_size"),
+        (dict(recompute="some"), "recompute='some'"),
+        (dict(zero=4), "zero=4 must be 0, 1, 2 or 3"),
+        (dict(schedule="interleaved"), "'interleaved' needs virtual_stages > 1"),
+        (
+            dict(stage_layers=((0, 1),)),
+            "stage_layers has 1 ranges, expected pp x virtual_stages = 2",
+        ),
+        (
+            dict(stage_layers=((0, 1), (2, 3))),
+            r"stage_layers\[1\] = \[2, 3\) must start at layer 1",
+        ),
+        (dict(sequence_parallel=True), "sequence_parallel=True is not executed"),
+        (dict(dp=0), "dp=0 must be >= 1"),
+    ],
+)
+def test_layout_refusals_name_the_field(kw, match):
+    base = layout(2, 2, 2).to_dict()
+    base.update(kw)
+    with pytest.raises(ValueError, match=match):
+        HybridSpec.from_layout(base).validate(2)
+
+
+def test_layout_must_cover_the_model_layers():
+    with pytest.raises(ValueError, match="cover layers 0..1, the model has 3 transformer layers"):
+        layout(1, 1, 2).validate(3)
+    with pytest.raises(ValueError, match="runs on 8 ranks, got world_size 4"):
+        RunSpec(
+            mode="hybrid", world_size=4, devices=[0, 1, 2, 3], model=gpt2(2),
+            hybrid=layout(2, 2, 2).to_dict(),
+        ).validate()  # fmt: skip
+
+
+def test_segments_of_gpt2_follow_its_blocks():
+    seed_everything(0)
+    zm = load_model(gpt2(2))
+    gm = export_with_loss(zm.module, zm.example_inputs, zm.loss_fn)
+    assert block_list(gm) == ("h", 2)
+    seg = segment_of_nodes(gm, "h", 2)
+    assert seg["embedding"] == 0 and seg["embedding_1"] == 0  # wte, wpe
+    assert seg["linear"] == 1 and seg["add_4"] == 1  # h.0's QKV ... its second residual add
+    assert seg["layer_norm_2"] == 2 and seg["linear_7"] == 2  # h.1
+    assert seg["layer_norm_4"] == 3 and seg["cross_entropy_loss"] == 3  # ln_f, head, loss
+    order = [seg[n.name] for n in compute_nodes(gm)]
+    assert order == sorted(order)
+
+
+def test_llama_blocks_are_its_layers():
+    seed_everything(0)
+    cfg = {"batch": 2, "seq": 8, "n_layer": 2, "d_model": 16, "n_head": 4, "n_kv_head": 2,
+           "d_ff": 32, "vocab": 32, "n_ctx": 8}  # fmt: skip
+    zm = load_model({"name": "llama", "config": cfg})
+    gm = export_with_loss(zm.module, zm.example_inputs, zm.loss_fn)
+    assert block_list(gm) == ("layers", 2)
+    seg = segment_of_nodes(gm, "layers", 2)
+    assert set(seg.values()) == {0, 1, 2, 3}
+
+
+# ---------------------------------------------------------------------------- processes
+@pytest.mark.timeout(600)
+def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process():
+    """8 gloo ranks, one torchrun launch, four layouts 2 x 2 x 2 (ZeRO 0 / 3, recompute none /
+    full): the loss and every gradient of the first step equal one full-batch process."""
+    lays = [layout(2, 2, 2, zero=z, recompute=r) for z in (0, 3) for r in ("none", "full")]
+    results = run_specs([hybrid_spec(lay) for lay in lays], timeout_s=590)
+    for lay, res in zip(lays, results):
+        assert (res.mode, res.world_size, res.microbatches) == ("hybrid", 8, 2), lay
+        check_grads([res.extra["grads"]], gpt2(2), res.loss)
