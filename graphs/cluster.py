@@ -13,6 +13,9 @@ import numpy as np
 
 #: Reference message size used to pick routes (bytes): routes minimise latency + REF/bandwidth.
 ROUTE_REF_BYTES = 1 << 20
+#: Clusters of at most this many devices compute (and so check) every route at
+#: construction; larger ones compute the routes from a device when first asked.
+EAGER_ROUTE_DEVICES = 512
 #: Numeric fields of a Device (stored as floats).
 DEVICE_FIGURES = (
     "peak_flops",
@@ -132,7 +135,9 @@ class Cluster:
     broken by fewer hops then lower link ids), computed once at construction.
     Routes pass only through switches (a device does not forward other
     devices' traffic) unless ``meta["device_forwarding"]`` is true. Every
-    ordered pair of distinct devices must be connected.
+    ordered pair of distinct devices must be connected: checked at construction
+    for clusters of up to :data:`EAGER_ROUTE_DEVICES` devices, and for larger ones
+    (thousands of GPUs) when a route from a device is first asked for.
     """
 
     name: str
@@ -154,52 +159,62 @@ class Cluster:
                 raise ValueError(
                     f"Cluster {self.name!r}: link {i} ({ln.src}->{ln.dst}) must join two distinct nodes in [0, {nn})"
                 )
-        object.__setattr__(self, "_routes", self._all_routes())
-
-    # -------------------------------------------------------------- routing
-    def _all_routes(self) -> list[list[tuple[int, ...]]]:
-        nn = len(self.devices) + len(self.switches)
         adj: list[list[tuple[int, int]]] = [[] for _ in range(nn)]
         for li, ln in enumerate(self.links):
             adj[ln.src].append((ln.dst, li))
+        object.__setattr__(self, "_adj", adj)
+        object.__setattr__(self, "_route_rows", {})
+        if len(self.devices) <= EAGER_ROUTE_DEVICES:
+            for s in range(len(self.devices)):  # every route now: a disconnected cluster fails here
+                self._route_row(s)
+
+    # -------------------------------------------------------------- routing
+    def _route_row(self, s: int) -> list[tuple[int, ...]]:
+        """Routes from device ``s`` to every device (Dijkstra, cached per source)."""
+        rows: dict[int, list[tuple[int, ...]]] = self._route_rows  # type: ignore[attr-defined]
+        row = rows.get(s)
+        if row is not None:
+            return row
+        adj: list[list[tuple[int, int]]] = self._adj  # type: ignore[attr-defined]
         D = len(self.devices)
-        routes: list[list[tuple[int, ...]]] = [[() for _ in range(D)] for _ in range(D)]
-        for s in range(D):
-            dist: dict[int, tuple[float, int]] = {s: (0.0, 0)}
-            prev: dict[int, tuple[int, int]] = {}
-            heap = [(0.0, 0, s)]
-            done: set[int] = set()
-            while heap:
-                d, h, u = heapq.heappop(heap)
-                if u in done:
-                    continue
-                done.add(u)
-                if u < D and u != s and not self.meta.get("device_forwarding", False):
-                    continue  # devices do not forward traffic: routes pass through switches only
-                for v, li in adj[u]:
-                    ln = self.links[li]
-                    nd = d + ln.latency + ROUTE_REF_BYTES / ln.bandwidth
-                    key = (nd, h + 1)
-                    if v not in dist or key < dist[v] or (key == dist[v] and li < prev[v][1]):
-                        dist[v] = key
-                        prev[v] = (u, li)
-                        heapq.heappush(heap, (nd, h + 1, v))
-            for t in range(D):
-                if t == s:
-                    continue
-                if t not in dist:
-                    raise ValueError(
-                        f"Cluster {self.name!r}: no route from device {self.devices[s].name!r} "
-                        f"to {self.devices[t].name!r}"
-                    )
-                path = []
-                v = t
-                while v != s:
-                    u, li = prev[v]
-                    path.append(li)
-                    v = u
-                routes[s][t] = tuple(reversed(path))
-        return routes
+        forwarding = bool(self.meta.get("device_forwarding", False))
+        dist: dict[int, tuple[float, int]] = {s: (0.0, 0)}
+        prev: dict[int, tuple[int, int]] = {}
+        heap = [(0.0, 0, s)]
+        done: set[int] = set()
+        while heap:
+            d, h, u = heapq.heappop(heap)
+            if u in done:
+                continue
+            done.add(u)
+            if u < D and u != s and not forwarding:
+                continue  # devices do not forward traffic: routes pass through switches only
+            for v, li in adj[u]:
+                ln = self.links[li]
+                nd = d + ln.latency + ROUTE_REF_BYTES / ln.bandwidth
+                key = (nd, h + 1)
+                if v not in dist or key < dist[v] or (key == dist[v] and li < prev[v][1]):
+                    dist[v] = key
+                    prev[v] = (u, li)
+                    heapq.heappush(heap, (nd, h + 1, v))
+        row = [() for _ in range(D)]
+        for t in range(D):
+            if t == s:
+                continue
+            if t not in dist:
+                raise ValueError(
+                    f"Cluster {self.name!r}: no route from device {self.devices[s].name!r} "
+                    f"to {self.devices[t].name!r}"
+                )
+            path = []
+            v = t
+            while v != s:
+                u, li = prev[v]
+                path.append(li)
+                v = u
+            row[t] = tuple(reversed(path))
+        rows[s] = row
+        return row
 
     def route(self, a: int, b: int) -> tuple[int, ...]:
         """Link indices on the route from device ``a`` to device ``b`` (empty if ``a == b``)."""
@@ -208,7 +223,7 @@ class Cluster:
             raise ValueError(
                 f"Cluster {self.name!r}: device index out of range in route({a}, {b}); have {D} devices"
             )
-        return self._routes[a][b]  # type: ignore[attr-defined]
+        return self._route_row(a)[b]
 
     def transfer_time(self, a: int, b: int, nbytes: float) -> float:
         """Uncontended time (s) to move ``nbytes`` from device a to b: sum of latencies + bytes / bottleneck bandwidth."""

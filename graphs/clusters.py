@@ -27,24 +27,36 @@ def names() -> list[str]:
     return sorted(set(found) | {"cpu_N"})
 
 
-def load(name: str) -> Cluster:
-    """Load a preset by name (``dgx1_v100_8``, ``cpu_4``, ...) or a YAML/JSON file path."""
+def load(name: str, *, nodes: int = 1) -> Cluster:
+    """Load a preset by name (``dgx1_v100_8``, ``dgx_a100_80g``, ``cpu_4``, ...) or a YAML/JSON
+    file path.
+
+    ``nodes=N`` joins ``N`` copies of a one-node preset that has a ``scale_out`` section
+    (``dgx_a100_80g``, ``dgx_h100``): every GPU gets its own NIC link to one fabric
+    switch, device ``k * G + i`` is GPU ``i`` of node ``k`` (``G`` GPUs per node), and
+    ``meta`` records ``gpus_per_node`` and ``nodes``.
+    """
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"clusters.load: nodes must be an integer >= 1, got {nodes!r}")
     p = Path(name)
     if p.suffix in (".yaml", ".yml", ".json") and p.exists():
-        return from_file(p)
+        return from_file(p, nodes=nodes)
     m = _CPU_RE.match(name)
     if m:
+        if nodes != 1:
+            raise ValueError(f"clusters.load: {name!r} has no multi-node form (nodes={nodes})")
         from graphs.cpu_cluster import cpu_cluster
 
         return cpu_cluster(int(m.group(1)))
     f = preset_dir() / f"{name}.yaml"
     if not f.exists():
         raise ValueError(f"unknown cluster {name!r}; available: {names()}")
-    return from_file(f)
+    return from_file(f, nodes=nodes)
 
 
-def from_file(path: str | Path) -> Cluster:
-    """Read a cluster from a YAML or JSON file (the :meth:`Cluster.from_dict` form)."""
+def from_file(path: str | Path, *, nodes: int = 1) -> Cluster:
+    """Read a cluster from a YAML or JSON file (the :meth:`Cluster.from_dict` form, plus an
+    optional ``scale_out`` section used when ``nodes > 1``; see :func:`load`)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -52,4 +64,45 @@ def from_file(path: str | Path) -> Cluster:
         raise ValueError(f"{path}: not valid YAML/JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    scale = data.pop("scale_out", None)
+    if nodes != 1 or scale is not None:
+        data = _scaled(data, scale, nodes, str(path))
     return Cluster.from_dict(data, source=str(path))
+
+
+def _scaled(data: dict, scale: dict | None, nodes: int, source: str) -> dict:
+    """The dict form of ``nodes`` copies of a one-node cluster joined per ``scale_out``."""
+    if scale is None:
+        raise ValueError(
+            f"{source}: cluster {data.get('name')!r} has no scale_out section, so it has no "
+            f"multi-node form (asked for nodes={nodes})"
+        )
+    for key in ("fabric", "nic"):
+        if key not in scale:
+            raise ValueError(f"{source}: scale_out is missing {key!r}")
+    devs = list(data["devices"])
+    G = len(devs)
+    sw = [str(x) for x in data.get("switches", ()) or ()]
+    out = dict(data)
+    out["meta"] = dict(data.get("meta") or {}, gpus_per_node=G, nodes=nodes)
+    if nodes == 1:
+        return out
+    out["name"] = f"{data['name']}_x{nodes}"
+    dname = [str(d["name"]) for d in devs]
+
+    def rename(x: str, k: int) -> str:
+        if x in dname:
+            return f"{x.rstrip('0123456789')}{k * G + dname.index(x)}"
+        return f"{x}{k}"
+
+    out["devices"] = [dict(d, name=rename(str(d["name"]), k)) for k in range(nodes) for d in devs]
+    out["switches"] = [rename(x, k) for k in range(nodes) for x in sw] + [str(scale["fabric"])]
+    links = [
+        dict(ln, src=rename(str(ln["src"]), k), dst=rename(str(ln["dst"]), k))
+        for k in range(nodes)
+        for ln in data.get("links", ()) or ()
+    ]
+    nic = dict(scale["nic"])
+    links += [dict(nic, src=d["name"], dst=str(scale["fabric"])) for d in out["devices"]]
+    out["links"] = links
+    return out

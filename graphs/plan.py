@@ -1,4 +1,4 @@
-"""Plan: a placement of a CompGraph on a Cluster, with optional pipeline and tensor-parallel fields."""
+"""Plan: a placement of a CompGraph on a Cluster, with optional pipeline, tensor-parallel and hybrid-layout fields."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
+from graphs.layout import HybridLayout, balanced_stage_layers, model_dims
 
 PLAN_FORMAT = "devplace.plan"
 PLAN_VERSION = 1
@@ -32,6 +33,9 @@ class Plan:
         schedule: ``"gpipe"``, ``"1f1b"`` or ``"interleaved"``.
         tp_degree: optional ``{colocation group id: tensor-parallel degree}``.
         meta: free-form provenance (algorithm, step time, oracle calls, ...).
+        layout: optional :class:`graphs.layout.HybridLayout` (data x tensor x pipeline
+            parallel layout of a layered model; see :meth:`hybrid`). ``None`` for
+            op-placement plans.
     """
 
     placement: np.ndarray
@@ -43,6 +47,7 @@ class Plan:
     schedule: str = "1f1b"
     tp_degree: Mapping[int, int] = field(default_factory=dict)
     meta: Mapping[str, Any] = field(default_factory=dict)
+    layout: HybridLayout | None = None
 
     def __post_init__(self) -> None:
         p = np.asarray(self.placement)
@@ -73,12 +78,89 @@ class Plan:
         object.__setattr__(
             self, "tp_degree", {int(k): int(v) for k, v in dict(self.tp_degree).items()}
         )
+        if self.layout is not None and not isinstance(self.layout, HybridLayout):
+            raise ValueError(
+                f"Plan.layout must be a HybridLayout or None, got {type(self.layout).__name__}"
+            )
 
     # --------------------------------------------------------------- checks
     @classmethod
     def for_graph(cls, placement: Any, graph: CompGraph, cluster: Cluster, **kw: Any) -> Plan:
         """A plan stamped with the graph's and cluster's hashes, validated against them."""
         plan = cls(np.asarray(placement), graph.content_hash(), cluster.content_hash(), **kw)
+        plan.check(graph, cluster)
+        return plan
+
+    @classmethod
+    def hybrid(
+        cls,
+        graph: CompGraph,
+        cluster: Cluster,
+        *,
+        dp: int,
+        tp: int,
+        pp: int,
+        microbatch_size: int,
+        global_batch: int,
+        virtual_stages: int = 1,
+        recompute: str = "none",
+        sequence_parallel: bool = False,
+        zero: int = 0,
+        schedule: str | None = None,
+        stage_layers: Any = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Plan:
+        """A hybrid-parallel plan of a layered (transformer) graph on ``cluster``.
+
+        ``schedule`` defaults to ``"interleaved"`` when ``virtual_stages > 1`` else
+        ``"1f1b"``; ``stage_layers`` to an even split of the model's layers into
+        ``pp * virtual_stages`` chunks (:func:`graphs.layout.balanced_stage_layers`).
+        The plan's ``placement`` puts each node on the first device of its pipeline
+        stage's ``dp x tp`` submesh (so op-level code sees a valid placement);
+        ``microbatches`` is the layout's microbatch count per replica. Raises
+        ``ValueError`` naming the field when the layout does not fit.
+        """
+        dims = model_dims(graph)
+        if schedule is None:
+            schedule = "interleaved" if virtual_stages > 1 else "1f1b"
+        if stage_layers is None:
+            stage_layers = balanced_stage_layers(dims.layers, pp * virtual_stages)
+        layout = HybridLayout(
+            dp=dp,
+            tp=tp,
+            pp=pp,
+            microbatch_size=microbatch_size,
+            global_batch=global_batch,
+            virtual_stages=virtual_stages,
+            recompute=recompute,
+            sequence_parallel=sequence_parallel,
+            zero=zero,
+            schedule=schedule,
+            stage_layers=tuple(tuple(r) for r in stage_layers),
+        )
+        return cls.from_layout(graph, cluster, layout, meta=meta)
+
+    @classmethod
+    def from_layout(
+        cls,
+        graph: CompGraph,
+        cluster: Cluster,
+        layout: HybridLayout,
+        *,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Plan:
+        """The plan of :meth:`hybrid` for an existing :class:`HybridLayout`."""
+        dims = model_dims(graph)
+        layout.validate(dims.layers, dims.heads, cluster.num_devices)
+        plan = cls(
+            hybrid_placement(graph, layout),
+            graph.content_hash(),
+            cluster.content_hash(),
+            microbatches=layout.num_microbatches,
+            schedule=layout.schedule,
+            meta=dict(meta or {}),
+            layout=layout,
+        )
         plan.check(graph, cluster)
         return plan
 
@@ -104,6 +186,9 @@ class Plan:
                 raise ValueError(
                     f"Plan: node {graph.name[i]!r} is in stage {int(self.stage[i])} whose device differs from its placement"
                 )
+        if self.layout is not None:
+            dims = model_dims(graph)
+            self.layout.validate(dims.layers, dims.heads, cluster.num_devices)
 
     def colocation_violations(self, graph: CompGraph) -> list[int]:
         """Colocation group ids whose nodes are split over several devices."""
@@ -127,6 +212,7 @@ class Plan:
             "schedule": self.schedule,
             "tp_degree": {str(k): v for k, v in self.tp_degree.items()},
             "meta": _jsonable(dict(self.meta)),
+            "layout": None if self.layout is None else self.layout.to_dict(),
         }
 
     @classmethod
@@ -151,6 +237,9 @@ class Plan:
             schedule=str(d.get("schedule", "1f1b")),
             tp_degree={int(k): int(v) for k, v in (d.get("tp_degree") or {}).items()},
             meta=dict(d.get("meta") or {}),
+            layout=None
+            if d.get("layout") is None
+            else HybridLayout.from_dict(d["layout"], source=source),
         )
 
     def save(self, path: str | Path) -> None:
@@ -193,6 +282,48 @@ def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.nd
             f"but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
         )
     return p
+
+
+def hybrid_placement(graph: CompGraph, layout: HybridLayout) -> np.ndarray:
+    """``int64[n]``: each node on the first device of its pipeline stage's submesh.
+
+    A node of transformer layer ``l`` (``graph.layer``) belongs to the chunk holding
+    ``l`` and so to pipeline rank ``chunk % pp``. Nodes outside the layers
+    (``layer == -1``): forward nodes before the first layer in topological order
+    (embeddings) go to the first stage, the others (final norm, head, loss) to the
+    stage of the last chunk; a backward or optimizer node follows the forward node
+    it names (``"bwd:"`` / ``"opt:"`` + name) or its colocation group, else the last stage.
+    """
+    n = graph.num_nodes
+    chunk_rank = np.array([c % layout.pp for c in range(layout.num_chunks)], dtype=np.int64)
+    layer_rank = np.empty(layout.num_layers, dtype=np.int64)
+    for c, (a, b) in enumerate(layout.stage_layers):
+        layer_rank[a:b] = chunk_rank[c]
+    last = int(chunk_rank[-1])
+    layer = graph.layer
+    rank = np.full(n, -1, dtype=np.int64)
+    inl = (layer >= 0) & (layer < layout.num_layers)
+    rank[inl] = layer_rank[layer[inl]]
+    rank[layer >= layout.num_layers] = last
+    pos = np.empty(n, dtype=np.int64)
+    pos[graph.topo_order] = np.arange(n)
+    fwd_layer = (graph.kind == 0) & (layer >= 0)
+    first_pos = int(pos[fwd_layer].min()) if fwd_layer.any() else n
+    loose = np.flatnonzero(layer < 0)
+    fwd_loose = loose[graph.kind[loose] == 0]
+    rank[fwd_loose] = np.where(pos[fwd_loose] < first_pos, 0, last)
+    group_rank: dict[int, int] = {}
+    for i in np.flatnonzero(rank >= 0):
+        group_rank.setdefault(int(graph.group[i]), int(rank[i]))
+    idx = graph._name_index()
+    for i in loose[graph.kind[loose] != 0]:
+        nm = graph.name[i]
+        j = idx.get(nm.split(":", 1)[1], -1) if ":" in nm else -1
+        if j >= 0 and rank[j] >= 0:
+            rank[i] = rank[j]
+        else:
+            rank[i] = group_rank.get(int(graph.group[i]), last)
+    return rank * (layout.dp * layout.tp)
 
 
 def _jsonable(x: Any) -> Any:

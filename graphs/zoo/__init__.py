@@ -298,6 +298,12 @@ def build(
 ) -> CompGraph:
     """Training graph of zoo model ``name``, extracted on meta tensors (no weights allocated).
 
+    ``build("gpt", hidden=, layers=, heads=, vocab=, seq=)`` and ``build("llama", hidden=,
+    layers=, heads=, vocab=, seq=, ffn=, kv_heads=, tied=False)`` instead build a layered
+    graph of any size from the dimensions with analytic costs
+    (:mod:`graphs.zoo.parametric`); ``"llama"`` without dimension keywords is the
+    extracted LLaMA-7B-shaped model as before.
+
     ``batch`` / ``seq`` default per model (``gpt2-xl``: 8 x 1024); other
     keywords override the model config (``n_layer=2, d_model=64, ...``).
     ``max_groups`` coarsens the graph with :func:`graphs.coarsen.coarsen`.
@@ -306,6 +312,19 @@ def build(
     extraction / model source (:data:`SOURCE_DIGEST`);
     ``cache=False`` neither reads nor writes the cache.
     """
+    from graphs.zoo.parametric import PARAM_KEYS, PARAMETRIC, build_named
+
+    if name in PARAMETRIC and (name == "gpt" or set(config) & (set(PARAM_KEYS) - {"batch"})):
+        if max_groups is not None:
+            raise ValueError(f"graphs.zoo.build: parametric {name!r} takes no max_groups")
+        if (precision, optimizer) != ("mixed", "adam"):
+            raise ValueError(
+                f"graphs.zoo.build: parametric {name!r} models mixed-precision Adam only"
+            )
+        extra = {"batch": batch} if batch is not None else {}
+        if seq is not None:
+            extra["seq"] = seq
+        return build_named(name, **extra, **config)
     cfg = resolve_config(name, batch=batch, seq=seq, **config)
     if max_groups is not None and max_groups < 1:
         raise ValueError(f"graphs.zoo.build: max_groups must be >= 1, got {max_groups}")

@@ -1,0 +1,437 @@
+"""HybridLayout: a data x tensor x pipeline parallel layout (ZeRO, recomputation, schedule) of a layered model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Recomputation modes: keep every activation, recompute attention's core
+#: (Korthikanti et al. 2022, "selective"), or keep only each layer's input ("full").
+RECOMPUTE = ("none", "selective", "full")
+#: Pipeline schedules of a hybrid layout.
+HYBRID_SCHEDULES = ("gpipe", "1f1b", "interleaved")
+#: ZeRO stages (0: none; 1: optimizer state; 2: + gradients; 3: + parameters, i.e. FSDP).
+ZERO_STAGES = (0, 1, 2, 3)
+#: Names of the device-mesh dimensions, outermost first.
+MESH_DIM_NAMES = ("pp", "dp", "tp")
+
+_INT_FIELDS = ("dp", "tp", "pp", "microbatch_size", "global_batch", "virtual_stages", "zero")
+_REQUIRED = ("dp", "tp", "pp", "microbatch_size", "global_batch", "stage_layers")
+_FIELDS = (
+    "dp",
+    "tp",
+    "pp",
+    "microbatch_size",
+    "global_batch",
+    "virtual_stages",
+    "recompute",
+    "sequence_parallel",
+    "zero",
+    "schedule",
+    "stage_layers",
+)
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Dimensions of a decoder-only transformer, what the hybrid cost model needs.
+
+    Attributes:
+        arch: ``"gpt"`` (LayerNorm, GeLU MLP of two matrices, biases, learned
+            positions) or ``"llama"`` (RMSNorm, SwiGLU MLP of three matrices, no
+            biases, rotary positions, grouped-query attention).
+        hidden, layers, heads, kv_heads, ffn, vocab, seq: the usual sizes.
+        tied: input embedding and output head share one matrix.
+        batch: samples the graph's costs are for (the graph's global batch).
+    """
+
+    arch: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    seq: int
+    tied: bool = True
+    batch: int = 1
+
+    def __post_init__(self) -> None:
+        if self.arch not in ("gpt", "llama"):
+            raise ValueError(f"ModelDims.arch {self.arch!r}: expected 'gpt' or 'llama'")
+        for f in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "batch"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"ModelDims.{f} = {v!r}: expected an integer >= 1")
+        if self.hidden % self.heads or self.heads % self.kv_heads:
+            raise ValueError(
+                f"ModelDims: heads ({self.heads}) must divide hidden ({self.hidden}) and be a "
+                f"multiple of kv_heads ({self.kv_heads})"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def layer_params(self) -> int:
+        """Parameters of one transformer layer."""
+        h, kv = self.hidden, self.kv_heads * self.head_dim
+        if self.arch == "gpt":
+            # qkv + proj (+ biases), fc1 + fc2 (+ biases), two LayerNorms (weight + bias)
+            return (
+                h * (h + 2 * kv)
+                + (h + 2 * kv)
+                + h * h
+                + h
+                + 2 * h * self.ffn
+                + self.ffn
+                + h
+                + 4 * h
+            )
+        return h * (h + 2 * kv) + h * h + 3 * h * self.ffn + 2 * h
+
+    def embedding_params(self) -> int:
+        """Token (and, for GPT, position) embedding parameters."""
+        return self.vocab * self.hidden + (self.seq * self.hidden if self.arch == "gpt" else 0)
+
+    def head_params(self) -> int:
+        """Final norm plus the output head (0 for the head when tied)."""
+        norm = 2 * self.hidden if self.arch == "gpt" else self.hidden
+        return norm + (0 if self.tied else self.vocab * self.hidden)
+
+    def num_params(self) -> int:
+        return self.layers * self.layer_params() + self.embedding_params() + self.head_params()
+
+    def attn_flops(self, tokens: float) -> float:
+        """Forward FLOPs of one layer's attention for ``tokens`` tokens of length ``seq``:
+        QKV and output projections (``2 * tokens * h * (2h + 2 kv)``) plus the scores and
+        the weighted sum (``4 * tokens * seq * h``, no causal saving, as Narayanan et al.)."""
+        h, kv = self.hidden, self.kv_heads * self.head_dim
+        return 2.0 * tokens * h * (2 * h + 2 * kv) + 4.0 * tokens * self.seq * h
+
+    def mlp_flops(self, tokens: float) -> float:
+        """Forward FLOPs of one layer's MLP (2 matrices for GPT, 3 for SwiGLU)."""
+        return (4.0 if self.arch == "gpt" else 6.0) * tokens * self.hidden * self.ffn
+
+    def layer_flops(self, tokens: float) -> float:
+        """Forward FLOPs of one transformer layer (``24 t h^2 + 4 t s h`` for GPT, ffn = 4h)."""
+        return self.attn_flops(tokens) + self.mlp_flops(tokens)
+
+    def head_flops(self, tokens: float) -> float:
+        """Forward FLOPs of the output head (logits): ``2 * tokens * h * vocab``."""
+        return 2.0 * tokens * self.hidden * self.vocab
+
+    def model_flops(self, samples: float) -> float:
+        """Forward + backward FLOPs of a step of ``samples`` sequences, no recomputation
+        (3x forward): the "model FLOPs" of MFU (Chowdhery et al. 2022; Narayanan et al. 2021
+        eq. 3 for GPT with ffn = 4h gives ``72 B s l h^2 (1 + s/6h + V/12lh)``)."""
+        t = samples * self.seq
+        return 3.0 * (self.layers * self.layer_flops(t) + self.head_flops(t))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+def model_dims(graph: Any) -> ModelDims:
+    """The :class:`ModelDims` of a graph: ``graph.meta["model_dims"]`` (parametric zoo
+    builders) or the config of an extracted ``gpt2*`` / ``llama`` zoo graph."""
+    meta = getattr(graph, "meta", {}) or {}
+    if "model_dims" in meta:
+        return ModelDims(**dict(meta["model_dims"]))
+    cfg = meta.get("config") or {}
+    name = str(meta.get("name", ""))
+    if cfg and name.startswith(("gpt2", "llama")) and not cfg.get("n_expert"):
+        llama = name.startswith("llama")
+        return ModelDims(
+            arch="llama" if llama else "gpt",
+            hidden=int(cfg["d_model"]),
+            layers=int(cfg["n_layer"]),
+            heads=int(cfg["n_head"]),
+            kv_heads=int(cfg.get("n_kv_head", cfg["n_head"])),
+            ffn=int(cfg.get("d_ff", 4 * cfg["d_model"])),
+            vocab=int(cfg["vocab"]),
+            seq=int(cfg["seq"]),
+            tied=not llama,
+            batch=int(cfg.get("batch", meta.get("batch", 1))),
+        )
+    raise ValueError(
+        f"graph {name or '?'!r} is not a layered transformer with known dimensions "
+        "(hybrid layouts need graph.meta['model_dims'], as zoo.build('gpt'/'llama', ...) sets, "
+        "or an extracted gpt2*/llama zoo graph)"
+    )
+
+
+def balanced_stage_layers(num_layers: int, chunks: int) -> tuple[tuple[int, int], ...]:
+    """``chunks`` contiguous half-open layer ranges covering ``[0, num_layers)`` as evenly as
+    possible (the first ``num_layers % chunks`` chunks get one layer more)."""
+    if chunks < 1 or num_layers < chunks:
+        raise ValueError(
+            f"balanced_stage_layers: cannot split {num_layers} layers into {chunks} non-empty chunks"
+        )
+    q, r = divmod(num_layers, chunks)
+    out, a = [], 0
+    for c in range(chunks):
+        b = a + q + (1 if c < r else 0)
+        out.append((a, b))
+        a = b
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class HybridLayout:
+    """How a layered model is split over ``dp x tp x pp`` devices.
+
+    The device mesh has shape ``(pp, dp, tp)`` (names ``("pp", "dp", "tp")``):
+    global rank ``(p * dp + d) * tp + t``, so a tensor-parallel group is ``tp``
+    consecutive ranks (inside one node when ``tp`` divides the node size) and a
+    pipeline stage ``p`` owns the ``dp * tp`` ranks starting at ``p * dp * tp``.
+
+    Attributes:
+        dp, tp, pp: data-, tensor- and pipeline-parallel degrees (>= 1).
+        microbatch_size: samples per microbatch per data-parallel replica.
+        global_batch: samples per step over all replicas; must be a multiple of
+            ``dp * microbatch_size`` (:attr:`num_microbatches` per replica).
+        virtual_stages: model chunks per pipeline rank (``> 1`` only with the
+            ``"interleaved"`` schedule, Narayanan et al. SC'21).
+        recompute: ``"none"``, ``"selective"`` or ``"full"``.
+        sequence_parallel: shard LayerNorm/dropout activations over the TP group
+            (Korthikanti et al. 2022); needs ``tp > 1``.
+        zero: ZeRO stage 0-3 over the data-parallel group.
+        schedule: ``"gpipe"``, ``"1f1b"`` or ``"interleaved"``.
+        stage_layers: half-open transformer-layer ranges, one per model chunk,
+            ``pp * virtual_stages`` chunks in pipeline order, contiguous from 0;
+            chunk ``c`` runs on pipeline rank ``c % pp``.
+    """
+
+    dp: int
+    tp: int
+    pp: int
+    microbatch_size: int
+    global_batch: int
+    virtual_stages: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    zero: int = 0
+    schedule: str = "1f1b"
+    stage_layers: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "HybridLayout")
+        object.__setattr__(
+            self, "stage_layers", tuple((int(a), int(b)) for a, b in self.stage_layers)
+        )
+
+    # ------------------------------------------------------------ properties
+    @property
+    def num_microbatches(self) -> int:
+        """Microbatches per step per data-parallel replica."""
+        return self.global_batch // (self.dp * self.microbatch_size)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def mesh_shape(self) -> tuple[int, int, int]:
+        return (self.pp, self.dp, self.tp)
+
+    @property
+    def mesh_dim_names(self) -> tuple[str, str, str]:
+        return MESH_DIM_NAMES
+
+    @property
+    def num_chunks(self) -> int:
+        """Model chunks in the pipeline (``pp * virtual_stages``)."""
+        return self.pp * self.virtual_stages
+
+    @property
+    def num_layers(self) -> int:
+        """Transformer layers covered by :attr:`stage_layers`."""
+        return self.stage_layers[-1][1]
+
+    def rank(self, p: int, d: int, t: int) -> int:
+        """Global rank of pipeline rank ``p``, data-parallel rank ``d``, tensor rank ``t``."""
+        return (p * self.dp + d) * self.tp + t
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """``(p, d, t)`` of a global rank (inverse of :meth:`rank`)."""
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"HybridLayout.coords: rank {rank} not in [0, {self.world_size})")
+        pd, t = divmod(rank, self.tp)
+        p, d = divmod(pd, self.dp)
+        return p, d, t
+
+    def stage_ranks(self, p: int) -> range:
+        """Global ranks of pipeline rank ``p`` (its ``dp * tp`` submesh)."""
+        n = self.dp * self.tp
+        return range(p * n, (p + 1) * n)
+
+    def chunk_of_layer(self, layer: int) -> int:
+        """Index of the model chunk that holds transformer layer ``layer``."""
+        for c, (a, b) in enumerate(self.stage_layers):
+            if a <= layer < b:
+                return c
+        raise ValueError(f"HybridLayout: layer {layer} is in no stage_layers range")
+
+    # ------------------------------------------------------------ validation
+    def validate(self, num_layers: int, num_heads: int, num_devices: int) -> None:
+        """Raise ``ValueError`` unless this layout fits a model of ``num_layers`` layers and
+        ``num_heads`` attention heads on ``num_devices`` devices (names the field)."""
+        if self.world_size != num_devices:
+            raise ValueError(
+                f"HybridLayout: dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {self.world_size} "
+                f"must equal the cluster's {num_devices} devices"
+            )
+        if num_heads % self.tp:
+            raise ValueError(
+                f"HybridLayout.tp = {self.tp} must divide the model's {num_heads} attention heads"
+            )
+        if self.num_chunks > num_layers:
+            raise ValueError(
+                f"HybridLayout: pp*virtual_stages = {self.num_chunks} chunks exceed the model's "
+                f"{num_layers} layers"
+            )
+        if self.num_layers != num_layers:
+            raise ValueError(
+                f"HybridLayout.stage_layers covers layers [0, {self.num_layers}) but the model "
+                f"has {num_layers} layers"
+            )
+
+    # ------------------------------------------------------------------ I/O
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dp": self.dp,
+            "tp": self.tp,
+            "pp": self.pp,
+            "microbatch_size": self.microbatch_size,
+            "global_batch": self.global_batch,
+            "virtual_stages": self.virtual_stages,
+            "recompute": self.recompute,
+            "sequence_parallel": self.sequence_parallel,
+            "zero": self.zero,
+            "schedule": self.schedule,
+            "stage_layers": [[a, b] for a, b in self.stage_layers],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, source: str = "layout") -> HybridLayout:
+        """Parse the :meth:`to_dict` form strictly: unknown or missing keys, wrong types and
+        inconsistent values are one ``ValueError`` naming ``source``, the field and the value."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{source}: layout must be a mapping, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"{source}: layout has unknown key(s) {unknown}; valid keys: {list(_FIELDS)}"
+            )
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise ValueError(f"{source}: layout is missing required key(s) {missing}")
+        sl = d["stage_layers"]
+        if not isinstance(sl, (list, tuple)) or not all(
+            isinstance(r, (list, tuple)) and len(r) == 2 for r in sl
+        ):
+            raise ValueError(
+                f"{source}: layout.stage_layers must be a list of [start, stop] pairs, got {sl!r}"
+            )
+        kw = {k: d[k] for k in _FIELDS if k in d and k != "stage_layers"}
+        kw["stage_layers"] = tuple(tuple(r) for r in sl)
+        # type checks happen before construction so that the message names the source
+        _check_fields(kw, source)
+        return cls(**kw)
+
+
+def _check_fields(obj: Any, source: str) -> None:
+    """Shared checks of a layout's fields (an instance or a mapping of them)."""
+
+    def get(k: str) -> Any:
+        if isinstance(obj, Mapping):
+            return obj.get(k, getattr(HybridLayout, k, None))
+        return getattr(obj, k)
+
+    def bad(field: str, value: Any, expected: str) -> ValueError:
+        return ValueError(f"{source}: layout.{field} = {value!r}: expected {expected}")
+
+    for f in _INT_FIELDS:
+        v = get(f)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise bad(f, v, "an integer")
+    for f in ("dp", "tp", "pp", "microbatch_size", "global_batch", "virtual_stages"):
+        if get(f) < 1:
+            raise bad(f, get(f), "an integer >= 1")
+    if get("zero") not in ZERO_STAGES:
+        raise bad("zero", get("zero"), f"one of {ZERO_STAGES}")
+    if not isinstance(get("sequence_parallel"), bool):
+        raise bad("sequence_parallel", get("sequence_parallel"), "true or false")
+    if get("recompute") not in RECOMPUTE:
+        raise bad("recompute", get("recompute"), f"one of {RECOMPUTE}")
+    if get("schedule") not in HYBRID_SCHEDULES:
+        raise bad("schedule", get("schedule"), f"one of {HYBRID_SCHEDULES}")
+    dp, tp, pp, mbs, gb, v = (
+        get(k) for k in ("dp", "tp", "pp", "microbatch_size", "global_batch", "virtual_stages")
+    )
+    if get("sequence_parallel") and tp == 1:
+        raise bad("sequence_parallel", True, "false when tp == 1 (it shards over the TP group)")
+    if gb % (dp * mbs):
+        raise bad(
+            "global_batch",
+            gb,
+            f"a multiple of dp * microbatch_size = {dp} * {mbs} = {dp * mbs} "
+            "(the global batch must split into whole microbatches per replica)",
+        )
+    m = gb // (dp * mbs)
+    if (v > 1) != (get("schedule") == "interleaved"):
+        raise bad(
+            "virtual_stages",
+            v,
+            f"> 1 exactly when schedule is 'interleaved' (schedule is {get('schedule')!r})",
+        )
+    if get("schedule") == "interleaved":
+        if pp < 2:
+            raise bad("schedule", "interleaved", "'gpipe' or '1f1b' when pp == 1")
+        if m % pp:
+            raise bad(
+                "global_batch",
+                gb,
+                f"microbatches per replica ({m}) divisible by pp = {pp} for the interleaved "
+                "schedule (as Megatron-LM requires)",
+            )
+    sl: Sequence[Any] = get("stage_layers")
+    if not isinstance(sl, (list, tuple)):
+        raise bad("stage_layers", sl, "a sequence of (start, stop) pairs")
+    if len(sl) != pp * v:
+        raise bad(
+            "stage_layers",
+            sl,
+            f"pp * virtual_stages = {pp * v} (start, stop) ranges, one per model chunk "
+            "(graphs.layout.balanced_stage_layers makes an even split)",
+        )
+    prev = 0
+    for c, r in enumerate(sl):
+        if (
+            not isinstance(r, (list, tuple))
+            or len(r) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in r)
+        ):
+            raise bad(f"stage_layers[{c}]", r, "a pair of integers (start, stop)")
+        a, b = r
+        if a != prev or b <= a:
+            raise bad(
+                f"stage_layers[{c}]",
+                list(r),
+                f"a non-empty range starting at {prev} (ranges are contiguous from layer 0)",
+            )
+        prev = b
+
+
+__all__ = [
+    "HYBRID_SCHEDULES",
+    "MESH_DIM_NAMES",
+    "RECOMPUTE",
+    "ZERO_STAGES",
+    "HybridLayout",
+    "ModelDims",
+    "balanced_stage_layers",
+    "model_dims",
+]

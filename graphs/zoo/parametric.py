@@ -1,0 +1,147 @@
+"""Parametric GPT and LLaMA training graphs built from their dimensions (analytic costs, any size)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphs.compgraph import CompGraph
+from graphs.layout import ModelDims
+from graphs.training import with_backward
+
+#: Names the parametric builders answer to in :func:`graphs.zoo.build`.
+PARAMETRIC = ("gpt", "llama")
+#: Keywords of the parametric builders (``llama`` also takes ``ffn``, ``kv_heads``, ``tied``).
+PARAM_KEYS = ("hidden", "layers", "heads", "vocab", "seq", "ffn", "kv_heads", "tied", "batch")
+
+#: Mixed-precision Adam: fp16 weights and gradients, fp32 master weights, momentum, variance.
+BYTES_PER_PARAM = 16.0
+GRAD_BYTES_PER_PARAM = 2.0
+ACT_ELEM_BYTES = 2
+
+
+def dims_from_kwargs(name: str, kw: dict[str, Any]) -> ModelDims:
+    """:class:`ModelDims` of ``zoo.build(name, **kw)``; unknown keys raise ``ValueError``."""
+    bad = sorted(set(kw) - set(PARAM_KEYS))
+    if bad:
+        raise ValueError(
+            f"graphs.zoo: parametric {name!r} has no key(s) {bad}; valid keys: {list(PARAM_KEYS)}"
+        )
+    missing = [k for k in ("hidden", "layers", "heads", "vocab", "seq") if k not in kw]
+    if missing:
+        raise ValueError(f"graphs.zoo: parametric {name!r} needs {missing}")
+    h = int(kw["hidden"])
+    gpt = name == "gpt"
+    if gpt and ("kv_heads" in kw or "tied" in kw):
+        raise ValueError("graphs.zoo: 'gpt' has full multi-head attention and a tied head")
+    return ModelDims(
+        arch=name,
+        hidden=h,
+        layers=int(kw["layers"]),
+        heads=int(kw["heads"]),
+        kv_heads=int(kw.get("kv_heads", kw["heads"])),
+        ffn=int(kw.get("ffn", 4 * h)),
+        vocab=int(kw["vocab"]),
+        seq=int(kw["seq"]),
+        tied=bool(kw.get("tied", gpt)),
+        batch=int(kw.get("batch", 8)),
+    )
+
+
+def build_parametric(dims: ModelDims) -> CompGraph:
+    """Training graph of a decoder LM from its dimensions, with analytic costs.
+
+    Forward nodes: ``embed``; per layer ``l``: ``h.l.attn`` and ``h.l.mlp`` (``layer = l``);
+    ``head`` (final norm, logits and loss). Then :func:`graphs.training.with_backward`
+    (backward = 2x forward, Adam optimizer nodes). Costs are for ``dims.batch`` sequences:
+    FLOPs from :meth:`ModelDims.attn_flops` / ``mlp_flops`` / ``head_flops``; bytes
+    accessed = fp16 weights + activations saved; ``out_bytes`` = the hidden state
+    ``2 * b * s * h`` (logits for the head); ``act_bytes`` per Korthikanti et al. 2022
+    (``s b h (34 + 5 a s / h)`` bytes per GPT layer, split 11+5as/h attention / 23 MLP;
+    LLaMA: SwiGLU keeps ``3 ffn`` instead of ``2 ffn + ...``, see :func:`layer_act_split`).
+    Building is O(layers): a 100-layer model takes milliseconds.
+    """
+    b, s, h, L = dims.batch, dims.seq, dims.hidden, dims.layers
+    tok = float(b * s)
+    hid_bytes = ACT_ELEM_BYTES * tok * h
+    lp = dims.layer_params()
+    kv = dims.kv_heads * dims.head_dim
+    attn_params = h * (h + 2 * kv) + h * h + (h + 2 * kv + h + 2 * h if dims.arch == "gpt" else h)
+    mlp_params = lp - attn_params
+    act_attn, act_mlp = layer_act_split(dims)
+    names, flops, acc, out, par, act, layer, module = [], [], [], [], [], [], [], []
+
+    def add(nm: str, f: float, p: float, a: float, o: float, lay: int, mod: str) -> None:
+        names.append(nm)
+        flops.append(f)
+        par.append(p * BYTES_PER_PARAM)
+        act.append(a)
+        out.append(o)
+        acc.append(2.0 * p + a + o)
+        layer.append(lay)
+        module.append(mod)
+
+    add("embed", 0.0, dims.embedding_params(), 0.0, hid_bytes, -1, "embed")
+    for i in range(L):
+        add(f"h.{i}.attn", dims.attn_flops(tok), attn_params, act_attn * b, hid_bytes, i, f"h.{i}")
+        add(f"h.{i}.mlp", dims.mlp_flops(tok), mlp_params, act_mlp * b, hid_bytes, i, f"h.{i}")
+    logits = ACT_ELEM_BYTES * tok * dims.vocab
+    add("head", dims.head_flops(tok), dims.head_params(), 2.0 * logits, 4.0 * b, -1, "head")
+    n = len(names)
+    edges = [(i, i + 1) for i in range(n - 1)]
+    if dims.tied:  # the head reads the embedding matrix
+        edges.append((0, n - 1))
+    fwd = CompGraph.build(
+        n,
+        edges,
+        flops=flops,
+        bytes_accessed=acc,
+        out_bytes=out,
+        param_bytes=par,
+        act_bytes=act,
+        layer=layer,
+        name=names,
+        module=module,
+        edge_bytes=[out[a] if a + 1 == c else 0.0 for a, c in edges],
+        meta={
+            "name": dims.arch,
+            "batch": b,
+            "bytes_per_param": BYTES_PER_PARAM,
+            "grad_bytes_per_param": GRAD_BYTES_PER_PARAM,
+            "precision": "mixed",
+            "optimizer": "adam",
+            "act_elem_bytes": ACT_ELEM_BYTES,
+            "source": "parametric",
+            "model_dims": dims.to_dict(),
+        },
+    )
+    return with_backward(fwd)
+
+
+def layer_act_split(dims: ModelDims) -> tuple[float, float]:
+    """Activation bytes one layer keeps for backward per sequence, no TP and no
+    recomputation, split (attention block, MLP block), fp16 with 1-byte dropout masks.
+
+    GPT (Korthikanti et al. 2022, section 4.1, total ``s h (34 + 5 a s / h)`` at ffn = 4h):
+    attention block ``13 s h + 5 a s^2`` (LayerNorm input 2sh, QKV input 2sh, Q and K 4sh,
+    softmax output 2as^2, its dropout mask as^2 and output 2as^2, V 2sh, projection input
+    2sh, dropout mask sh); MLP block ``5 s h + 4 s ffn`` (LayerNorm input 2sh, first linear
+    input 2sh, GeLU input ``2 s ffn``, second linear input ``2 s ffn``, dropout mask sh).
+    LLaMA (no dropout): attention ``8 s h + 4 s kv + 2 a s^2`` (RMSNorm input 2sh, QKV
+    input 2sh, Q 2sh, K and V ``4 s kv``, softmax output 2as^2, projection input 2sh);
+    SwiGLU ``4 s h + 8 s ffn`` (RMSNorm input 2sh, input 2sh, gate and up outputs
+    ``4 s ffn`` (the gate output is the SiLU's input), SiLU output ``2 s ffn``, product =
+    down-projection input ``2 s ffn``).
+    """
+    s, h, a = dims.seq, dims.hidden, dims.heads
+    if dims.arch == "gpt":
+        return float(13 * s * h + 5 * a * s * s), float(5 * s * h + 4 * s * dims.ffn)
+    kv = dims.kv_heads * dims.head_dim
+    return float(8 * s * h + 4 * s * kv + 2 * a * s * s), float(4 * s * h + 8 * s * dims.ffn)
+
+
+def build_named(name: str, **kw: Any) -> CompGraph:
+    """``zoo.build("gpt" | "llama", hidden=..., layers=..., heads=..., vocab=..., seq=...)``."""
+    return build_parametric(dims_from_kwargs(name, kw))
+
+
+__all__ = ["PARAMETRIC", "build_named", "build_parametric", "dims_from_kwargs", "layer_act_split"]

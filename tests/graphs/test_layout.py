@@ -1,0 +1,133 @@
+"""HybridLayout and Plan.hybrid: mesh ranks, strict JSON parsing, validation, placement."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from graphs import clusters
+from graphs.compgraph import CompGraph
+from graphs.layout import HybridLayout, ModelDims, balanced_stage_layers, model_dims
+from graphs.plan import Plan
+
+
+def _layout(**kw):
+    base = dict(dp=2, tp=2, pp=2, microbatch_size=1, global_batch=8, stage_layers=((0, 2), (2, 4)))
+    base.update(kw)
+    return HybridLayout(**base)
+
+
+def _toy_graph(layers: int = 4) -> CompGraph:
+    """embed -> layer0..L-1 -> head, their backwards, one optimizer node per layer."""
+    n_f = layers + 2
+    names = ["embed"] + [f"l{i}" for i in range(layers)] + ["head"]
+    names += ["bwd:" + x for x in reversed(names)] + [f"opt:l{i}" for i in range(layers)]
+    lay_f = [-1, *range(layers), -1]
+    layer = lay_f + lay_f[::-1] + list(range(layers))
+    kind = [0] * n_f + [1] * n_f + [2] * layers
+    edges = [(i, i + 1) for i in range(2 * n_f - 1)]
+    edges += [(2 * n_f - 2 - i, 2 * n_f + i) for i in range(layers)]  # bwd:l_i -> opt:l_i
+    dims = ModelDims(
+        "gpt", hidden=64, layers=layers, heads=4, kv_heads=4, ffn=256, vocab=100, seq=16
+    )
+    return CompGraph.build(
+        len(names), edges, flops=1.0, kind=kind, layer=layer, name=names,
+        meta={"name": "toy", "model_dims": dims.to_dict()},
+    )  # fmt: skip
+
+
+def test_mesh_ranks_tp_innermost():
+    lay = _layout()
+    assert lay.world_size == 8 and lay.mesh_shape == (2, 2, 2)
+    assert lay.mesh_dim_names == ("pp", "dp", "tp")
+    assert lay.num_microbatches == 4
+    assert [lay.rank(p, d, t) for p in range(2) for d in range(2) for t in range(2)] == list(
+        range(8)
+    )
+    assert lay.coords(5) == (1, 0, 1)
+    assert list(lay.stage_ranks(1)) == [4, 5, 6, 7]
+
+
+def test_json_round_trip_and_plan_key():
+    lay = _layout(recompute="selective", sequence_parallel=True, zero=1)
+    assert HybridLayout.from_dict(json.loads(json.dumps(lay.to_dict()))) == lay
+    g, cl = _toy_graph(), clusters.load("dgx_a100_8")
+    p = Plan.hybrid(g, cl, dp=2, tp=2, pp=2, microbatch_size=1, global_batch=8, zero=1)
+    d = json.loads(json.dumps(p.to_dict()))
+    q = Plan.from_dict(d)
+    assert q.layout == p.layout and q.to_dict() == d
+    # op-placement plans carry "layout": null and read back without one
+    op = Plan(np.zeros(g.num_nodes, np.int64))
+    assert op.to_dict()["layout"] is None and Plan.from_dict(op.to_dict()).layout is None
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(zero=4), "layout.zero"),
+        (dict(tp="2"), "layout.tp"),
+        (dict(dp=True), "layout.dp"),
+        (dict(global_batch=7), "layout.global_batch"),
+        (dict(schedule="zigzag"), "layout.schedule"),
+        (dict(recompute="some"), "layout.recompute"),
+        (dict(sequence_parallel=1), "layout.sequence_parallel"),
+        (dict(virtual_stages=2), "layout.virtual_stages"),
+        (dict(stage_layers=[[0, 2], [3, 4]]), "layout.stage_layers[1]"),
+        (dict(stage_layers=[[0, 4]]), "layout.stage_layers"),
+        (dict(bogus=1), "unknown key"),
+    ],
+)
+def test_from_dict_is_strict(change, field):
+    d = dict(_layout().to_dict(), **change)
+    with pytest.raises(ValueError, match="plan.json") as e:
+        HybridLayout.from_dict(d, source="plan.json")
+    assert field in str(e.value)
+
+
+def test_interleaved_needs_microbatches_divisible_by_pp():
+    sl = balanced_stage_layers(8, 4)
+    ok = _layout(virtual_stages=2, schedule="interleaved", stage_layers=sl)
+    assert ok.num_chunks == 4
+    with pytest.raises(ValueError, match="divisible by pp"):
+        _layout(virtual_stages=2, schedule="interleaved", stage_layers=sl, global_batch=6)
+
+
+def test_validate_names_heads_devices_layers():
+    lay = _layout()
+    lay.validate(4, 4, 8)
+    with pytest.raises(ValueError, match="16 devices"):
+        lay.validate(4, 4, 16)
+    with pytest.raises(ValueError, match="heads"):
+        lay.validate(4, 3, 8)
+    with pytest.raises(ValueError, match="layers"):
+        lay.validate(6, 4, 8)
+
+
+def test_hybrid_placement_first_device_of_stage_submesh():
+    g, cl = _toy_graph(4), clusters.load("dgx_a100_8")
+    p = Plan.hybrid(g, cl, dp=2, tp=2, pp=2, microbatch_size=2, global_batch=8)
+    dev = dict(zip(g.name, p.placement.tolist()))
+    assert p.microbatches == 2 and p.schedule == "1f1b"
+    assert dev["embed"] == 0 and dev["l1"] == 0 and dev["l2"] == 4 and dev["head"] == 4
+    assert dev["bwd:embed"] == 0 and dev["bwd:head"] == 4 and dev["opt:l3"] == 4
+    # interleaved: chunk c runs on pipeline rank c % pp
+    p = Plan.hybrid(g, cl, dp=2, tp=2, pp=2, microbatch_size=1, global_batch=8, virtual_stages=2)
+    assert p.schedule == "interleaved"
+    assert [dict(zip(g.name, p.placement.tolist()))[f"l{i}"] for i in range(4)] == [0, 4, 0, 4]
+
+
+def test_model_dims_of_extracted_zoo_config():
+    class G:
+        meta = {
+            "name": "gpt2-xl",
+            "config": dict(
+                vocab=50257, n_ctx=1024, n_layer=48, d_model=1600, n_head=25, batch=8, seq=1024
+            ),
+        }
+
+    d = model_dims(G())
+    assert (d.arch, d.layers, d.heads, d.ffn, d.tied) == ("gpt", 48, 25, 6400, True)
+    # GPT-2 XL has 1,557,611,200 parameters (the extracted graph's count)
+    assert d.num_params() == 1_557_611_200
