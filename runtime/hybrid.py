@@ -230,6 +230,29 @@ def segment_of_nodes(gm: fx.GraphModule, blocks: str, n_layer: int) -> dict[str,
     return seg
 
 
+def check_hybrid(model: Mapping[str, Any], layout: HybridSpec) -> None:
+    """Before launch: build ``model`` (a :func:`runtime.model.load_model` spec) on the meta
+    device and check its batch against ``global_batch`` and its transformer blocks against
+    ``stage_layers`` (and, with tp > 1, its Megatron plan: features and heads divisible)."""
+    from runtime.model import load_model
+
+    zm = load_model(model, device="meta")
+    batch = int(zm.example_inputs[0].shape[0])
+    if batch != layout.global_batch:
+        raise ValueError(
+            f"hybrid plan: the model's batch is {batch} samples but the layout's global_batch "
+            f"is {layout.global_batch} (set the model config's batch to global_batch)"
+        )
+    mb = tuple(x[: layout.microbatch_size] for x in zm.example_inputs)
+    gm = export_with_loss(zm.module, mb, zm.loss_fn)
+    blocks, n_layer = block_list(gm)
+    layout.validate(n_layer)
+    if layout.tp > 1:
+        from runtime.tensor_parallel import megatron_plan
+
+        megatron_plan(gm, [blocks], layout.tp)
+
+
 # ---------------------------------------------------------------------------- a model chunk
 def _save_matmuls(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
     """Selective recomputation: keep matmul outputs, recompute everything else."""

@@ -196,6 +196,8 @@ def make_run_spec(
             "plan names no model: set plan.meta['model'] = {'name': zoo_name, 'config': {...}} "
             "or pass model="
         )
+    if getattr(plan, "layout", None) is not None:
+        return hybrid_run_spec(plan, model, **options)
     fwd = forward_names(graph)
     degrees = {d for d in plan.tp_degree.values() if d > 1}
     if len(degrees) > 1:
@@ -267,5 +269,33 @@ def make_run_spec(
         spec = RunSpec(
             mode="oplevel", world_size=len(used), devices=used, device_of=device_of, **common
         )
+    spec.validate()
+    return spec
+
+
+def hybrid_run_spec(plan: Plan, model: Mapping[str, Any], **options: Any) -> RunSpec:
+    """The :class:`RunSpec` of a plan with a hybrid ``layout`` (already checked against its
+    graph and cluster): ``pp x dp x tp`` ranks, rank r on cluster device r (the layout's
+    rank order). Refuses (``ValueError``) what the runtime does not execute
+    (sequence parallelism) and a model whose batch is not the layout's ``global_batch``
+    or whose transformer blocks do not match ``stage_layers`` (the model is built on the
+    meta device: no weights)."""
+    from runtime.hybrid import HybridSpec, check_hybrid
+
+    layout = HybridSpec.from_layout(plan.layout)
+    layout.validate()
+    check_hybrid(model, layout)
+    world = layout.world_size
+    spec = RunSpec(
+        mode="hybrid",
+        world_size=world,
+        devices=list(range(world)),
+        model=dict(model),
+        hybrid=layout.to_dict(),
+        microbatches=layout.num_microbatches,
+        schedule=layout.schedule,
+        plan_hash=plan_hash(plan),
+        **options,
+    )
     spec.validate()
     return spec

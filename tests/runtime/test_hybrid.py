@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from graphs.cpu_cluster import cpu_cluster
+from graphs.plan import Plan
 from runtime.dist import seed_everything
 from runtime.execute import run_specs
 from runtime.hybrid import HybridSpec, block_list, segment_of_nodes
-from runtime.model import load_model
+from runtime.model import graph_for_model, load_model
 from runtime.program import compute_nodes, export_with_loss
-from runtime.spec import RunSpec
+from runtime.spec import RunSpec, make_run_spec
 from tests.runtime._reference import TINY, check_grads
 
 
@@ -26,14 +28,6 @@ def layout(dp: int, tp: int, pp: int, n_layer: int = 2, **kw) -> HybridSpec:
     return HybridSpec(
         dp=dp, tp=tp, pp=pp, microbatch_size=1, global_batch=4, stage_layers=ranges, **kw
     )
-
-
-def hybrid_spec(lay: HybridSpec, n_layer: int = 2) -> RunSpec:
-    return RunSpec(
-        mode="hybrid", world_size=lay.world_size, devices=list(range(lay.world_size)),
-        model=gpt2(n_layer), hybrid=lay.to_dict(), microbatches=lay.num_microbatches,
-        schedule=lay.schedule, steps=1, warmup=0, capture_grads=True, timeout_s=300,
-    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- no processes
@@ -124,12 +118,64 @@ def test_llama_blocks_are_its_layers():
 
 
 # ---------------------------------------------------------------------------- processes
-@pytest.mark.timeout(600)
-def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process():
-    """8 gloo ranks, one torchrun launch, four layouts 2 x 2 x 2 (ZeRO 0 / 3, recompute none /
-    full): the loss and every gradient of the first step equal one full-batch process."""
-    lays = [layout(2, 2, 2, zero=z, recompute=r) for z in (0, 3) for r in ("none", "full")]
-    results = run_specs([hybrid_spec(lay) for lay in lays], timeout_s=590)
-    for lay, res in zip(lays, results):
-        assert (res.mode, res.world_size, res.microbatches) == ("hybrid", 8, 2), lay
-        check_grads([res.extra["grads"]], gpt2(2), res.loss)
+@pytest.fixture(scope="module")
+def graphs_by_layers():
+    return {n: graph_for_model(gpt2(n)) for n in (2, 4)}
+
+
+def hybrid_plan(graphs_by_layers, n_layer: int = 2, **kw) -> tuple[Plan, object]:
+    """``Plan.hybrid`` of the tiny GPT-2 with ``n_layer`` blocks on 8 CPU devices, and its graph."""
+    graph = graphs_by_layers[n_layer]
+    plan = Plan.hybrid(
+        graph, CLUSTER, microbatch_size=1, global_batch=4, meta={"model": gpt2(n_layer)}, **kw
+    )
+    return plan, graph
+
+
+CLUSTER = cpu_cluster(8, calibration={})
+
+
+def test_hybrid_plan_resolves_to_a_hybrid_run_spec(graphs_by_layers):
+    plan, graph = hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, zero=3, recompute="full")
+    spec = make_run_spec(plan, graph, CLUSTER)
+    assert (spec.mode, spec.world_size, spec.microbatches, spec.schedule) == (
+        "hybrid",
+        8,
+        2,
+        "1f1b",
+    )
+    assert HybridSpec.from_layout(spec.hybrid) == HybridSpec.from_layout(plan.layout)
+    assert spec.devices == list(range(8))
+    with pytest.raises(ValueError, match="batch is 4 samples but the layout's global_batch is 8"):
+        make_run_spec(
+            Plan.hybrid(graph, CLUSTER, dp=2, tp=2, pp=2, microbatch_size=2, global_batch=8,
+                        meta={"model": gpt2(2)}),
+            graph, CLUSTER,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="sequence_parallel=True is not executed"):
+        make_run_spec(
+            *hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, sequence_parallel=True), CLUSTER
+        )
+
+
+@pytest.mark.timeout(900)
+def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(graphs_by_layers):
+    """8 gloo ranks, one torchrun launch, dp x pp x tp = 2 x 2 x 2: ZeRO 0 / 3 x recompute
+    none / full (2 blocks, 1F1B), then ZeRO 2 with selective recomputation on the interleaved
+    schedule (4 blocks, 2 chunks per pipeline rank). The loss and every gradient of the first
+    step equal one full-batch process within 1e-5."""
+    cases = [dict(zero=z, recompute=r) for z in (0, 3) for r in ("none", "full")]
+    cases.append(dict(zero=2, recompute="selective", virtual_stages=2, n_layer=4))
+    specs = []
+    for kw in cases:
+        plan, graph = hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, **kw)
+        specs.append(
+            make_run_spec(
+                plan, graph, CLUSTER, steps=1, warmup=0, capture_grads=True, timeout_s=300
+            )
+        )
+    assert specs[-1].schedule == "interleaved"
+    results = run_specs(specs, timeout_s=880)
+    for kw, res in zip(cases, results):
+        assert (res.mode, res.world_size, res.microbatches) == ("hybrid", 8, 2), kw
+        check_grads([res.extra["grads"]], gpt2(kw.get("n_layer", 2)), res.loss)
