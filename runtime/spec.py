@@ -36,6 +36,13 @@ class RunSpec:
         capture_grads: record the first step's (unsharded) gradients in each rank's record
             (for equivalence tests; large for real models).
         hybrid: for ``mode="hybrid"``, the layout (:meth:`runtime.hybrid.HybridSpec.to_dict`).
+        hang_timeout_s: a rank that makes no progress outside communication (or whose
+            watchdog stops answering) for this long during the steps is named and the job
+            ended (:mod:`runtime.watchdog`); 0 disables. Keep it below ``timeout_s`` (the
+            process-group timeout), which otherwise ends the job with symptoms only.
+        fault: fault injection for failure-handling tests, ``{"rank": r, "step": i,
+            "kind": "hang" | "die"}``: rank r sleeps for good (``hang``) or kills itself with
+            SIGKILL (``die``) just before step i.
     """
 
     mode: str
@@ -60,6 +67,8 @@ class RunSpec:
     plan_hash: str = ""
     capture_grads: bool = False
     hybrid: dict[str, Any] = field(default_factory=dict)
+    hang_timeout_s: float = 30.0
+    fault: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -122,6 +131,19 @@ class RunSpec:
                     f"0..{pp - 1} (world_size {self.world_size} = {pp} pipeline ranks x "
                     f"tp_degree {tp})"
                 )
+        if self.fault:
+            kind, r = self.fault.get("kind"), self.fault.get("rank")
+            if (
+                kind not in ("hang", "die")
+                or not isinstance(r, int)
+                or not 0 <= r < self.world_size
+            ):
+                raise ValueError(
+                    f"RunSpec.fault {self.fault!r}: expected kind 'hang' or 'die' and a rank in "
+                    f"[0, {self.world_size})"
+                )
+        if self.hang_timeout_s < 0:
+            raise ValueError(f"RunSpec.hang_timeout_s {self.hang_timeout_s} must be >= 0")
         if self.steps < 1 or self.warmup < 0:
             raise ValueError(
                 f"RunSpec: steps must be >= 1 and warmup >= 0, got {self.steps}, {self.warmup}"
