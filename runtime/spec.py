@@ -67,7 +67,7 @@ class RunSpec:
     plan_hash: str = ""
     capture_grads: bool = False
     hybrid: dict[str, Any] = field(default_factory=dict)
-    hang_timeout_s: float = 30.0
+    hang_timeout_s: float = 45.0
     fault: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
