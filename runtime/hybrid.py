@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import fx, nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -137,11 +137,8 @@ class HybridSpec:
             )
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"hybrid layout: zero={self.zero} must be 0, 1, 2 or 3")
-        if self.sequence_parallel:
-            raise ValueError(
-                "hybrid layout: sequence_parallel=True is not executed by the runtime yet "
-                "(tensor parallelism runs without it)"
-            )
+        if self.sequence_parallel and self.tp < 2:
+            raise ValueError("hybrid layout: sequence_parallel=True needs tp > 1")
         if (self.schedule == "interleaved") != (self.virtual_stages > 1):
             raise ValueError(
                 f"hybrid layout: schedule {self.schedule!r} with virtual_stages="
@@ -251,6 +248,53 @@ def check_hybrid(model: Mapping[str, Any], layout: HybridSpec) -> None:
         from runtime.tensor_parallel import megatron_plan
 
         megatron_plan(gm, [blocks], layout.tp)
+
+
+# ---------------------------------------------------------------------------- sequence parallel
+def seq_gather(x: Any) -> Any:
+    """Sequence parallelism's all-gather before a column-parallel linear (backward:
+    reduce-scatter of its input gradient); plain tensors pass."""
+    if isinstance(x, DTensor) and x.placements != (Replicate(),):
+        return x.redistribute(x.device_mesh, [Replicate()])
+    return x
+
+
+def seq_scatter(x: Any, dim: int) -> Any:
+    """Sequence parallelism's reduce-scatter after a row-parallel linear: the partial sums
+    become the sum's shard along the sequence ``dim`` (backward: all-gather)."""
+    if isinstance(x, DTensor):
+        return x.redistribute(x.device_mesh, [Shard(dim)])
+    return x
+
+
+def apply_sequence_parallel(gm: fx.GraphModule, plan: Any) -> dict[str, str]:
+    """Megatron sequence parallelism (Korthikanti et al. 2022) on a tensor-parallel program:
+    every row-parallel linear's output is reduce-scattered along the sequence dim (the
+    layer norms, dropouts and residual adds that follow run on sequence shards), and every
+    column-parallel linear's input is all-gathered. Returns ``{new node: anchor linear}``."""
+    by_name = {n.name: n for n in gm.graph.nodes}
+    added: dict[str, str] = {}
+    for lin in plan.linears:
+        node = by_name[lin.node]
+        if lin.style == "rowwise":
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor) or val.ndim < 3:
+                continue  # no sequence dim
+            with gm.graph.inserting_after(node):
+                new = gm.graph.call_function(seq_scatter, (node, val.ndim - 2))
+            new.meta["val"] = val
+            node.replace_all_uses_with(new, delete_user_cb=lambda u, new=new: u is not new)
+        else:
+            x = node.args[0]
+            with gm.graph.inserting_before(node):
+                new = gm.graph.call_function(seq_gather, (x,))
+            new.meta["val"] = x.meta.get("val")
+            node.replace_input_with(x, new)
+        new.name = f"{lin.node}_sp"
+        added[new.name] = lin.node
+    gm.graph.lint()
+    gm.recompile()
+    return added
 
 
 # ---------------------------------------------------------------------------- a model chunk
@@ -393,6 +437,9 @@ class HybridRunner:
         if L.tp > 1:
             self.tp_plan, renamed = parallelize_program(gm, tp_mesh, list(tp_modules or [blocks]))
             seg.update({new: seg[old] for new, old in renamed.items() if old in seg})
+            if L.sequence_parallel:
+                added = apply_sequence_parallel(gm, self.tp_plan)
+                seg.update({new: seg[anchor] for new, anchor in added.items()})
         segments = stage_modules(gm, seg, n_layer + 2)
         meta = value_meta(gm)
         chunk_segs = []

@@ -10,9 +10,11 @@ from graphs.plan import Plan
 from runtime.dist import seed_everything
 from runtime.execute import run_specs
 from runtime.hybrid import HybridSpec, block_list, segment_of_nodes
+from runtime.launch import spawn
 from runtime.model import graph_for_model, load_model
 from runtime.program import compute_nodes, export_with_loss
 from runtime.spec import RunSpec, make_run_spec
+from tests.runtime import _hybrid_workers
 from tests.runtime._reference import TINY, check_grads
 
 
@@ -71,7 +73,7 @@ def test_layout_fields_rank_order_and_duck_typing():
             dict(stage_layers=((0, 1), (2, 3))),
             r"stage_layers\[1\] = \[2, 3\) must start at layer 1",
         ),
-        (dict(sequence_parallel=True), "sequence_parallel=True is not executed"),
+        (dict(sequence_parallel=True, tp=1), "sequence_parallel=True needs tp > 1"),
         (dict(dp=0), "dp=0 must be >= 1"),
     ],
 )
@@ -152,20 +154,22 @@ def test_hybrid_plan_resolves_to_a_hybrid_run_spec(graphs_by_layers):
                         meta={"model": gpt2(2)}),
             graph, CLUSTER,
         )  # fmt: skip
-    with pytest.raises(ValueError, match="sequence_parallel=True is not executed"):
-        make_run_spec(
-            *hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, sequence_parallel=True), CLUSTER
-        )
+    sp = make_run_spec(
+        *hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, sequence_parallel=True), CLUSTER
+    )
+    assert sp.hybrid["sequence_parallel"] is True
 
 
 @pytest.mark.timeout(900)
 def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(graphs_by_layers):
     """8 gloo ranks, one torchrun launch, dp x pp x tp = 2 x 2 x 2: ZeRO 0 / 3 x recompute
-    none / full (2 blocks, 1F1B), then ZeRO 2 with selective recomputation on the interleaved
-    schedule (4 blocks, 2 chunks per pipeline rank). The loss and every gradient of the first
-    step equal one full-batch process within 1e-5."""
+    none / full (2 blocks, 1F1B), then ZeRO 2 with selective recomputation and sequence
+    parallelism on the interleaved schedule (4 blocks, 2 chunks per pipeline rank). The loss
+    and every gradient of the first step equal one full-batch process within 1e-5."""
     cases = [dict(zero=z, recompute=r) for z in (0, 3) for r in ("none", "full")]
-    cases.append(dict(zero=2, recompute="selective", virtual_stages=2, n_layer=4))
+    cases.append(
+        dict(zero=2, recompute="selective", virtual_stages=2, n_layer=4, sequence_parallel=True)
+    )
     specs = []
     for kw in cases:
         plan, graph = hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, **kw)
@@ -179,3 +183,24 @@ def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(g
     for kw, res in zip(cases, results):
         assert (res.mode, res.world_size, res.microbatches) == ("hybrid", 8, 2), kw
         check_grads([res.extra["grads"]], gpt2(kw.get("n_layer", 2)), res.loss)
+
+
+@pytest.mark.timeout(300)
+def test_sequence_parallel_runs_layer_norms_on_sequence_shards():
+    """2 gloo ranks, tp 2, with and without sequence parallelism: the same loss and gradients
+    as one process; with it every layer norm after the first block's first sees its input
+    sharded on the sequence dim (``Shard(dim=1)``; without it a partial sum each rank
+    reduces in full), and the row-parallel outputs are reduce-scattered."""
+    lays = [
+        layout(1, 2, 1, sequence_parallel=sp).to_dict() | {"microbatch_size": 2}
+        for sp in (False, True)
+    ]
+    ranks = spawn(_hybrid_workers.observe_steps, 2, (lays, gpt2(2)), timeout_s=280)
+    for i in range(len(lays)):  # the loss is reported by tp index 0 only
+        check_grads([r[i]["grads"] for r in ranks], gpt2(2), sum(r[i]["loss"] for r in ranks))
+    for plain, sp in ranks:
+        # per microbatch: ln_1, ln_2 of two blocks and ln_f; the first sees the embeddings
+        assert sp["layer_norm_inputs"] == (["(Replicate(),)"] + ["(Shard(dim=1),)"] * 4) * 2
+        assert "(Shard(dim=1),)" not in plain["layer_norm_inputs"]
+        assert sp["comms"].get("reduce_scatter_tensor", 0) >= 2 * 2 * 2  # 2 per block, 2 mbs
+        assert "reduce_scatter_tensor" not in plain["comms"]
