@@ -204,3 +204,26 @@ def test_sequence_parallel_runs_layer_norms_on_sequence_shards():
         assert "(Shard(dim=1),)" not in plain["layer_norm_inputs"]
         assert sp["comms"].get("reduce_scatter_tensor", 0) >= 2 * 2 * 2  # 2 per block, 2 mbs
         assert "reduce_scatter_tensor" not in plain["comms"]
+
+
+@pytest.mark.timeout(300)
+def test_profiled_oracle_scores_hybrid_plans(tmp_path):
+    """The profiled oracle measures a hybrid plan (2 ranks, dp 2, ZeRO 3) through
+    runtime.execute and caches it by a hash that tells layouts apart."""
+    from placement_env.oracles.profiled import ProfiledOracle
+    from runtime.spec import plan_hash
+
+    graph, cluster = graph_for_model(gpt2(2)), cpu_cluster(2, calibration={})
+    plans = [
+        Plan.hybrid(graph, cluster, dp=2, tp=1, pp=1, microbatch_size=1, global_batch=4,
+                    zero=z, meta={"model": gpt2(2)})
+        for z in (0, 3)
+    ]  # fmt: skip
+    assert plan_hash(plans[0]) != plan_hash(plans[1])
+    oracle = ProfiledOracle(graph, cluster, model=gpt2(2), steps=1, warmup=0, cache_dir=tmp_path)
+    res = oracle.evaluate(plans[1])
+    measured = res.extra["measured"]
+    assert (measured["mode"], measured["world_size"], measured["microbatches"]) == ("hybrid", 2, 2)
+    assert res.step_time > 0 and (res.device_busy > 0).all()
+    assert oracle.evaluate(plans[1]) is res and oracle.runs == 1  # cached
+    assert (tmp_path / f"{plan_hash(plans[1])}.json").exists()
