@@ -13,11 +13,11 @@ from stable_baselines3.common.callbacks import BaseCallback
 class BestPlanTracker(BaseCallback):
     """Keeps the best feasible placement seen in the envs' ``info`` dicts during training.
 
-    Every step, each env's info is read: an info with a finite ``step_time``,
-    ``oom`` false and a complete ``placement`` (no ``-1``) is a feasible plan;
-    the fastest one is kept. The number of oracle calls is the sum of the envs'
-    ``total_oracle_calls`` (cached re-evaluations are free), else the count of
-    evaluated infos.
+    Every step, each env's info is read: an info whose ``step_time`` is of its own
+    ``placement`` (``scored`` not false), finite, with ``oom`` false and a complete
+    ``placement`` (no ``-1``) is a feasible plan; the fastest one is kept. The
+    number of oracle calls is the sum of the envs' ``total_oracle_calls`` (cached
+    re-evaluations are free), else the count of evaluated infos.
 
     Attributes:
         best_step_time: seconds (``inf`` until a feasible plan is seen).
@@ -86,6 +86,7 @@ class BestPlanTracker(BaseCallback):
             placement = info.get("placement")
             feasible = (
                 np.isfinite(t)
+                and info.get("scored", True)
                 and not info.get("oom", True)
                 and placement is not None
                 and bool((np.asarray(placement) >= 0).all())

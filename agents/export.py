@@ -32,7 +32,11 @@ MODE_ENV: dict[str, str] = {
 #: Logit of actions the env's mask forbids: sb3-contrib's value, so actions match SB3's.
 ACTION_MASK_LOGIT = -1e8
 #: Env constructor options copied from the training env into the export, when it has them.
+#: None of them may be per-instance state: ``init`` is kept only as a *name* (``"balanced"``,
+#: ...); a per-node warm-start placement belongs to the training graph and is not exported.
 ENV_OPTIONS = ("init", "order", "horizon", "oom_penalty", "accept", "restart")
+#: Where a policy trained from a per-node warm-start placement starts its episodes instead.
+WARM_START_INIT = "balanced"
 
 
 def _encoding_spec() -> dict[str, list[str]]:
@@ -81,7 +85,16 @@ def _training_env(model: Any) -> tuple[str | None, dict[str, Any]]:
             options[k] = venv.get_attr(k, indices=[0])[0]
         except AttributeError:
             continue
-    return env_id, _plain(options)
+    return env_id, instance_free(_plain(options))
+
+
+def instance_free(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Env options without per-instance state: a per-node ``init`` placement becomes
+    :data:`WARM_START_INIT` (the policy then plans any graph, starting from a balanced split)."""
+    out = dict(options)
+    if "init" in out and not isinstance(out["init"], str):
+        out["init"] = WARM_START_INIT
+    return out
 
 
 def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | None = None) -> Path:
@@ -100,13 +113,22 @@ def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | Non
         path: output file (parents are created).
         meta: provenance to store (training instances, budgets, ...), JSON-like.
     """
+    payload = policy_payload(model, meta=meta)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(payload, path)
+    return path
+
+
+def policy_payload(model: Any, *, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The plain dict :func:`export_policy` writes (see there for its keys)."""
     policy = getattr(model, "policy", model)
     if not isinstance(policy, GraphActorCriticPolicy):
         raise TypeError(
             f"export_policy needs a model with a GraphActorCriticPolicy, got {type(policy).__name__}"
         )
     env_id, options = _training_env(model)
-    payload = {
+    return {
         "format": POLICY_FORMAT,
         "version": POLICY_VERSION,
         "network": policy.network,
@@ -118,10 +140,6 @@ def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | Non
         "features": _encoding_spec(),
         "meta": _plain(dict(meta or {})),
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(payload, path)
-    return path
 
 
 def load_policy(path: str | Path) -> ExportedPolicy:
@@ -135,6 +153,12 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         raise ValueError(
             f"{path}: not a devplace policy (format={fmt!r}, expected {POLICY_FORMAT!r})"
         )
+    return from_payload(d, source=str(path))
+
+
+def from_payload(d: Mapping[str, Any], *, source: str = "policy") -> ExportedPolicy:
+    """The :class:`ExportedPolicy` of a payload (:func:`policy_payload` or a loaded file)."""
+    path = source
     if d.get("version") != POLICY_VERSION:
         raise ValueError(
             f"{path}: policy version {d.get('version')!r} is not supported (expected {POLICY_VERSION})"
@@ -154,7 +178,7 @@ def load_policy(path: str | Path) -> ExportedPolicy:
         network=d["network"],
         mode=d["mode"],
         env_id=d["env_id"],
-        env_options=dict(d.get("env_options") or {}),
+        env_options=instance_free(d.get("env_options") or {}),  # files from before the fix
         meta=dict(d.get("meta") or {}),
     )
 
@@ -167,7 +191,8 @@ class ExportedPolicy:
         network: its registry name (``"placeto"``, ``"gdp"``).
         mode: how scores become actions (``"current_row"``, ``"flat"``, ``"per_node"``).
         env_id: the env whose episodes :meth:`plan` rolls out.
-        env_options: that env's options at training time (``init``, ``order``, ...).
+        env_options: that env's options at training time (``order``, ``accept``, ...; ``init``
+            only as a name): nothing tied to one graph, so any graph and cluster can be planned.
         meta: provenance stored at export.
     """
 
@@ -293,14 +318,18 @@ class ExportedPolicy:
                 done = False
                 while True:
                     t = float(info.get("step_time", float("nan")))
-                    if np.isfinite(t) and not info["oom"] and t < best_t:
+                    scored = info.get("scored", True)  # step_time is of this placement
+                    if np.isfinite(t) and scored and not info["oom"] and t < best_t:
                         if (np.asarray(info["placement"]) >= 0).all():
                             best_t, best_p = t, np.asarray(info["placement"]).copy()
                     if done:
                         break
                     mask = env.unwrapped.action_masks()  # type: ignore[attr-defined]
+                    greedy_now = greedy and k == 0
+                    if greedy_now and self.proposes_moves:
+                        mask = _without_current_device(env.unwrapped, mask)
                     batch = {key: v[None] for key, v in obs.items()}
-                    a = self.predict(batch, mask[None], deterministic=greedy and k == 0, rng=rng)
+                    a = self.predict(batch, mask[None], deterministic=greedy_now, rng=rng)
                     obs, _, term, trunc, info = env.step(a[0])
                     done = term or trunc
         finally:
@@ -329,5 +358,25 @@ class ExportedPolicy:
             },
         )
 
+    @property
+    def proposes_moves(self) -> bool:
+        """The policy is a local search's proposal (a ``Sweep-v0`` with ``accept="improve"``):
+        its greedy episode takes, for each unit, its most likely device *other than* the
+        current one, and the env undoes the moves that make the plan slower. (Its argmax
+        including the current device is nearly always "keep", an episode that changes nothing.)"""
+        return self.mode == "current_row" and self.env_options.get("accept") == "improve"
+
     def __repr__(self) -> str:
         return f"ExportedPolicy({self.net!r}, mode={self.mode!r}, env_id={self.env_id!r})"
+
+
+def _without_current_device(env: Any, mask: np.ndarray) -> np.ndarray:
+    """``mask`` with the current unit's own device removed, unless it is the only choice."""
+    st = getattr(env, "state", None)
+    if st is None or st.current < 0:
+        return mask
+    d = int(st.placement[st.current])
+    if 0 <= d < mask.size and mask.sum() > 1:
+        mask = mask.copy()
+        mask[d] = False
+    return mask

@@ -10,7 +10,7 @@ from graphs.compgraph import BWD, FWD, KIND_NAMES, OPT, CompGraph
 from graphs.plan import Plan, check_placement
 
 # Heavier parts load on first use (torch only when extracting).
-_LAZY_FUNCS = {"extract": "graphs.extract", "coarsen": "graphs.coarsen"}
+_LAZY_FUNCS = {"extract": "graphs.extraction", "coarsen": "graphs.coarsening"}
 _LAZY_MODULES = {"zoo", "io", "clusters", "synthetic"}
 
 __all__ = [

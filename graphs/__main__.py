@@ -35,12 +35,18 @@ def node_seconds(
     )
 
 
-def _fmt_bytes(b: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(b) < 1024 or unit == "TB":
-            return f"{b:.2f} {unit}" if unit != "B" else f"{b:.0f} B"
+def fmt_bytes(b: float) -> str:
+    """``b`` bytes in binary units, named as such: ``512 B``, ``1.50 KiB`` ... ``2.00 TiB``.
+
+    Binary, like the clusters' device memory (a V100 has 16 GiB = 16 x 2**30 bytes).
+    """
+    if abs(b) < 1024:
+        return f"{b:.0f} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
         b /= 1024
-    return f"{b:.2f} TB"
+        if abs(b) < 1024 or unit == "TiB":
+            break
+    return f"{b:.2f} {unit}"
 
 
 def summary(graph: CompGraph, device: str | None = None, cluster: str | None = None) -> str:
@@ -49,13 +55,13 @@ def summary(graph: CompGraph, device: str | None = None, cluster: str | None = N
         f"graph            {graph.meta.get('name', '?')}  (hash {graph.content_hash()})",
         f"nodes            {graph.num_nodes}  (fwd {(graph.kind == FWD).sum()}, "
         f"bwd {(graph.kind == BWD).sum()}, opt {(graph.kind == OPT).sum()})",
-        f"edges            {graph.num_edges}  ({_fmt_bytes(float(graph.edge_bytes.sum()))} moved if all cut)",
+        f"edges            {graph.num_edges}  ({fmt_bytes(float(graph.edge_bytes.sum()))} moved if all cut)",
         f"groups           {graph.num_groups}",
         f"TFLOPs           {graph.total_flops() / 1e12:.3f}  (fwd {graph.total_flops(FWD) / 1e12:.3f}, "
         f"bwd {graph.total_flops(BWD) / 1e12:.3f}, opt {graph.total_flops(OPT) / 1e12:.3f})",
         f"parameters       {graph.num_params / 1e6:.2f} M  ({graph.bytes_per_param:g} bytes/param)",
-        f"parameter state  {_fmt_bytes(float(graph.param_bytes.sum()))}",
-        f"activations      {_fmt_bytes(float(graph.act_bytes.sum()))} kept for backward",
+        f"parameter state  {fmt_bytes(float(graph.param_bytes.sum()))}",
+        f"activations      {fmt_bytes(float(graph.act_bytes.sum()))} kept for backward",
     ]
     if "batch" in graph.meta:
         lines.insert(1, f"batch            {graph.meta['batch']}")
@@ -95,7 +101,7 @@ def _load(args: argparse.Namespace) -> CompGraph:
 
         graph = io.load(target)
         if args.max_groups is not None:
-            from graphs.coarsen import coarsen
+            from graphs.coarsening import coarsen
 
             graph = coarsen(graph, args.max_groups)
         return graph

@@ -180,18 +180,28 @@ class SyntheticGenerator:
 
     Args:
         clusters: cluster presets or objects, one drawn uniformly per instance.
-        max_nodes, max_edges: padding bounds; a sampled graph that does not fit
-            is an error (raise them or shrink the sampler's sizes).
+        graph_kind: ``graphs.synthetic.sample``'s ``kind`` (``"mixed"``, ``"layered"``,
+            ``"series_parallel"``, ``"nasnet"``); used with the default sampler.
+        min_ops, max_ops: forward ops per sampled graph (default sampler).
+        max_nodes, max_edges: padding bounds. Default: measured on a fixed-seed draw of
+            the largest graphs the sampler makes, plus 25 % headroom; a sampled graph
+            that still does not fit is drawn again (an error after 20 draws).
         sampler: ``(rng, **kwargs) -> CompGraph``; default ``graphs.synthetic.sample``.
         kwargs: passed to the sampler.
     """
+
+    #: Draws of a graph that does not fit the padding before giving up.
+    REDRAWS = 20
 
     def __init__(
         self,
         clusters: Sequence[ClusterLike] = ("cpu_4",),
         *,
-        max_nodes: int,
-        max_edges: int,
+        graph_kind: str = "mixed",
+        min_ops: int = 20,
+        max_ops: int = 200,
+        max_nodes: int | None = None,
+        max_edges: int | None = None,
         sampler: Callable[..., CompGraph] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -199,9 +209,34 @@ class SyntheticGenerator:
             raise ValueError("SyntheticGenerator needs at least one cluster")
         self.cluster_specs = list(clusters)
         self._clusters: list[Cluster] | None = None
-        self.max_nodes, self.max_edges = int(max_nodes), int(max_edges)
         self.sampler = sampler
         self.kwargs = kwargs
+        if sampler is None:
+            self.kwargs = {"kind": graph_kind, "min_nodes": min_ops, "max_nodes": max_ops, **kwargs}
+        if max_nodes is None or max_edges is None:
+            n, e = self._measured_bounds()
+            max_nodes = n if max_nodes is None else max_nodes
+            max_edges = e if max_edges is None else max_edges
+        self.max_nodes, self.max_edges = int(max_nodes), int(max_edges)
+
+    def _sampler(self) -> Callable[..., CompGraph]:
+        if self.sampler is not None:
+            return self.sampler
+        from graphs import synthetic
+
+        return synthetic.sample
+
+    def _measured_bounds(self, draws: int = 48) -> tuple[int, int]:
+        """Padding that fits the sampler's graphs: the largest of ``draws`` fixed-seed
+        graphs (drawn at the top of the size range where the sampler takes sizes), +25 %."""
+        rng = np.random.default_rng(12345)
+        kw = dict(self.kwargs)
+        if self.sampler is None:
+            kw["min_nodes"] = max(int(kw.get("min_nodes", 2)), int(0.8 * kw["max_nodes"]))
+        sizes = [self._sampler()(rng, **kw) for _ in range(draws)]
+        n = max(g.num_nodes for g in sizes)
+        e = max(g.num_edges for g in sizes)
+        return int(np.ceil(1.25 * n)), int(np.ceil(1.25 * e))
 
     def _all_clusters(self) -> list[Cluster]:
         if self._clusters is None:
@@ -209,12 +244,17 @@ class SyntheticGenerator:
         return self._clusters
 
     def sample(self, rng: np.random.Generator) -> Instance:
-        sampler = self.sampler
-        if sampler is None:
-            from graphs import synthetic
-
-            sampler = synthetic.sample
-        g = sampler(rng, **self.kwargs)
+        sampler = self._sampler()
+        for _ in range(self.REDRAWS):
+            g = sampler(rng, **self.kwargs)
+            if g.num_nodes <= self.max_nodes and g.num_edges <= self.max_edges:
+                break
+        else:
+            raise ValueError(
+                f"SyntheticGenerator: {self.REDRAWS} sampled graphs in a row exceed the padding "
+                f"(max_nodes={self.max_nodes}, max_edges={self.max_edges}; the last had "
+                f"{g.num_nodes} nodes, {g.num_edges} edges): raise them or shrink max_ops"
+            )
         cs = self._all_clusters()
         c = cs[int(rng.integers(len(cs)))] if len(cs) > 1 else cs[0]
         return Instance(g, c, str(g.meta.get("name", "synthetic")))
@@ -226,7 +266,8 @@ class SyntheticGenerator:
 
     def __repr__(self) -> str:
         return (
-            f"SyntheticGenerator({self.cluster_specs}, max_nodes={self.max_nodes}, {self.kwargs})"
+            f"SyntheticGenerator({self.cluster_specs}, max_nodes={self.max_nodes}, "
+            f"max_edges={self.max_edges}, {self.kwargs})"
         )
 
 

@@ -10,7 +10,8 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,33 +86,88 @@ class Problem:
         return self.oracle_factory(self.graph, self.cluster)
 
     def plan(self, placement: Any, **meta: Any) -> Plan:
-        """A ``Plan`` of ``placement`` for this problem, with the env's pipeline settings."""
+        """A ``Plan`` of ``placement`` for this problem, with the env's pipeline settings and
+        what ``runners.execute`` needs to run it: the model spec, the cluster, the env."""
         return Plan.for_graph(
             np.asarray(placement, dtype=np.int64),
             self.graph,
             self.cluster,
             microbatches=self.spec.microbatches,
             schedule=self.spec.schedule,
-            meta=meta,
+            meta={**plan_provenance(self.spec), **meta},
         )
 
 
+def is_factory(model: str | None) -> bool:
+    """Whether an env's ``model`` names a factory by import path (``pkg.mod:fn``), not a zoo model."""
+    return bool(model) and ":" in str(model)
+
+
+def model_spec(spec: EnvSpec) -> dict[str, Any] | None:
+    """The env's model as a runtime model spec (what ``plan.meta["model"]`` holds), or ``None``.
+
+    ``{"factory": "pkg.mod:fn", "config": {...}, "max_groups": K}`` for a model named by
+    import path, ``{"name": zoo_name, "config": {...}, "max_groups": K}`` for a zoo model
+    (``max_groups`` left out when ``None``); ``None`` when the env names no model (a
+    ``graph_file`` alone). ``runtime.model.load_model`` builds the model from it and
+    ``runtime.model.graph_for_model`` its training graph, the one :func:`load_graph` gives.
+    """
+    if spec.graph_file or not spec.model:  # load_graph reads the file, not the model
+        return None
+    key = "factory" if is_factory(spec.model) else "name"
+    out: dict[str, Any] = {key: str(spec.model), "config": dict(spec.model_config)}
+    if spec.max_groups:
+        out["max_groups"] = int(spec.max_groups)
+    return out
+
+
+def plan_provenance(spec: EnvSpec) -> dict[str, Any]:
+    """The ``meta`` every plan file written by a runner carries: env, model, cluster, graph file."""
+    out: dict[str, Any] = {"env": spec.name, "cluster": spec.cluster}
+    model = model_spec(spec)
+    if model is not None:
+        out["model"] = model
+    if spec.graph_file:
+        out["graph_file"] = str(spec.graph_file)
+    return out
+
+
 def load_graph(spec: EnvSpec) -> CompGraph:
-    """The env's graph: ``graph_file`` (devplace JSON) or the zoo ``model`` (disk-cached)."""
+    """The env's graph: ``graph_file`` (devplace JSON), else the ``model``.
+
+    ``model`` is a zoo name (built and disk-cached by ``graphs.zoo``) or a factory by
+    import path, ``package.module:function`` (called with ``model_config`` as keywords,
+    extracted with ``torch.export``); both coarsened to ``max_groups``.
+    """
     if spec.graph_file:
         from graphs import io as gio
 
         graph = gio.load(spec.graph_file)
         if spec.max_groups and graph.num_groups > spec.max_groups:
-            from graphs.coarsen import coarsen
+            from graphs.coarsening import coarsen
 
             graph = coarsen(graph, spec.max_groups)
         return graph
-    if not spec.model:
-        raise ValueError(f"env {spec.name!r}: set either 'model' (a zoo name) or 'graph_file'")
-    from graphs import zoo
+    model = model_spec(spec)
+    if model is None:
+        raise ValueError(
+            f"env {spec.name!r}: set either 'model' (a zoo name or 'package.module:function') "
+            "or 'graph_file'"
+        )
+    from runtime.model import graph_for_model
 
-    return zoo.build(spec.model, max_groups=spec.max_groups, **dict(spec.model_config))
+    if "factory" not in model:
+        return graph_for_model(model)
+    try:
+        return graph_for_model(model)
+    except (ValueError, TypeError) as exc:
+        hint = ""
+        if "cannot be imported" in str(exc):
+            hint = " (the module must be importable: installed, or on PYTHONPATH or in the current folder)"
+        raise ValueError(
+            f"env {spec.name!r}: model {spec.model!r} with model_config "
+            f"{dict(spec.model_config)} could not be built and extracted: {exc}{hint}"
+        ) from exc
 
 
 def oracle_factory(spec: EnvSpec) -> OracleFactory:
@@ -180,15 +236,63 @@ class BaselineOutcome:
         }
 
 
-def _call_with_options(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
-    """Call ``fn`` with those ``options`` its signature accepts (e.g. ``seed``)."""
+#: The positional arguments every baseline takes: ``(graph, cluster, oracle, budget)``.
+BASELINE_ARGS = 4
+
+
+def baseline_option_names(fn: Callable[..., Any]) -> list[str] | None:
+    """The options (keywords beyond the positional arguments and ``seed``) baseline ``fn`` takes.
+
+    ``None`` when any keyword goes (``**kwargs``) or ``fn`` has no signature to read.
+    """
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return fn(*args, **options)
+        return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(*args, **options)
-    return fn(*args, **{k: v for k, v in options.items() if k in params})
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    taken = [p.name for p in params.values() if p.kind in positional][:BASELINE_ARGS]
+    return sorted(set(params) - set(taken) - {"seed"})
+
+
+def check_baseline_options(name: str, options: Mapping[str, Any] | None) -> None:
+    """``ValueError`` naming baseline ``name``, the options it does not take and the valid ones.
+
+    The run's seed is not an option: it is passed to the baselines that take one.
+    """
+    from agents import baselines
+
+    _refuse_unknown_options(name, baselines.get(name), options or {})
+
+
+def _refuse_unknown_options(name: str, fn: Callable[..., Any], options: Mapping[str, Any]) -> None:
+    valid = baseline_option_names(fn)
+    unknown = sorted(set(options) - set(valid)) if valid is not None else []
+    if unknown:
+        raise ValueError(
+            f"baseline {name!r} has no option(s) {unknown}; valid options: {valid or 'none'}"
+            + (" (the run's seed is set with seed=, not as an option)" if "seed" in unknown else "")
+        )
+
+
+def _call_with_options(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    options: Mapping[str, Any],
+    *,
+    name: str,
+    seed: int,
+) -> Any:
+    """Call baseline ``fn`` (called ``name``) with ``args``, ``options``, and ``seed`` if it takes one.
+
+    Unknown options are refused first, naming the valid ones.
+    """
+    _refuse_unknown_options(name, fn, options)
+    kw = dict(options)
+    if baseline_option_names(fn) is None or "seed" in inspect.signature(fn).parameters:
+        kw["seed"] = seed
+    return fn(*args, **kw)
 
 
 def run_baseline(
@@ -207,7 +311,11 @@ def run_baseline(
     t0 = time.perf_counter()
     try:
         plan = _call_with_options(
-            fn, problem.graph, problem.cluster, oracle, budget, seed=seed, **dict(options or {})
+            fn,
+            (problem.graph, problem.cluster, oracle, budget),
+            options or {},
+            name=name,
+            seed=seed,
         )
     except baselines.InfeasiblePlanError as exc:
         return BaselineOutcome(
@@ -321,6 +429,64 @@ def run_dir_from_hydra(fallback: str | None) -> Path:
         p = Path(HydraConfig.get().runtime.output_dir)
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+#: Errors a user can fix from the message alone: reported in one line, no traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, KeyError)
+
+
+@contextmanager
+def reported_errors(run_dir: Path | None, app: str) -> Iterator[None]:
+    """Run a runner's body so that a failure is reported, not dumped.
+
+    A user error (:data:`USER_ERRORS`, a failed rank of an executed plan) prints one
+    ``error: ...`` line and exits with status 2; any other exception keeps its
+    traceback. Either way the run folder is left with ``error.txt`` saying why (the
+    message, then the traceback), and the message goes to the run's log file.
+    """
+    from runtime.launch import RankFailure
+
+    try:
+        yield
+    except (*USER_ERRORS, RankFailure) as exc:
+        msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        _record_failure(run_dir, app, f"{type(exc).__name__}: {msg}")
+        sys.stderr.write(f"error: {msg}\n")
+        raise SystemExit(2) from None
+    except Exception as exc:
+        _record_failure(run_dir, app, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _record_failure(run_dir: Path | None, app: str, message: str) -> None:
+    import traceback
+
+    if run_dir is None or not run_dir.is_dir():
+        return
+    RunLog(run_dir, app)(f"error: {message}", echo=False)
+    text = f"runners.{app} failed: {message}\n\n{traceback.format_exc()}"
+    (run_dir / "error.txt").write_text(text)
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """A runner's ``echo``: each line is printed and appended, time-stamped, to
+    ``RUN_DIR/APP.log`` (``train.log``, ``plan.log``, ...), so the run folder keeps what the
+    terminal showed."""
+
+    run_dir: Path
+    app: str
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / f"{self.app}.log"
+
+    def __call__(self, line: str, *, echo: bool = True) -> None:
+        if echo:
+            print(line, flush=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}\n")
 
 
 def ms(seconds: float | None) -> str:

@@ -72,7 +72,14 @@ def cell_overrides(cfg: DictConfig, env: str, agent: str, seed: int) -> list[str
 def evaluate(
     cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
 ) -> list[dict[str, Any]]:
-    """Run every cell into ``RUN_DIR/ENV/AGENT/sSEED``; write results.{md,csv,png}; return rows."""
+    """Run every cell into ``RUN_DIR/ENV/AGENT/sSEED``; write results.{md,csv,png}; return rows.
+
+    With ``cfg.runs`` (run folders of ``runners.train`` / ``runners.plan``, or sweep folders
+    holding them) nothing is trained: those runs' ``result.json`` files are compared.
+    """
+    if cfg.get("runs"):
+        rows = [row_of_run(p) for p in run_folders(cfg.runs)]
+        return _write_all(rows, run_dir, echo)
     for group, names in (("env", cfg.envs), ("agent", cfg.agents)):
         unknown = sorted(set(names) - set(common.available(group)))
         if unknown:
@@ -101,6 +108,59 @@ def evaluate(
                     f"{env:<16} {agent:<13} seed {seed}: {row['step_time_ms']} ms "
                     f"({row['oracle_calls']} calls, {row['wall_seconds']:.1f} s)"
                 )
+    return _write_all(rows, run_dir, echo)
+
+
+def run_folders(paths: Sequence[str]) -> list[Path]:
+    """The run folders under ``paths``: each path is a run (it has ``result.json``) or a folder
+    of runs (a sweep's ``multirun/.../N`` jobs), searched recursively; sorted, no repeats."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"runs: {p} does not exist")
+        hits = (
+            [p]
+            if (p / "result.json").is_file()
+            else sorted(r.parent for r in p.rglob("result.json"))
+        )
+        if not hits:
+            raise ValueError(
+                f"runs: {p} holds no result.json (a runners.train or runners.plan run)"
+            )
+        found += [h for h in hits if h not in found]
+    return found
+
+
+def row_of_run(run: Path) -> dict[str, Any]:
+    """One table row from a ``runners.train`` or ``runners.plan`` run's ``result.json``."""
+    import json
+
+    res = json.loads((run / "result.json").read_text())
+    if "best_step_time" in res:  # runners.train
+        agent, step, seed = res["agent"], res["best_step_time"], res.get("seed", 0)
+    elif "planning_seconds" in res:  # runners.plan
+        agent, step, seed = f"plan:{Path(res['policy']).parent.name}", res["step_time"], 0
+    else:
+        raise ValueError(
+            f"{run / 'result.json'}: neither a runners.train nor a runners.plan result"
+        )
+    if res.get("oom"):
+        step = None
+    return {
+        "env": res["env"],
+        "agent": agent,
+        "seed": int(seed),
+        "step_time_ms": _ms(step),
+        "lower_bound_ms": _ms(res.get("lower_bound")),
+        "oom": bool(res.get("oom", False)),
+        "oracle_calls": int(res.get("oracle_calls", 0)),
+        "wall_seconds": round(float(res.get("wall_seconds", res.get("planning_seconds", 0.0))), 2),
+    }
+
+
+def _write_all(
+    rows: list[dict[str, Any]], run_dir: Path, echo: Callable[[str], None]
+) -> list[dict[str, Any]]:
     write_tables(rows, run_dir)
     plot_bars(rows, run_dir / "results.png")
     echo(f"evaluate: {len(rows)} runs -> {run_dir / 'results.md'}")
@@ -194,7 +254,8 @@ def plot_bars(rows: Sequence[dict[str, Any]], path: Path) -> None:
 def _hydra_main(cfg: DictConfig) -> None:
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
     common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
-    evaluate(cfg, run_dir)
+    with common.reported_errors(run_dir, "evaluate"):
+        evaluate(cfg, run_dir, echo=common.RunLog(run_dir, "evaluate"))
 
 
 def main() -> None:

@@ -10,10 +10,23 @@ from omegaconf import DictConfig
 
 from graphs import clusters
 from graphs.plan import Plan
+from runners import common
 
 
 def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tuple[Any, Any]:
     """The graph and cluster a plan runs on (from files/presets, or from the plan's meta)."""
+    model = plan.meta.get("model")
+    if not model:
+        made_for = plan.meta.get("graph_file")
+        raise ValueError(
+            "the plan names no model to run (plan.meta has no 'model')"
+            + (
+                f": it was made for the graph file {made_for}, which holds costs, not a PyTorch "
+                "model. Plans of zoo models (model: NAME) or of your own (model: pkg.mod:fn) run"
+                if made_for
+                else "; plans written by runners.train/plan/evaluate carry it"
+            )
+        )
     if graph_path:
         from graphs import io
 
@@ -21,11 +34,6 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
     else:
         from runtime.model import graph_for_model
 
-        model = plan.meta.get("model")
-        if not model:
-            raise ValueError(
-                "plan.meta has no 'model'; pass graph=PATH and set the model in the plan"
-            )
         graph = graph_for_model(model)
     # default: a cpu_N cluster just large enough (a tensor-parallel group spans tp devices;
     # a hybrid layout uses pp x dp x tp devices)
@@ -37,11 +45,19 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
 
 @hydra.main(version_base=None, config_path="../conf/execute", config_name="config")
 def main(cfg: DictConfig) -> None:
+    out = common.run_dir_from_hydra(cfg.output_dir)
+    with common.reported_errors(out, "execute"):
+        run(cfg, out, echo=common.RunLog(out, "execute"))
+
+
+def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
+    """Execute ``cfg.plan``; the measured result goes to ``out/result.json``."""
     from runtime.execute import execute
 
+    if not Path(cfg.plan).is_file():
+        raise FileNotFoundError(f"plan={cfg.plan}: no such file (a plan JSON from runners.*)")
     plan = Plan.load(cfg.plan)
     graph, cluster = resolve(plan, cfg.graph, cfg.cluster)
-    out = Path(cfg.output_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
     result = execute(
         plan,
         graph,
@@ -54,15 +70,18 @@ def main(cfg: DictConfig) -> None:
         optimizer=str(cfg.optimizer),
         timeout_s=float(cfg.timeout_s),
         out_dir=out,
+        rehearse=bool(cfg.rehearse),
+        echo=echo,
     )
     per_rank = ", ".join(
         f"rank{r}: compute {c * 1e3:.1f} / comm {m * 1e3:.1f} / idle {i * 1e3:.1f} ms"
         for r, (c, m, i) in enumerate(zip(result.compute, result.comm, result.idle))
     )
-    print(
+    echo(
         f"{result.mode} plan on {result.world_size} processes: step {result.step_time * 1e3:.2f} ms "
         f"(loss {result.loss:.4f}); {per_rank}; {out / 'result.json'}"
     )
+    return result
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         seed=int(cfg.seed),
     )
     seconds = time.perf_counter() - t0
+    # the plan file carries what runners.execute needs (model, cluster, env)
+    the_plan = problem.plan(the_plan.placement, **the_plan.meta, policy=str(policy_path))
     res = common.write_plan_artifacts(problem, the_plan, run_dir, stem="plan")
     result = {
         "env": spec.name,
@@ -53,13 +55,15 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         "oom": bool(res.oom),
         "planning_seconds": seconds,
         "oracle_calls": int(oracle.calls),
+        "samples": int(cfg.samples),
         "devices_used": the_plan.num_devices_used,
     }
     common.write_json(run_dir / "result.json", result)
     echo(
         f"{spec.name}: zero-shot plan {common.ms(result['step_time'])}"
         f"{' (OOM)' if result['oom'] else ''} | lower bound {common.ms(result['lower_bound'])} | "
-        f"{result['devices_used']} devices used | planned in {seconds:.2f} s | {run_dir}"
+        f"{result['devices_used']} devices used | planned in {seconds:.2f} s "
+        f"({result['samples']} sample(s), {result['oracle_calls']} oracle calls) | {run_dir}"
     )
     return result
 
@@ -67,7 +71,9 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
 @hydra.main(version_base=None, config_path="../conf", config_name="plan")
 def _hydra_main(cfg: DictConfig) -> None:
     common.require_env(cfg, "plan")
-    plan(cfg, common.run_dir_from_hydra(cfg.get("output_dir")))
+    run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
+    with common.reported_errors(run_dir, "plan"):
+        plan(cfg, run_dir, echo=common.RunLog(run_dir, "plan"))
 
 
 def main() -> None:

@@ -26,7 +26,8 @@ DEFAULT_BASELINES: tuple[str, ...] = (
 class EnvConfig:
     """One placement problem (or family of problems) and the environment that poses it.
 
-    The problem is ``model`` (a ``graphs.zoo`` name, coarsened to ``max_groups``) or
+    The problem is ``model`` (a ``graphs.zoo`` name, or a factory by import path
+    ``package.module:function`` called with ``model_config``; coarsened to ``max_groups``) or
     ``graph_file`` (a devplace graph JSON) on ``cluster`` (a ``graphs.clusters`` preset),
     scored by ``oracle``. ``generator`` chooses the training instances: ``fixed`` is that
     one problem; ``synthetic`` samples ``graphs.synthetic`` graphs (and the clusters in
@@ -156,6 +157,7 @@ class EvaluateConfig:
     seeds: list[int] = field(default_factory=lambda: [0])
     overrides: list[str] = field(default_factory=list)
     train: TrainBudget = field(default_factory=lambda: TrainBudget(timesteps=2048, seconds=120.0))
+    runs: list[str] = field(default_factory=list)  # compare these run/sweep folders instead
     output_dir: str | None = None
 
 

@@ -21,6 +21,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from agents import search
 from runners import checkpoint, common, schema
 from runners.tracking import NullTracker, make_tracker
 
@@ -191,23 +192,9 @@ def env_factory(
         if init_placement is not None:
             kwargs["init"] = np.asarray(init_placement, dtype=np.int64)
     else:
-        gen = generators.make_generator({"kind": spec.generator, **dict(spec.generator_options)})
+        # the env's ``generator`` names the kind; its options may not override it
+        gen = generators.make_generator({**dict(spec.generator_options), "kind": spec.generator})
     return functools.partial(_make_env, spec.env_id, gen, problem.oracle_factory, kwargs)
-
-
-def warm_start_plan(
-    baselines: Mapping[str, common.BaselineOutcome],
-) -> tuple[str, np.ndarray] | None:
-    """The best feasible baseline plan as ``(name, placement)``, or ``None``."""
-    best = [
-        (o.step_time, n)
-        for n, o in baselines.items()
-        if o.plan is not None and o.step_time is not None and not o.oom
-    ]
-    if not best:
-        return None
-    _, name = min(best)
-    return name, np.asarray(baselines[name].plan.placement, dtype=np.int64)
 
 
 def _warm_start(
@@ -222,7 +209,10 @@ def _warm_start(
             return None
         # files written before the placement was recorded give an empty one (start unknown)
         return name, np.asarray(saved.get("placement") or [], dtype=np.int64)
-    ws = warm_start_plan(baselines)
+    ws = search.warm_start_plan(
+        {n: (o.step_time if not o.oom else None, getattr(o.plan, "placement", None))
+         for n, o in baselines.items()}
+    )  # fmt: skip
     common.write_json(
         path,
         {
@@ -233,26 +223,6 @@ def _warm_start(
     return ws
 
 
-def best_with_start(
-    placement: np.ndarray | None,
-    step_time: float | None,
-    start: np.ndarray,
-    start_time: float | None,
-) -> tuple[np.ndarray | None, float | None, str]:
-    """The better of the search's best plan and the warm-start plan, and which it was.
-
-    A warm-started search evaluates its start plan at every episode's reset, so the
-    start is a plan it found; it is reported when no sampled plan beats it (ties go
-    to the start). ``start_time`` is ``None`` when the start plan is infeasible.
-
-    Returns:
-        ``(placement, step_time, source)`` with ``source`` ``"warm_start"`` or ``"search"``.
-    """
-    if start_time is not None and (step_time is None or start_time <= step_time):
-        return np.asarray(start, dtype=np.int64), float(start_time), "warm_start"
-    return placement, step_time, "search"
-
-
 def ppo_kwargs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """``make_ppo`` keyword arguments from the agent's ``ppo`` block (``None`` = default)."""
     ppo = dict(agent_cfg.get("ppo") or {})
@@ -260,34 +230,18 @@ def ppo_kwargs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in ppo.items() if v is not None}, **extra}
 
 
-WARM_SEARCH_ENV = {"accept": "improve", "restart": "best"}
-WARM_SEARCH_KEEP_PROB = 0.5
-
-
 def warm_search_options(
     problem: common.Problem, agent_cfg: Mapping[str, Any], warm: bool
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(env defaults, make_ppo kwargs)`` of a PPO run.
-
-    A warm-started ``Sweep-v0`` run with ``agent.warm_search`` (the default) searches
-    locally around its start, as ``scripts/bench_quality.py``'s warm PPO-placeto does:
-    worse moves undone, episodes restarting from the best plan so far, keep logit at
-    :data:`WARM_SEARCH_KEEP_PROB`. Explicit ``env.env_kwargs`` and ``agent.ppo.extra``
-    values are kept.
-    """
-    kwargs = ppo_kwargs(agent_cfg)
-    on = (
-        warm
-        and bool(agent_cfg.get("warm_search", True))
-        and problem.spec.env_id.endswith("Sweep-v0")
-        and dict(problem.spec.env_kwargs).get("reward_mode", "dense") == "dense"
+    """``(env defaults, make_ppo kwargs)`` of a PPO run: :func:`agents.search.warm_search_options`
+    for the env's id and keywords, on unless ``agent.warm_search`` is false."""
+    return search.warm_search_options(
+        problem.spec.env_id,
+        problem.spec.env_kwargs,
+        ppo_kwargs(agent_cfg),
+        warm=warm,
+        enabled=bool(agent_cfg.get("warm_search", True)),
     )
-    if not on:
-        return {}, kwargs
-    net = dict(kwargs.get("net_kwargs") or {})
-    net.setdefault("keep_prob", WARM_SEARCH_KEEP_PROB)
-    kwargs["net_kwargs"] = net
-    return dict(WARM_SEARCH_ENV), kwargs
 
 
 def search_ppo(
@@ -303,11 +257,13 @@ def search_ppo(
     resume_state: Mapping[str, Any] | None,
     warm_start: tuple[str, np.ndarray] | None = None,
 ) -> SearchOutcome:
-    """Train PPO on the env; return the best feasible placement of the run's problem.
+    """Train PPO on the env with :func:`agents.search.ppo_search`, with this run's progress
+    bar, logging, budget and checkpoints; export ``policy.pt``.
 
     With ``warm_start=(name, placement)`` every episode starts from that plan, and the
     reported best is the better of that plan and every plan PPO sampled
-    (``meta["best_from"]``: ``"warm_start"`` or ``"search"``; ``meta["warm_start_step_time"]``).
+    (``meta["best_from"]``: ``"warm_start"``, ``"search"`` or ``"zero_shot"``;
+    ``meta["warm_start_step_time"]``).
     """
     import agents
     from agents.callbacks import BestPlanTracker
@@ -317,7 +273,6 @@ def search_ppo(
         policy = problem.spec.policy
     total = int(budget["timesteps"])
     best = BestPlanTracker()
-    extra_state: dict[str, Any] = {}
     cb = _make_runner_callback(
         run_dir=run_dir,
         total=total,
@@ -329,89 +284,52 @@ def search_ppo(
         references=references,
         best=best,
         log_every=log_every,
-        save_extra=lambda: dict(extra_state),
+        save_extra=dict,
     )
+    model = None
     if resume_state is not None:
         model = checkpoint.restore(resume_state, [cb, best])
-        remaining = max(0, total - model.num_timesteps)
-        reset = False
-    else:
-        from agents.ppo import make_ppo
-
-        init = None if warm_start is None else warm_start[1]
-        env_defaults, kwargs = warm_search_options(problem, agent_cfg, warm_start is not None)
-        model = make_ppo(
-            env_factory(problem, init_placement=init, env_defaults=env_defaults),
-            policy=policy,
-            seed=seed,
-            **kwargs,
-        )
-        remaining, reset = total, True
-    if remaining > 0:
-        model.learn(total_timesteps=remaining, callback=[best, cb], reset_num_timesteps=reset)
-
-    # ---- the answer on the run's problem
+    init = None if warm_start is None else warm_start[1]
+    env_defaults, kwargs = warm_search_options(problem, agent_cfg, warm_start is not None)
+    fixed = problem.spec.generator == "fixed"
+    found = search.ppo_search(
+        env_factory(problem, init_placement=init, env_defaults=env_defaults),
+        graph=problem.graph,
+        cluster=problem.cluster,
+        oracle_factory=problem.oracle_factory,
+        timesteps=total,
+        policy=policy,
+        seed=seed,
+        on_problem=fixed,
+        start=init if fixed else None,
+        ppo_kwargs=kwargs,
+        callbacks=[cb],
+        model=model,
+        tracker=best,
+        microbatches=problem.spec.microbatches,
+        schedule=problem.spec.schedule,
+    )
     policy_path = run_dir / "policy.pt"
     agents.export_policy(
-        model,
+        found.model,
         policy_path,
         meta={"env": problem.spec.name, "policy": policy, "seed": seed, "timesteps": total},
     )
-    fixed = problem.spec.generator == "fixed"
-    placement = getattr(best, "best_placement", None) if fixed else None
-    step_time = _best_step_time(best) if fixed else None
-    calls = _oracle_calls(best, model)
-    meta: dict[str, Any] = {"policy": policy, "updates": cb.updates}
+    meta: dict[str, Any] = {"policy": policy, "updates": cb.updates, "best_from": found.best_from}
+    if found.best_from == "zero_shot":
+        meta["zero_shot"] = True
     if warm_start is not None:
         meta["warm_start"] = warm_start[0]
-    if placement is None:
-        # Trained on other instances (or found nothing feasible): plan the problem zero-shot.
-        oracle = problem.oracle()
-        plan = agents.load_policy(policy_path).plan(
-            problem.graph,
-            problem.cluster,
-            microbatches=problem.spec.microbatches,
-            schedule=problem.spec.schedule,
-            oracle=oracle,
-        )
-        res = problem.oracle().evaluate(plan)
-        calls += int(oracle.calls) + 1
-        meta["zero_shot"] = True
-        if not res.oom and (step_time is None or res.step_time < step_time):
-            placement, step_time = np.asarray(plan.placement), float(res.step_time)
-    if warm_start is not None and fixed and warm_start[1].size == problem.graph.num_nodes:
-        # every episode started from this plan (the envs evaluated and counted it): report it
-        # when no sampled plan beats it, so a warm run never reports worse than its start
-        res = problem.oracle().evaluate(warm_start[1])
-        start_time = None if res.oom or not math.isfinite(res.step_time) else float(res.step_time)
-        placement, step_time, meta["best_from"] = best_with_start(
-            placement, step_time, warm_start[1], start_time
-        )
-        meta["warm_start_step_time"] = start_time
-    history = [(int(t), int(c), float(s)) for t, c, s in _history(best)]
+        meta["warm_start_step_time"] = found.start_step_time
     return SearchOutcome(
-        None if placement is None else np.asarray(placement, dtype=np.int64),
-        step_time,
-        calls,
-        history,
-        int(model.num_timesteps),
+        found.placement,
+        found.step_time,
+        found.oracle_calls,
+        found.history,
+        found.timesteps,
         policy_path,
         meta,
     )
-
-
-def _history(best: Any) -> list[tuple[int, int, float]]:
-    """``(timesteps, oracle_calls, best step time)`` points from the tracker's history."""
-    out = []
-    for h in getattr(best, "history", None) or []:
-        if isinstance(h, Mapping):
-            out.append(
-                (h.get("timesteps", 0), h.get("oracle_calls", 0), h.get("best_step_time", math.nan))
-            )
-        else:
-            t = tuple(h)
-            out.append((t[0], t[1] if len(t) > 2 else 0, t[-1]))
-    return out
 
 
 def search_baseline(
@@ -458,6 +376,10 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
     common.seed_everything(seed)
     spec = common.env_spec(cfg.env)
     agent_cfg = plain["agent"]
+    if agent_cfg["kind"] == "baseline":  # refuse a misspelled option before any work
+        common.check_baseline_options(
+            agent_cfg.get("baseline") or agent_cfg["name"], agent_cfg.get("options")
+        )
 
     # ---- problem
     problem = common.build_problem(spec)
@@ -611,7 +533,8 @@ def summary_line(result: Mapping[str, Any], run_dir: Path) -> str:
 def _hydra_main(cfg: DictConfig) -> None:
     common.require_env(cfg, "train") if not cfg.get("resume") else None
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
-    train(cfg, run_dir)
+    with common.reported_errors(run_dir, "train"):
+        train(cfg, run_dir, echo=common.RunLog(run_dir, "train"))
 
 
 def main() -> None:

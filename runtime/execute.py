@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,6 +205,73 @@ def run_specs(
         return results
 
 
+class WrongMachine(ValueError):
+    """A plan made for accelerators that this machine cannot run (or rehearse) as asked."""
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _available_memory() -> int:
+    """Bytes of memory available to new processes on this machine (``MemAvailable``)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def rehearsal_memory(spec: RunSpec) -> int:
+    """Bytes a CPU rehearsal of ``spec`` needs, roughly: every rank builds the whole model
+    in fp32 (weights, then gradients and optimizer state of its part), so about
+    ``world_size x 3 x 4 bytes x parameters`` (activations of small batches are extra)."""
+    from runtime.model import load_model
+
+    params = sum(p.numel() for p in load_model(spec.model, device="meta").module.parameters())
+    return int(spec.world_size * 3 * 4 * params)
+
+
+def check_machine(spec: RunSpec, cluster: Cluster, *, rehearse: bool) -> str | None:
+    """Refuse, or describe, running ``spec`` (made for ``cluster``) on this machine.
+
+    A plan for CPU processes (``cpu_N``) runs as it is. A plan whose devices are
+    accelerators needs ``world_size`` CUDA devices; without them it is refused with
+    one :class:`WrongMachine` message that says how to run it, unless ``rehearse`` is
+    set: then it runs on gloo CPU processes (the same program, placement and
+    schedule, not the accelerators' speed) if :func:`rehearsal_memory` fits in the
+    memory available, and the returned note says it is a rehearsal.
+    """
+    kinds = sorted({cluster.devices[d].kind for d in spec.devices})
+    if kinds == ["cpu"]:
+        return None
+    gpus = _cuda_devices()
+    if gpus >= spec.world_size and spec.backend != "gloo":
+        return None
+    what = f"{spec.world_size} x {'/'.join(kinds)} of cluster {cluster.name!r}"
+    if not rehearse:
+        raise WrongMachine(
+            f"this plan runs on {what}, but this machine has {gpus} CUDA device(s). Run it on a "
+            f"machine with {spec.world_size} GPUs (the same command picks nccl there), or rehearse "
+            f"it here on {spec.world_size} gloo CPU processes with rehearse=true"
+        )
+    need, have = rehearsal_memory(spec), _available_memory()
+    if need > have:
+        raise WrongMachine(
+            f"a CPU rehearsal of this plan ({what}) needs about {need / 2**30:.1f} GiB "
+            f"({spec.world_size} processes each building the model in fp32) but only "
+            f"{have / 2**30:.1f} GiB is available; run it on a machine with {spec.world_size} GPUs"
+        )
+    return (
+        f"rehearsal: the plan for {what} runs on {spec.world_size} gloo CPU processes of this "
+        "machine; its step time is this machine's, not the accelerators'"
+    )
+
+
 def execute(
     plan: Plan,
     graph: CompGraph,
@@ -216,6 +285,8 @@ def execute(
     nproc: int | None = None,
     timeout_s: float = 600.0,
     out_dir: str | Path | None = None,
+    rehearse: bool | None = None,
+    echo: Callable[[str], None] | None = None,
     **options: Any,
 ) -> ExecResult:
     """Execute ``plan`` for ``graph`` on ``cluster``: ``warmup`` then ``steps`` timed steps.
@@ -227,7 +298,10 @@ def execute(
     ``plan.meta["model"]``. The processes run under ``torchrun --standalone``; gloo
     on CPU, nccl on CUDA. ``capture_grads=True`` puts the first step's gradients in
     ``result.extra["grads"]``. With ``out_dir`` the spec, per-rank records, the torchrun log and
-    ``result.json`` are kept there.
+    ``result.json`` are kept there. ``rehearse`` (True/False) first checks that this
+    machine can run the plan's devices (:func:`check_machine`; ``None`` skips the check);
+    a rehearsal's note is in ``result.extra["note"]`` and is passed to ``echo`` (if given)
+    before the launch.
     """
     spec = make_run_spec(
         plan,
@@ -250,7 +324,17 @@ def execute(
                 else ""
             )
         )
-    return run_spec(spec, timeout_s=timeout_s, out_dir=out_dir)
+    note = None if rehearse is None else check_machine(spec, cluster, rehearse=rehearse)
+    if note is not None:
+        spec = dataclasses.replace(spec, backend="gloo")
+        if echo is not None:
+            echo(note)
+    result = run_spec(spec, timeout_s=timeout_s, out_dir=out_dir)
+    if note is not None:
+        result.extra["note"] = note
+        if out_dir:
+            result.save(Path(out_dir) / "result.json")
+    return result
 
 
 def execute_many(

@@ -81,19 +81,19 @@ def graph_for_model(spec: Mapping[str, Any]) -> Any:
     """The training ``CompGraph`` whose forward node names match :func:`load_model` of ``spec``.
 
     Zoo models use ``graphs.zoo.build(name, max_groups=spec.get("max_groups"), **config)``;
-    factory models are extracted from the real module with ``graphs.extract``.
+    factory models are extracted from the real module with ``graphs.extraction``.
     """
     config = dict(spec.get("config") or {})
     if "name" in spec:
         from graphs import zoo
 
         return zoo.build(str(spec["name"]), max_groups=spec.get("max_groups"), **config)
-    from graphs.extract import extract
+    from graphs.extraction import extract
 
     zm = load_model(spec)
     graph = extract(zm.module, zm.example_inputs, loss_fn=zm.loss_fn, name=str(spec.get("factory")))
     if spec.get("max_groups"):
-        from graphs.coarsen import coarsen
+        from graphs.coarsening import coarsen
 
         graph = coarsen(graph, int(spec["max_groups"]))
     return graph

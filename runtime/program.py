@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from graphs.extract import WithLoss  # the extractor's wrapper: same export, same node names
+from graphs.extraction import WithLoss  # the extractor's wrapper: same export, same node names
 
 #: Prefix of the wrapped model's parameters in the exported program.
 MODEL_PREFIX = "model."

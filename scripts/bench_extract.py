@@ -14,7 +14,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphs import zoo  # noqa: E402
-from graphs.coarsen import coarsen  # noqa: E402
+from graphs.coarsening import coarsen  # noqa: E402
 from graphs.compgraph import FWD  # noqa: E402
 
 FIELDS = ("flops", "bytes_accessed", "param_bytes", "act_bytes")
@@ -97,7 +97,7 @@ Machine: {platform.machine()}, Python {platform.python_version()}, 2 CPU cores
 shared with other jobs at the time of measurement, so wall times are noisy
 upper bounds.
 
-## Rules used by the extractor (see `graphs/extract.py`)
+## Rules used by the extractor (see `graphs/extraction.py`)
 
 - Forward nodes: the compute ops of `torch.export` (training IR); view-like ops
   (view, reshape, permute, transpose, slice, split, getitem, expand, contiguous,

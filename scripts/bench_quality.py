@@ -49,8 +49,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import graphs  # noqa: E402
 import placement_env  # noqa: E402, F401  (registers the env ids)
-from agents import baselines  # noqa: E402
-from agents.callbacks import BestPlanTracker  # noqa: E402
+from agents import baselines, search  # noqa: E402
 from agents.export import export_policy, load_policy  # noqa: E402
 from agents.ppo import make_ppo  # noqa: E402
 from graphs.cluster import Cluster  # noqa: E402
@@ -160,43 +159,39 @@ def run_ppo(
             net_kwargs["keep_prob"] = keep
         if a.warm_ent_coef is not None:
             ppo_kwargs["ent_coef"] = a.warm_ent_coef
-    t0 = time.perf_counter()
-    model = make_ppo(
+    found = search.ppo_search(
         env_id,
-        policy,
-        env_kwargs={"generator": fixed(g, c), "oracle_factory": factory, **options},
-        n_envs=a.n_envs,
-        n_steps=a.n_steps,
-        batch_size=a.batch_size,
-        net_kwargs=net_kwargs,
+        graph=g,
+        cluster=c,
+        oracle_factory=factory,
+        timesteps=timesteps,
+        policy=policy,
         seed=a.seed,
-        **ppo_kwargs,
+        start=init,
+        ppo_kwargs={
+            "env_kwargs": {"generator": fixed(g, c), "oracle_factory": factory, **options},
+            "n_envs": a.n_envs,
+            "n_steps": a.n_steps,
+            "batch_size": a.batch_size,
+            "net_kwargs": net_kwargs,
+            **ppo_kwargs,
+        },
+        microbatches=a.microbatches,
+        schedule=a.schedule,
     )
-    tracker = BestPlanTracker()
-    model.learn(timesteps, callback=tracker)
-    dt = time.perf_counter() - t0
-    best = tracker.best_step_time
+    best = found.step_time if found.best_from == "search" else None
+    note = "" if best is not None else "no feasible placement sampled"
     if init is None:
-        cell = Cell(
-            best if np.isfinite(best) else None,
-            dt,
-            tracker.oracle_calls,
-            "" if np.isfinite(best) else "no feasible placement sampled",
-        )
-        return cell, model
-    start = Simulator(g, c, microbatches=a.microbatches, schedule=a.schedule).evaluate(init)
-    start_t = float(start.step_time) if not start.oom else float("inf")
-    found = min(best, start_t)
+        return Cell(best, found.seconds, found.oracle_calls, note), found.model
+    start_t = found.start_step_time
     cell = Cell(
-        found if np.isfinite(found) else None,
-        dt,
-        tracker.oracle_calls,
-        f"best sampled {best * 1e3:.1f} ms"
-        if np.isfinite(best)
-        else "no feasible placement sampled",
-        improved=bool(best < start_t),
+        found.step_time,
+        found.seconds,
+        found.oracle_calls,
+        note or "",
+        improved=found.best_from == "search" and (start_t is None or best < start_t),
     )
-    return cell, model
+    return cell, found.model
 
 
 def warm_anneal(

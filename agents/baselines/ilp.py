@@ -72,7 +72,7 @@ def solve_max_load(
         raise ValueError(
             f"ilp: graph {prob.graph.meta.get('name', '?')!r} has {U} colocation units and {E} unit "
             f"edges on {D} devices, i.e. {nvar} variables > max_variables={max_variables}; coarsen "
-            "the graph (graphs.coarsen) or raise max_variables"
+            "the graph (graphs.coarsening) or raise max_variables"
         )
     allowed = prob.allowed
     tcost = np.where(np.isfinite(prob.time), prob.time, 0.0)

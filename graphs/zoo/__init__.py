@@ -3,7 +3,7 @@
 ``build(name, ...)`` extracts the training graph on meta tensors (cached on disk
 under ``$DEVPLACE_CACHE``, default ``~/.cache/devplace/graphs``);
 ``build_module(name, ...)`` returns the real module, example inputs and loss
-function with the same config, so that ``graphs.extract.export_program`` of it
+function with the same config, so that ``graphs.extraction.export_program`` of it
 has the graph's forward node names.
 """
 
@@ -33,7 +33,7 @@ def _source_digest() -> str:
     :data:`VERSION` bump)."""
     here = Path(__file__).resolve().parent
     files = sorted(here.glob("*.py")) + [
-        here.parent / f for f in ("extract.py", "training.py", "coarsen.py", "compgraph.py")
+        here.parent / f for f in ("extraction.py", "training.py", "coarsening.py", "compgraph.py")
     ]
     h = hashlib.sha256()
     for f in files:
@@ -306,7 +306,7 @@ def build(
 
     ``batch`` / ``seq`` default per model (``gpt2-xl``: 8 x 1024); other
     keywords override the model config (``n_layer=2, d_model=64, ...``).
-    ``max_groups`` coarsens the graph with :func:`graphs.coarsen.coarsen`.
+    ``max_groups`` coarsens the graph with :func:`graphs.coarsening.coarsen`.
     Results are cached on disk (see :mod:`graphs.zoo.cache`) keyed by name,
     config, precision, optimizer, ``max_groups``, :data:`VERSION` and a digest of the
     extraction / model source (:data:`SOURCE_DIGEST`);
@@ -339,14 +339,14 @@ def build(
         except (OSError, ValueError, KeyError):
             path.unlink(missing_ok=True)  # unreadable cache entry: rebuild it
     if max_groups is not None:
-        from graphs.coarsen import coarsen
+        from graphs.coarsening import coarsen
 
         graph = coarsen(
             build(name, cache=cache, precision=precision, optimizer=optimizer, **_plain(cfg)),
             max_groups,
         )
     else:
-        from graphs.extract import extract
+        from graphs.extraction import extract
 
         zm = build_module(name, device="meta", **_plain(cfg))
         graph = extract(

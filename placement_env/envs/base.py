@@ -165,6 +165,7 @@ class PlacementEnv(gym.Env[dict, Any]):
         self._prep: _Prepared | None = None
         self.state: EpisodeState | None = None
         self._last: SimResult | None = None
+        self._scored = b""  # the unit placement (bytes) that state's step_time / oom / cost are of
         self._episode_calls = 0
         self._invalid = False
 
@@ -246,6 +247,7 @@ class PlacementEnv(gym.Env[dict, Any]):
             self.total_oracle_calls += 1
         res, c = hit
         self._last = res
+        self._scored = key
         st.step_time, st.oom, st.cost = float(res.step_time), bool(res.oom), c
         if not res.oom and np.isfinite(res.step_time):
             st.best_step_time = min(st.best_step_time, float(res.step_time))
@@ -255,6 +257,7 @@ class PlacementEnv(gym.Env[dict, Any]):
         self._eval_cache = {}
         self._episode_calls = 0
         self._last = None
+        self._scored = b""
         self._invalid = False
         U = self.enc.num_units
         self.state = EpisodeState(
@@ -325,13 +328,15 @@ class PlacementEnv(gym.Env[dict, Any]):
             if (pl >= 0).all()
             else np.where(pl >= 0, pl, -1)[self.enc.units.node_unit]
         )
+        scored = pl.tobytes() == self._scored
         return {
-            "step_time": float(st.step_time),
+            "step_time": float(st.step_time) if scored else float("nan"),
             "best_step_time": float(st.best_step_time),
             "lower_bound": float(self.enc.lower_bound),
-            "oom": bool(st.oom),
-            "cost": float(st.cost),
+            "oom": bool(st.oom) and scored,
+            "cost": float(st.cost) if scored else float("nan"),
             "placement": node_pl.astype(np.int64),
+            "scored": scored,
             "oracle_calls": int(self._episode_calls),
             "invalid_action": bool(self._invalid),
             "instance": self.instance.name,

@@ -59,9 +59,10 @@ class SweepEnv(PlacementEnv):
     the oracle's bound for the instance, so ``cost >= 1`` for a feasible plan.
     With ``reward_mode="final"`` the oracle is called only at reset and at the
     last step: every reward is 0 except the last, ``cost(initial) - cost(final)``
-    (the same return, one oracle call per episode instead of ``U``; ``step_time``
-    in the info and the observation then stay at the initial placement's value
-    until the end).
+    (the same return, one oracle call per episode instead of ``U``; the
+    observation's step-time and OOM features then stay at the initial placement's
+    values until the end, and the info marks the unscored placement: ``scored``
+    false, ``step_time`` and ``cost`` NaN).
 
     With ``accept="improve"`` (local search with the policy as the proposal, as in
     learned local rewriting, Chen & Tian NeurIPS 2019) a step whose new placement
@@ -98,12 +99,16 @@ class SweepEnv(PlacementEnv):
 
     ``step_time`` (s), ``best_step_time`` (best feasible this episode, inf if none),
     ``lower_bound`` (s), ``oom``, ``cost``, ``placement`` (int64 per node, graph order),
-    ``oracle_calls`` (this episode), ``invalid_action``, ``instance``, and after a step
-    ``rejected`` (``accept="improve"`` reverted the move).
+    ``scored`` (``step_time``, ``oom`` and ``cost`` are the oracle's answer for this
+    ``placement``; when false -- ``reward_mode="final"`` before the last step -- they are
+    NaN, false and NaN), ``oracle_calls`` (this episode), ``invalid_action``, ``instance``,
+    and after a step ``rejected`` (``accept="improve"`` reverted the move).
 
     ## Version History
 
-    - v0: initial version; ``accept`` and ``restart`` options added later (defaults unchanged).
+    - v0: initial version; ``accept`` and ``restart`` options added later (defaults unchanged);
+      ``info["scored"]`` added, and an unscored placement's ``step_time`` is NaN (it was the
+      previous placement's).
     """
 
     def __init__(

@@ -36,6 +36,11 @@ class ProfiledOracle:
     ``peak_memory`` is zeros and ``oom`` is False unless the run failed with an
     out-of-memory error. ``lower_bound`` is 0. Identical plans (same hash) are run
     once; ``calls`` counts evaluations including cache hits, ``runs`` actual runs.
+
+    A plan the runtime cannot run is refused with a ``ValueError`` naming the field
+    before anything is launched: ``schedule="interleaved"`` without pipeline stages
+    here, the rest by :func:`runtime.spec.make_run_spec` (e.g. unequal ``tp_degree``
+    values, several stages on one device without ``interleaved``).
     """
 
     def __init__(
@@ -65,8 +70,15 @@ class ProfiledOracle:
 
     def _plan(self, placement_or_plan: np.ndarray | Plan) -> Plan:
         if isinstance(placement_or_plan, Plan):
-            placement_or_plan.check(self.graph, self.cluster)
-            return placement_or_plan
+            plan = placement_or_plan
+            if plan.schedule == "interleaved" and (plan.stage is None or plan.stage_device is None):
+                raise ValueError(
+                    "ProfiledOracle: Plan.schedule='interleaved' needs pipeline stages "
+                    "(Plan.stage and Plan.stage_device); an op placement runs in the op-level "
+                    "runtime's own order, which has no interleaved schedule"
+                )
+            plan.check(self.graph, self.cluster)
+            return plan
         return Plan.for_graph(
             np.asarray(placement_or_plan),
             self.graph,

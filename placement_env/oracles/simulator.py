@@ -127,7 +127,10 @@ class Simulator:
 
     A :class:`graphs.Plan` passed to ``evaluate`` is checked against the graph
     and cluster hashes; its own microbatches/schedule fields are not used (the
-    simulator's are). Colocation groups are not enforced here.
+    simulator's are). A plan this model cannot score is refused with a
+    ``ValueError`` naming the field: ``schedule="interleaved"`` (no interleaved
+    schedule here) and a ``tp_degree`` above 1 (tensor parallelism is not modelled
+    for op placements). Colocation groups are not enforced here.
     """
 
     def __init__(
@@ -318,6 +321,7 @@ class Simulator:
     # ------------------------------------------------------------ internals
     def _check(self, placement_or_plan: Any) -> np.ndarray:
         if isinstance(placement_or_plan, Plan):
+            _refuse_unmodelled(placement_or_plan)
             placement_or_plan.check(self.graph, self.cluster)
             return np.ascontiguousarray(placement_or_plan.placement, dtype=np.int64)
         return np.ascontiguousarray(
@@ -504,6 +508,29 @@ class Simulator:
         return (
             f"Simulator(graph={self.graph.meta.get('name', '?')!r}, cluster={self.cluster.name!r}, "
             f"microbatches={self.microbatches}, schedule={self.schedule!r}, objective={self.objective!r})"
+        )
+
+
+def _refuse_unmodelled(plan: Plan) -> None:
+    """Raise ``ValueError`` naming the first field of an op-placement ``plan`` the simulator ignores.
+
+    Only plain op placements are checked: a hybrid plan (``layout``) is scored by
+    its own model, which reads its schedule and tensor-parallel degrees.
+    """
+    if getattr(plan, "layout", None) is not None:
+        return
+    if plan.schedule == "interleaved":
+        raise ValueError(
+            "Simulator: Plan.schedule='interleaved' cannot be modelled: the simulator has "
+            f"schedules {sorted(SCHEDULES)} only; make the plan with 'gpipe' or '1f1b'"
+        )
+    tp = {g: d for g, d in plan.tp_degree.items() if d != 1}
+    if tp:
+        g, d = next(iter(tp.items()))
+        raise ValueError(
+            f"Simulator: Plan.tp_degree={{{g}: {d}}} cannot be modelled: tensor parallelism "
+            f"of an op placement is not simulated ({len(tp)} group(s) with degree != 1); "
+            "score it with the profiled oracle or leave tp_degree empty"
         )
 
 

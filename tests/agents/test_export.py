@@ -157,3 +157,54 @@ def test_plans_keep_colocation_groups_together(tmp_path: Path, env_id, policy):
     plan = loaded.plan(g, load("cpu_4"), samples=3)
     assert plan.colocation_violations(g) == []
     assert (plan.placement[:3] == plan.placement[3:]).all()
+
+
+def test_warm_started_policy_exports_no_instance_state_and_plans_other_graphs(tmp_path: Path):
+    """A policy trained from a per-node warm start plans graphs of other sizes and clusters."""
+    graph, cluster = _chain(6), load("cpu_4")
+    start = np.array([0, 0, 1, 1, 2, 3], dtype=np.int64)
+    model = make_ppo(
+        "placement_env/Sweep-v0",
+        "placeto",
+        env_kwargs={
+            "generator": fixed(graph, cluster),
+            "init": start,
+            "accept": "improve",
+            "restart": "best",
+        },
+        n_steps=8,
+        net_kwargs={"hidden": 16},
+        seed=1,
+    )
+    model.learn(16)
+    path = export_policy(model, tmp_path / "warm.pt")
+    d = torch.load(path, weights_only=True)
+    assert d["env_options"]["init"] == "balanced"  # the name, never the training placement
+    assert d["env_options"]["accept"] == "improve" and d["env_options"]["restart"] == "best"
+    policy = load_policy(path)
+    assert policy.proposes_moves
+    # the greedy episode proposes a move for every unit (not "keep" everywhere): each
+    # proposal is scored, and the plan is never worse than the balanced start
+    g, cl = _chain(9), load("cpu_2")
+    sim = Simulator(g, cl, microbatches=2)
+    greedy = policy.plan(g, cl, microbatches=2, samples=1, oracle=sim)
+    assert greedy.meta["oracle_calls"] >= g.num_nodes
+    start = policy.make_env(g, cl, Simulator(g, cl, microbatches=2)).reset(seed=0)[1]
+    assert greedy.meta["step_time"] <= start["step_time"]
+    for n, cl in ((9, "cpu_2"), (4, "cpu_8"), (13, "cpu_3")):
+        g = _chain(n)
+        plan = policy.plan(g, load(cl), microbatches=2, samples=2, seed=0)
+        plan.check(g, load(cl))
+        assert plan.placement.shape == (n,)
+        assert plan.meta["samples"] == 2 and plan.meta["oracle_calls"] >= 1
+
+
+def test_files_from_before_the_fix_lose_their_instance_placement(tmp_path: Path):
+    path = export_policy(_trained(*CASES[0]), tmp_path / "old.pt")
+    d = torch.load(path, weights_only=True)
+    d["env_options"]["init"] = [0, 1, 0, 1, 0, 1]  # what older exports stored
+    torch.save(d, path)
+    policy = load_policy(path)
+    assert policy.env_options["init"] == "balanced"
+    plan = policy.plan(_chain(9), load("cpu_2"), microbatches=2)
+    assert plan.placement.shape == (9,)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
@@ -118,8 +119,34 @@ def test_tracker_keeps_the_fastest_feasible_complete_placement():
     assert tracker.best_step_time == 0.03
     assert tracker.best_placement.tolist() == [0, 1, 1, 0][::-1]
     assert [h["event"] for h in tracker.history] == ["episode", "improve"]
+    stale = {"step_time": 0.001, "oom": False, "placement": full[::-1], "scored": False}
+    tracker.locals = {"infos": [stale], "dones": np.array([False])}
+    assert tracker.on_step()
+    assert tracker.best_step_time == 0.03  # a step time not of this placement is not kept
     only_other = BestPlanTracker(instance="other")
     only_other.init_callback(model)
     only_other.locals = tracker.locals
     only_other.on_step()
     assert only_other.best_placement is None and only_other.best_step_time == float("inf")
+
+
+def test_tracker_on_final_reward_sweep_keeps_a_true_pair():
+    """Sweep-v0 reward_mode="final" infos: the kept step time is the kept placement's."""
+    from tests.placement_env.test_envs import ToyOracle, _toy, chain3, make_cluster
+
+    env = _toy(
+        "placement_env/Sweep-v0",
+        init=np.array([0, 1, 1]),  # 3 s
+        order="reverse",
+        oom_penalty=0.0,
+        reward_mode="final",
+    )
+    tracker = BestPlanTracker()
+    tracker.model = SimpleNamespace(logger=Logger(None, []), num_timesteps=0)
+    env.reset(seed=0)  # SB3 callbacks never see reset infos
+    for d in (0, 1, 0):  # c -> d0 (5 s, not scored), b stays, a stays: scored at the end
+        tracker.locals = {"infos": [env.step(d)[4]], "dones": None}
+        tracker._on_step()
+    assert tracker.best_placement.tolist() == [0, 1, 0]
+    truth = ToyOracle(chain3(), make_cluster(2)).evaluate(tracker.best_placement).step_time
+    assert tracker.best_step_time == pytest.approx(truth) == pytest.approx(5.0)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphs.__main__ import critical_path, main
+from graphs.__main__ import critical_path, fmt_bytes, main
 from graphs.compgraph import CompGraph
 
 
@@ -30,6 +30,15 @@ def test_info_on_a_tiny_zoo_model(
     assert "critical path" in out and "TFLOPs" in out
     assert main([*args, "--device", "v100", "--cluster", "dgx1_v100_8"]) == 0
     assert "ms on one v100" in capsys.readouterr().out
+
+
+def test_sizes_print_in_the_unit_named() -> None:
+    assert fmt_bytes(512) == "512 B"
+    assert fmt_bytes(1536) == "1.50 KiB"
+    assert fmt_bytes(3 * 2**20) == "3.00 MiB"
+    assert fmt_bytes(16 * 2**30) == "16.00 GiB"  # a V100's memory, as conf/cluster writes it
+    assert fmt_bytes(24.9e9) == "23.19 GiB"  # not "24.9 GB" relabelled
+    assert fmt_bytes(2**50) == "1024.00 TiB"
 
 
 def test_info_rejects_unknown_name() -> None:

@@ -1,4 +1,4 @@
-"""Tests for graphs.coarsen: hand-checked merges, conservation, acyclicity, colocation."""
+"""Tests for graphs.coarsening: hand-checked merges, conservation, acyclicity, colocation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphs.coarsen import coarsen
+from graphs.coarsening import coarsen
 from graphs.compgraph import BWD, FWD, OPT, CompGraph
 from graphs.training import with_backward
 

@@ -1,4 +1,4 @@
-"""Tests for graphs.extract on tiny modules with hand-computed costs."""
+"""Tests for graphs.extraction on tiny modules with hand-computed costs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from graphs.compgraph import BWD, FWD, OPT
-from graphs.extract import export_program, extract
+from graphs.extraction import export_program, extract
 
 
 class MLP(nn.Module):

@@ -65,7 +65,7 @@ def test_every_model_builds_a_training_graph(name: str) -> None:
 
 
 def test_forward_names_match_export_of_real_module() -> None:
-    from graphs.extract import export_program
+    from graphs.extraction import export_program
 
     zm = zoo.build_module("gpt2", **TINY["gpt2"])
     ep = export_program(zm.module, zm.example_inputs, zm.loss_fn)
@@ -117,7 +117,7 @@ def test_gpt2_xl_must_show() -> None:
     assert abs(g.num_params / 1.56e9 - 1) < 0.01
     assert (g.kind == FWD).sum() >= 800
     assert abs(g.total_flops(FWD) / zoo.analytic_flops("gpt2-xl", g) - 1) < 0.10
-    from graphs.coarsen import coarsen
+    from graphs.coarsening import coarsen
 
     c = coarsen(g, 256)
     assert c.num_groups <= 256

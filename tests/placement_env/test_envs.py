@@ -424,6 +424,30 @@ def test_sweep_final_reward_mode_same_return_one_call() -> None:
     assert env._get_info()["oracle_calls"] == 2  # reset + the final step
 
 
+def test_sweep_final_info_pairs_placement_with_its_own_step_time() -> None:
+    """reward_mode="final" scores only at reset and at the end: in between, info says so."""
+    env = _toy("placement_env/Sweep-v0", init="zeros", oom_penalty=0.0, reward_mode="final")
+    oracle = ToyOracle(chain3(), make_cluster(2))
+    _, info = env.reset(seed=0)
+    infos = [info] + [env.step(d)[4] for d in (0, 1, 1)]
+    # placements: all d0 (4 s, scored at reset) -> unchanged -> b on d1 (5 s, not scored)
+    # -> b, c on d1 (3 s, scored at the end)
+    assert [i["scored"] for i in infos] == [True, True, False, True]
+    for i in infos:
+        if i["scored"]:
+            assert i["step_time"] == pytest.approx(oracle.evaluate(i["placement"]).step_time)
+        else:
+            assert np.isnan(i["step_time"]) and np.isnan(i["cost"]) and not i["oom"]
+    assert infos[-1]["step_time"] == pytest.approx(3.0)
+    assert infos[-1]["oracle_calls"] == 2  # still one call at reset, one at the end
+
+
+def test_dense_infos_are_always_scored() -> None:
+    env = _toy("placement_env/Sweep-v0", init="zeros", oom_penalty=0.0)
+    _, info = env.reset(seed=0)
+    assert info["scored"] and all(env.step(d)[4]["scored"] for d in (0, 1, 1))
+
+
 @pytest.mark.slow
 def test_default_experiment_builds() -> None:
     env = gym.make("placement_env/Sweep-v0")

@@ -263,6 +263,22 @@ def test_bad_inputs_are_refused() -> None:
         Simulator(g, c, schedule="pipedream")
     with pytest.raises(ValueError, match="makespan"):
         Simulator(g, c, objective="latency")
+
+
+def test_plan_fields_the_simulator_cannot_model_are_refused() -> None:
+    g, c = chain(3), full_mesh(2)
+    sim = Simulator(g, c, microbatches=2, schedule="1f1b")
+    interleaved = Plan.for_graph([0, 1, 1], g, c, schedule="interleaved", microbatches=2)
+    with pytest.raises(ValueError, match="Plan.schedule='interleaved'"):
+        sim.evaluate(interleaved)
+    with pytest.raises(ValueError, match="Plan.schedule='interleaved'"):
+        sim.static_memory(interleaved)
+    tp = Plan.for_graph([0, 1, 1], g, c, tp_degree={0: 2})
+    with pytest.raises(ValueError, match=r"Plan.tp_degree=\{0: 2\}"):
+        sim.evaluate(tp)
+    # degree 1 means "no tensor parallelism": nothing is ignored
+    plain = sim.evaluate(Plan.for_graph([0, 1, 1], g, c, tp_degree={0: 1}, schedule="gpipe"))
+    assert plain.step_time == sim.evaluate(np.array([0, 1, 1])).step_time
     with pytest.raises(ValueError, match="microbatches"):
         Simulator(g, c, microbatches=0)
 

@@ -27,6 +27,7 @@ REQUIRED_ENVS = {
     "inception_k40_4",
     "synthetic",
     "cpu_profiled",
+    "my_model",
 }
 
 

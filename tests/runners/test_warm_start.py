@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agents.search import best_with_start
 from runners import common
 from runners.tracking import NullTracker
-from runners.train import _warm_start, best_with_start, env_factory, search_ppo, warm_search_options
+from runners.train import _warm_start, env_factory, search_ppo, warm_search_options
 from tests.runners.conftest import compose, small_env
 
 START = np.array([0, 0, 1, 1], dtype=np.int64)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from graphs.cpu_cluster import cpu_cluster
-from graphs.extract import extract
+from graphs.extraction import extract
 from graphs.plan import Plan
 from runtime.dist import seed_everything
 from runtime.execute import ExecResult, execute, execute_many, run_specs

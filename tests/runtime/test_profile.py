@@ -124,7 +124,7 @@ def test_fit_runtime_slowdown_refuses_degenerate_samples():
 
 @pytest.fixture(scope="module")
 def branchy_graph():
-    from graphs.extract import extract
+    from graphs.extraction import extract
     from runtime.dist import seed_everything
     from runtime.toy import branchy
 

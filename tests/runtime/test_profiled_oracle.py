@@ -65,3 +65,18 @@ def test_bad_placements_are_refused(setup):
     with pytest.raises(ValueError, match="made for graph"):
         oracle.evaluate(Plan.for_graph(np.zeros(3, int), other, c))
     assert oracle.calls == 0
+
+
+def test_plans_the_runtime_cannot_run_are_refused_naming_the_field(setup):
+    g, c, oracle, _ = setup
+    p = np.array([0, 1, 1])
+    with pytest.raises(ValueError, match="Plan.schedule='interleaved'"):
+        oracle.evaluate(Plan.for_graph(p, g, c, schedule="interleaved"))
+    with pytest.raises(ValueError, match="Plan.tp_degree: all degrees must be equal"):
+        oracle.evaluate(Plan.for_graph(p, g, c, tp_degree={0: 2, 1: 3}))
+    two_stages_one_device = Plan.for_graph(
+        np.zeros(3, int), g, c, stage=[0, 1, 1], stage_device=(0, 0), schedule="1f1b"
+    )
+    with pytest.raises(ValueError, match="schedule '1f1b'"):
+        oracle.evaluate(two_stages_one_device)
+    assert oracle.runs == 0

@@ -1,0 +1,141 @@
+"""The README's journeys, run as a user would: the real CLIs, tiny budgets, each step reading
+what the previous one wrote.
+
+- train a policy on a model of one's own (by import path) -> execute its best plan ->
+  plan *another* model on *another* cluster zero-shot with the exported policy -> execute
+  that plan -> compare the runs with ``runners.evaluate runs=[...]``;
+- train the generalist (synthetic graphs, ``+experiment=generalist``) -> plan a zoo model;
+- a 2-job sweep -> compare.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphs.plan import Plan
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_PPO = ["agent.ppo.n_steps=16", "agent.ppo.batch_size=16", "train.progress=false"]
+
+
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m ARGS`` from the repository root, as the README runs it; must succeed."""
+    env = {**os.environ, "WANDB_MODE": "offline", "MPLBACKEND": "Agg"}
+    p = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert p.returncode == 0, f"{' '.join(args)} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def last_line(p: subprocess.CompletedProcess[str]) -> str:
+    return p.stdout.strip().splitlines()[-1]
+
+
+def test_own_model_train_execute_plan_elsewhere_execute_evaluate(tmp_path: Path) -> None:
+    train_dir, plan_dir = tmp_path / "train", tmp_path / "plan"
+    before = set((ROOT / "outputs").rglob("*"))
+    # 1. train on a model of one's own, named by import path (examples/my_model.py)
+    p = cli(
+        "runners.train", "+env=my_model", "logger=none", f"output_dir={train_dir}",
+        "train.timesteps=32", "env.baselines=[single,metis]", *TINY_PPO,
+    )  # fmt: skip
+    assert last_line(p).startswith("my_model ppo seed=0: best ")
+    result = json.loads((train_dir / "result.json").read_text())
+    best = Plan.load(train_dir / "best_plan.json")
+    assert best.meta["model"]["factory"] == "examples.my_model:build"
+    assert best.meta["cluster"] == "cpu_2" and best.microbatches == 2
+    assert result["best_step_time"] <= min(result["baselines"].values()) + 1e-12
+    assert "my_model ppo seed=0: best" in (train_dir / "train.log").read_text()
+    made = set((ROOT / "outputs").rglob("*")) - before
+    assert not made, f"output_dir=PATH must not create a second run folder: {sorted(made)}"
+
+    # 2. execute the best plan on this machine's CPU processes
+    p = cli("runners.execute", f"plan={train_dir / 'best_plan.json'}", f"output_dir={tmp_path / 'ex1'}",
+            "steps=2", "warmup=1")  # fmt: skip
+    measured = json.loads((tmp_path / "ex1" / "result.json").read_text())
+    assert measured["step_time"] > 0 and measured["world_size"] == best.num_devices_used
+
+    # 3. the exported policy plans another model (GPT-2) on another cluster (4 processes)
+    p = cli(
+        "runners.plan", f"policy={train_dir / 'policy.pt'}", "+env=gpt2_tiny_cpu4",
+        f"output_dir={plan_dir}", "samples=2",
+    )  # fmt: skip
+    assert "zero-shot plan" in last_line(p) and "2 sample(s)" in last_line(p)
+    zs = json.loads((plan_dir / "result.json").read_text())
+    assert zs["env"] == "gpt2_tiny_cpu4" and not zs["oom"] and zs["oracle_calls"] >= 1
+    plan = Plan.load(plan_dir / "plan.json")
+    assert plan.meta["model"]["name"] == "gpt2" and plan.meta["cluster"] == "cpu_4"
+
+    # 4. execute the zero-shot plan
+    cli("runners.execute", f"plan={plan_dir / 'plan.json'}", f"output_dir={tmp_path / 'ex2'}",
+        "steps=2", "warmup=1")  # fmt: skip
+    measured = json.loads((tmp_path / "ex2" / "result.json").read_text())
+    assert measured["step_time"] > 0 and measured["world_size"] == plan.num_devices_used
+
+    # 5. compare the runs
+    p = cli("runners.evaluate", f"runs=[{train_dir},{plan_dir}]", f"output_dir={tmp_path / 'cmp'}")
+    table = (tmp_path / "cmp" / "results.md").read_text()
+    assert "| my_model | ppo |" in table and "| gpt2_tiny_cpu4 | plan:train |" in table
+    assert (tmp_path / "cmp" / "results.png").stat().st_size > 0
+
+
+def test_generalist_training_then_planning_a_zoo_model(tmp_path: Path) -> None:
+    gen_dir = tmp_path / "generalist"
+    p = cli(
+        "runners.train", "+experiment=generalist", "logger=none", f"output_dir={gen_dir}",
+        "train.timesteps=32", "env.baselines=[metis]", "env.generator_options.max_ops=40",
+        *TINY_PPO,
+    )  # fmt: skip
+    assert last_line(p).startswith("synthetic gdp seed=0: best ")
+    result = json.loads((gen_dir / "result.json").read_text())
+    assert result["meta"]["best_from"] == "zero_shot" and not result["oom"]
+    p = cli("runners.plan", f"policy={gen_dir / 'policy.pt'}", "+env=gpt2_tiny_cpu4",
+            f"output_dir={tmp_path / 'plan'}")  # fmt: skip
+    assert "zero-shot plan" in last_line(p)
+    assert Plan.load(tmp_path / "plan" / "plan.json").placement.shape[0] > 0
+
+
+def test_sweep_then_compare(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    cli("runners.train", "-m", "+env=my_model", "agent=metis,expert", "logger=none",
+        f"hydra.sweep.dir={sweep}")  # fmt: skip
+    p = cli("runners.evaluate", f"runs=[{sweep}]", f"output_dir={tmp_path / 'cmp'}")
+    assert "2 runs" in last_line(p)
+    table = (tmp_path / "cmp" / "results.md").read_text()
+    assert "| my_model | metis |" in table and "| my_model | expert |" in table
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["runners.execute", "plan=does/not/exist.json"], "plan=does/not/exist.json: no such file"),
+        (
+            ["runners.train", "+env=rnnlm_k40_2", "agent=anneal", "+agent.options.t_0=0.5",
+             "logger=none"],
+            "baseline 'anneal' has no option(s) ['t_0']",
+        ),
+    ],
+)  # fmt: skip
+def test_a_failing_command_says_why_in_one_line(tmp_path: Path, args: list[str], message: str):
+    out = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    p = subprocess.run(
+        [sys.executable, "-m", *args, f"output_dir={out}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1] == f"error: {message}" or message in p.stderr
+    assert "Traceback" not in p.stderr
+    assert message in (out / "error.txt").read_text()
