@@ -208,22 +208,24 @@ def test_sequence_parallel_runs_layer_norms_on_sequence_shards():
 
 @pytest.mark.timeout(300)
 def test_profiled_oracle_scores_hybrid_plans(tmp_path):
-    """The profiled oracle measures a hybrid plan (2 ranks, dp 2, ZeRO 3) through
-    runtime.execute and caches it by a hash that tells layouts apart."""
+    """The profiled oracle measures a hybrid plan (2 ranks, pp 2 with 2 chunks each on the
+    interleaved schedule, ZeRO 3) through runtime.execute and caches it by a hash that tells
+    layouts apart."""
     from placement_env.oracles.profiled import ProfiledOracle
     from runtime.spec import plan_hash
 
-    graph, cluster = graph_for_model(gpt2(2)), cpu_cluster(2, calibration={})
+    graph, cluster = graph_for_model(gpt2(4)), cpu_cluster(2, calibration={})
     plans = [
-        Plan.hybrid(graph, cluster, dp=2, tp=1, pp=1, microbatch_size=1, global_batch=4,
-                    zero=z, meta={"model": gpt2(2)})
+        Plan.hybrid(graph, cluster, dp=1, tp=1, pp=2, virtual_stages=2, microbatch_size=1,
+                    global_batch=4, zero=z, meta={"model": gpt2(4)})
         for z in (0, 3)
     ]  # fmt: skip
     assert plan_hash(plans[0]) != plan_hash(plans[1])
-    oracle = ProfiledOracle(graph, cluster, model=gpt2(2), steps=1, warmup=0, cache_dir=tmp_path)
+    oracle = ProfiledOracle(graph, cluster, model=gpt2(4), steps=1, warmup=0, cache_dir=tmp_path)
     res = oracle.evaluate(plans[1])
     measured = res.extra["measured"]
-    assert (measured["mode"], measured["world_size"], measured["microbatches"]) == ("hybrid", 2, 2)
+    assert (measured["mode"], measured["world_size"]) == ("hybrid", 2)
+    assert (measured["schedule"], measured["microbatches"]) == ("interleaved", 4)
     assert res.step_time > 0 and (res.device_busy > 0).all()
     assert oracle.evaluate(plans[1]) is res and oracle.runs == 1  # cached
     assert (tmp_path / f"{plan_hash(plans[1])}.json").exists()
