@@ -28,16 +28,16 @@ class Observe(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def observe_steps(layouts: list[dict], model: dict) -> list[dict]:
-    """Per layout, one ``HybridRunner`` step counting DTensor's collectives: the counts, the
-    loss and the full gradients."""
+def observe_steps(cases: list[tuple[dict, dict]]) -> list[dict]:
+    """Per ``(layout, model)`` case, one ``HybridRunner`` step observed by :class:`Observe`:
+    collective counts, layer-norm input placements, the loss and the full gradients."""
     from runtime.hybrid import HybridRunner, HybridSpec
     from runtime.model import load_model
 
     info = init_distributed(timeout_s=120)
     out = []
     try:
-        for lay in layouts:
+        for lay, model in cases:
             seed_everything(0)
             zm = load_model(model)
             runner = HybridRunner(

@@ -185,20 +185,31 @@ def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(g
         check_grads([res.extra["grads"]], gpt2(kw.get("n_layer", 2)), res.loss)
 
 
+LLAMA = {
+    "name": "llama",
+    "config": {"batch": 4, "seq": 8, "n_layer": 2, "d_model": 16, "n_head": 4, "n_kv_head": 2,
+               "d_ff": 32, "vocab": 32, "n_ctx": 8},
+}  # fmt: skip
+
+
 @pytest.mark.timeout(300)
 def test_sequence_parallel_runs_layer_norms_on_sequence_shards():
     """2 gloo ranks, tp 2, with and without sequence parallelism: the same loss and gradients
     as one process; with it every layer norm after the first block's first sees its input
     sharded on the sequence dim (``Shard(dim=1)``; without it a partial sum each rank
-    reduces in full), and the row-parallel outputs are reduce-scattered."""
+    reduces in full), and the row-parallel outputs are reduce-scattered. Then LLaMA (RMSNorm,
+    rotary positions, SwiGLU, grouped-query attention) with sequence parallelism and ZeRO 3
+    on the same ranks."""
     lays = [
         layout(1, 2, 1, sequence_parallel=sp).to_dict() | {"microbatch_size": 2}
         for sp in (False, True)
     ]
-    ranks = spawn(_hybrid_workers.observe_steps, 2, (lays, gpt2(2)), timeout_s=280)
-    for i in range(len(lays)):  # the loss is reported by tp index 0 only
-        check_grads([r[i]["grads"] for r in ranks], gpt2(2), sum(r[i]["loss"] for r in ranks))
-    for plain, sp in ranks:
+    cases = [(lay, gpt2(2)) for lay in lays]
+    cases.append((lays[1] | {"zero": 3, "stage_layers": [[0, 2]]}, LLAMA))
+    ranks = spawn(_hybrid_workers.observe_steps, 2, (cases,), timeout_s=280)
+    for i, (_, model) in enumerate(cases):  # the loss is reported by tp index 0 only
+        check_grads([r[i]["grads"] for r in ranks], model, sum(r[i]["loss"] for r in ranks))
+    for plain, sp, _ in ranks:
         # per microbatch: ln_1, ln_2 of two blocks and ln_f; the first sees the embeddings
         assert sp["layer_norm_inputs"] == (["(Replicate(),)"] + ["(Shard(dim=1),)"] * 4) * 2
         assert "(Shard(dim=1),)" not in plain["layer_norm_inputs"]
