@@ -389,7 +389,7 @@ class HybridRunner:
     schedule (``ScheduleGPipe``, ``Schedule1F1B`` or ``ScheduleInterleaved1F1B``),
     ``num_microbatches`` microbatches of this replica's slice of the global batch.
     Tied parameters used by chunks on different pipeline ranks (GPT-2's embedding and
-    LM head) get their (sharded) gradients summed over the pp group.
+    LM head) get their (sharded) gradients summed over the pipeline ranks that hold them.
     """
 
     def __init__(
@@ -490,7 +490,16 @@ class HybridRunner:
                 for n in segments[k].graph.nodes:
                     if n.op == "get_attr" and str(n.target) in canon:
                         users.setdefault(canon[str(n.target)], set()).add(c % L.pp)
-        self.shared = sorted(k for k, v in users.items() if len(v) > 1)
+        # their gradients are summed over the pipeline ranks holding them (one group per
+        # (d, t); every rank takes part in creating every group, as new_group requires)
+        self.shared: dict[str, dist.ProcessGroup] = {}
+        for name in sorted(k for k, v in users.items() if len(v) > 1):
+            holders = sorted(users[name])
+            for d in range(L.dp):
+                for t in range(L.tp):
+                    group = dist.new_group([(p * L.dp + d) * L.tp + t for p in holders])
+                    if self.p in holders and (d, t) == (self.d, self.t):
+                        self.shared[name] = group
         cls = SCHEDULE_CLASSES[L.schedule]
         arg = stages if L.schedule == "interleaved" else stages[0]
         self.schedule = cls(arg, L.num_microbatches, loss_fn=_loss_of_output)
@@ -559,12 +568,12 @@ class HybridRunner:
         if self.shared:
             with self.timer.timed("comm"):
                 by_name = dict(self.named_parameters())
-                for name in self.shared:
+                for name, group in self.shared.items():
                     prm = by_name[name]
                     if prm.grad is None:
                         prm.grad = torch.zeros_like(prm)
                     g = prm.grad.to_local() if isinstance(prm.grad, DTensor) else prm.grad
-                    dist.all_reduce(g, group=self.pp_group)
+                    dist.all_reduce(g, group=group)
         if not losses or self.t:
             return 0.0
         return float(sum(float(x.detach()) for x in losses) / len(losses)) / L.dp

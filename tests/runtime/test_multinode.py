@@ -130,9 +130,24 @@ def test_a_rank_that_dies_ends_the_job_naming_it_across_two_hosts():
 @pytest.mark.timeout(400)
 def test_hybrid_plan_on_two_hosts_equals_one_process(tmp_path):
     """dp 2 x pp 2 as two launches of two ranks: each host holds one pipeline stage (rank =
-    p * dp + d), so activations cross "hosts"; loss and every gradient within 1e-5."""
-    res = run_specs_multinode([spec(2, 2, capture_grads=True)], 2, timeout_s=380, out_dir=tmp_path)
+    p * dp + d), so activations cross "hosts"; then, in the same launches, pp 4 over a
+    4-block model (ranks 1 and 2 hold neither end of the tied embedding / LM head). Loss and
+    every gradient within 1e-5."""
+    pp4 = HybridSpec(
+        dp=1, tp=1, pp=4, microbatch_size=1, global_batch=4,
+        stage_layers=((0, 1), (1, 2), (2, 3), (3, 4)),
+    )  # fmt: skip
+    model4 = {"name": "gpt2", "config": dict(TINY, n_layer=4)}
+    specs = [
+        spec(2, 2, capture_grads=True),
+        RunSpec(
+            mode="hybrid", world_size=4, devices=[0, 1, 2, 3], model=model4,
+            hybrid=pp4.to_dict(), microbatches=4, steps=1, warmup=0, capture_grads=True,
+        ),
+    ]  # fmt: skip
+    res = run_specs_multinode(specs, 2, timeout_s=380, out_dir=tmp_path)
     check_grads([res[0].extra["grads"]], MODEL, res[0].loss)
+    check_grads([res[1].extra["grads"]], model4, res[1].loss)
     assert (tmp_path / "node0" / "command.txt").read_text().count("--nnodes=2") == 1
     ranks = sorted(p.name for p in tmp_path.glob("node*/rank*.json"))
     assert ranks == ["rank0.json", "rank1.json", "rank2.json", "rank3.json"]
