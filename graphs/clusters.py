@@ -10,7 +10,7 @@ import yaml
 
 from graphs.cluster import Cluster
 
-_CPU_RE = re.compile(r"^cpu_(\d+)$")
+_CPU_RE = re.compile(r"^cpu_(\d+)(?:@(.+))?$")
 
 
 def preset_dir() -> Path:
@@ -22,14 +22,18 @@ def preset_dir() -> Path:
 
 
 def names() -> list[str]:
-    """Names of the available presets (``cpu_N`` stands for any N >= 1)."""
+    """Names of the available presets (``cpu_N`` stands for any N >= 1, ``cpu_N@PATH`` calibrated)."""
     found = sorted(p.stem for p in preset_dir().glob("*.yaml"))
-    return sorted(set(found) | {"cpu_N"})
+    return sorted(set(found) | {"cpu_N", "cpu_N@CALIBRATION.json"})
 
 
 def load(name: str, *, nodes: int = 1) -> Cluster:
     """Load a preset by name (``dgx1_v100_8``, ``dgx_a100_80g``, ``cpu_4``, ...) or a YAML/JSON
     file path.
+
+    ``cpu_N`` is N CPU processes with the documented default figures on every machine;
+    ``cpu_N@PATH`` takes its figures from the calibration file ``PATH`` written by
+    ``python -m runners.profile`` (see :func:`graphs.cpu_cluster.cpu_cluster`).
 
     ``nodes=N`` joins ``N`` copies of a one-node preset that has a ``scale_out`` section
     (``dgx_a100_80g``, ``dgx_h100``): every GPU gets its own NIC link to one fabric
@@ -38,16 +42,16 @@ def load(name: str, *, nodes: int = 1) -> Cluster:
     """
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ValueError(f"clusters.load: nodes must be an integer >= 1, got {nodes!r}")
-    p = Path(name)
-    if p.suffix in (".yaml", ".yml", ".json") and p.exists():
-        return from_file(p, nodes=nodes)
     m = _CPU_RE.match(name)
     if m:
         if nodes != 1:
             raise ValueError(f"clusters.load: {name!r} has no multi-node form (nodes={nodes})")
         from graphs.cpu_cluster import cpu_cluster
 
-        return cpu_cluster(int(m.group(1)))
+        return cpu_cluster(int(m.group(1)), calibration=m.group(2))
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml", ".json") and p.exists():
+        return from_file(p, nodes=nodes)
     f = preset_dir() / f"{name}.yaml"
     if not f.exists():
         raise ValueError(f"unknown cluster {name!r}; available: {names()}")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from graphs.cluster import Cluster, Device, Link
 
@@ -20,11 +22,37 @@ DEFAULT_LINK = {"bandwidth": 2e9, "latency": 50e-6}
 
 
 def calibration_path() -> Path:
-    """Where ``python -m runners.profile`` writes the calibration (``$DEVPLACE_CPU_CALIBRATION`` overrides)."""
-    env = os.environ.get("DEVPLACE_CPU_CALIBRATION")
-    if env:
-        return Path(env)
+    """Where ``python -m runners.profile`` writes the calibration unless told ``calibration=PATH``.
+
+    Nothing reads this file implicitly: a cluster uses it only when named, as
+    ``cpu_N@PATH`` (:func:`graphs.clusters.load`) or ``cpu_cluster(n, calibration=PATH)``.
+    """
     return Path.home() / ".cache" / "devplace" / "cpu_calibration.json"
+
+
+def load_calibration(path: str | Path) -> dict[str, Any]:
+    """The calibration JSON at ``path`` (``~`` expanded); a clear error when it is missing or bad."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(
+            f"cpu_N calibration {str(path)!r}: no such file; write one with "
+            f"`python -m runners.profile calibration={path}`"
+        )
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"cpu_N calibration {str(path)!r}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"cpu_N calibration {str(path)!r}: expected a JSON object with 'device' and 'link', "
+            f"got {type(data).__name__}"
+        )
+    return data
+
+
+def calibration_digest(calibration: Mapping[str, Any]) -> str:
+    """SHA-256 (16 hex chars) of a calibration's JSON form: which figures a cluster used."""
+    return hashlib.sha256(json.dumps(calibration, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def runtime_fit(calibration: dict | None, processes: int) -> dict | None:
@@ -64,11 +92,19 @@ def concurrency_factor(calibration: dict | None, processes: int) -> float:
     return min(1.0, conc[k] * k / processes) if processes > k else 1.0
 
 
-def cpu_cluster(n: int, calibration: dict | None = None, processes: int | None = None) -> Cluster:
+def cpu_cluster(
+    n: int, calibration: Mapping[str, Any] | str | Path | None = None, processes: int | None = None
+) -> Cluster:
     """N CPU processes joined all-to-all by loopback links.
 
-    Device and link figures come from ``calibration`` (keys ``device`` and
-    ``link``), else from the calibration file if present, else from defaults.
+    Device and link figures come from ``calibration`` (a dict with keys ``device`` and
+    ``link``, or the path of a ``python -m runners.profile`` JSON file), over the
+    documented defaults (:data:`DEFAULT_CPU`, :data:`DEFAULT_LINK`). Without one the
+    defaults are used on every machine: no file is read implicitly, so a plan's cluster
+    hash does not depend on whose home folder it runs from. A file's cluster is named
+    ``cpu_N@PATH`` (what :func:`graphs.clusters.load` reads back), and ``meta`` records
+    what was used: ``calibrated``, ``calibration`` (``"defaults"``, ``"inline"`` or the
+    path) and ``calibration_sha256`` (:func:`calibration_digest`).
     With ``processes`` (how many processes run at once, e.g. the devices a plan
     uses) and a calibration holding ``concurrency`` factors, each device's
     ``peak_flops`` and ``mem_bw`` are multiplied and its ``launch_overhead`` divided
@@ -80,9 +116,15 @@ def cpu_cluster(n: int, calibration: dict | None = None, processes: int | None =
     """
     if n < 1:
         raise ValueError(f"cpu_N needs N >= 1, got {n}")
-    cal = calibration
-    if cal is None and calibration_path().exists():
-        cal = json.loads(calibration_path().read_text())
+    name, source = f"cpu_{n}", "defaults"
+    if isinstance(calibration, (str, Path)):
+        source = str(calibration)
+        name = f"cpu_{n}@{source}"
+        cal: Mapping[str, Any] | None = load_calibration(calibration)
+    else:
+        cal = calibration or None
+        if cal is not None:
+            source = "inline"
     dev = dict(DEFAULT_CPU, **((cal or {}).get("device") or {}))
     if processes is not None:
         f = concurrency_factor(cal, processes)
@@ -102,7 +144,13 @@ def cpu_cluster(n: int, calibration: dict | None = None, processes: int | None =
         for b in range(n)
         if a != b
     )
-    meta = {"description": f"{n} CPU processes on this machine", "calibrated": cal is not None}
+    meta: dict[str, Any] = {
+        "description": f"{n} CPU processes on this machine",
+        "calibrated": cal is not None,
+        "calibration": source,
+    }
+    if cal is not None:
+        meta["calibration_sha256"] = calibration_digest(cal)
     if processes is not None:
         meta["processes"] = int(processes)
-    return Cluster(f"cpu_{n}", devices, links, (), meta)
+    return Cluster(name, devices, links, (), meta)

@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +183,9 @@ def oracle_factory(spec: EnvSpec) -> OracleFactory:
             )
         return SimulatorFactory(spec.microbatches, spec.schedule, spec.objective)
     if spec.oracle == "profiled":
-        return ProfiledFactory(spec.model or "", dict(spec.model_config), opts)
+        return ProfiledFactory(
+            spec.model or "", dict(spec.model_config), opts, spec.microbatches, spec.schedule
+        )
     raise ValueError(
         f"env {spec.name!r}: unknown oracle {spec.oracle!r}; expected 'simulator' or 'profiled'"
     )
@@ -191,17 +193,55 @@ def oracle_factory(spec: EnvSpec) -> OracleFactory:
 
 @dataclass(frozen=True)
 class ProfiledFactory:
-    """``(graph, cluster) -> ProfiledOracle`` for zoo model ``model`` (picklable, for checkpoints)."""
+    """``(graph, cluster) -> ProfiledOracle`` for ``model`` (picklable, for checkpoints).
+
+    ``model`` is a zoo name or a factory's import path (``pkg.mod:fn``), as in the env.
+
+    Plain placements run with the env's ``microbatches`` and ``schedule``. Every oracle
+    it makes shares one result cache (``cache``), so a plan is executed once per run:
+    a baseline's plan re-scored for the report, or met again by the agent, is not re-run.
+    """
 
     model: str
     model_config: Mapping[str, Any]
     options: Mapping[str, Any]
+    microbatches: int = 1
+    schedule: str = "1f1b"
+    cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, graph: CompGraph, cluster: Cluster) -> Any:
         from placement_env.oracles.profiled import ProfiledOracle
 
-        model = {"name": self.model, "config": dict(self.model_config)}
-        return ProfiledOracle(graph, cluster, model=model, **dict(self.options))
+        key = "factory" if is_factory(self.model) else "name"
+        model = {key: self.model, "config": dict(self.model_config)}
+        return ProfiledOracle(
+            graph,
+            cluster,
+            model=model,
+            microbatches=self.microbatches,
+            schedule=self.schedule,
+            cache=self.cache,
+            **dict(self.options),
+        )
+
+
+def lower_bound(problem: Problem) -> float:
+    """The problem's lower bound from a simulator on its graph and cluster (nothing is executed).
+
+    The env's microbatches, schedule and objective; for a calibrated ``cpu_N@PATH``
+    cluster this is the calibrated simulator's bound, also for the profiled oracle.
+    """
+    from placement_env.oracles.simulator import Simulator
+
+    s = problem.spec
+    sim = Simulator(
+        problem.graph,
+        problem.cluster,
+        microbatches=s.microbatches,
+        schedule=s.schedule,
+        objective=s.objective,
+    )
+    return float(sim.lower_bound())
 
 
 def build_problem(spec: EnvSpec) -> Problem:
@@ -318,17 +358,21 @@ def run_baseline(
             seed=seed,
         )
     except baselines.InfeasiblePlanError as exc:
+        oom = bool(getattr(exc, "oom", True))  # False: the plan cannot run (e.g. ranks failed)
         return BaselineOutcome(
-            name, None, int(oracle.calls), time.perf_counter() - t0, oom=True, error=str(exc)
+            name, None, int(oracle.calls), time.perf_counter() - t0, oom=oom, error=str(exc)
         )
     seconds = time.perf_counter() - t0
     res = problem.oracle().evaluate(plan)
+    # an infeasible plan (e.g. the profiled runtime's ranks failed) is the baseline failing
+    ok = res.feasible and math.isfinite(res.step_time)
     return BaselineOutcome(
         name,
-        None if res.oom else float(res.step_time),
+        float(res.step_time) if ok else None,
         int(plan.meta.get("oracle_calls", oracle.calls)),
         float(plan.meta.get("search_seconds", seconds)),
         oom=bool(res.oom),
+        error=None if ok else (res.infeasible_reason or res.extra.get("oom")),
         plan=plan,
     )
 
@@ -363,11 +407,25 @@ def speedups(best: float | None, baselines: Mapping[str, BaselineOutcome]) -> di
 def write_plan_artifacts(
     problem: Problem, plan: Plan, run_dir: Path, stem: str = "best_plan"
 ) -> Any:
-    """Write ``STEM.json``, a Gantt PNG and a Chrome trace of ``plan``; return its SimResult."""
+    """Write ``STEM.json``, a Gantt PNG and a Chrome trace of ``plan``; return its SimResult.
+
+    A result without a schedule (the profiled oracle measures per-rank totals, not a
+    timeline) gets ``STEM_timeline.txt``, a one-line note saying so, instead of the Gantt
+    and trace, and its measurement as ``STEM_measured.json``.
+    """
     from placement_env.oracles import trace
 
     plan.save(run_dir / f"{stem}.json")
     result = problem.oracle().evaluate(plan, record=True)
+    if result.events is None:
+        measured = result.extra.get("measured")
+        note = f"no timeline for {stem}.json: the {problem.spec.oracle} oracle records no schedule"
+        if measured:
+            note += f"; per-rank compute/comm/idle seconds are in {stem}_measured.json"
+        write_bytes_atomic(run_dir / f"{stem}_timeline.txt", (note + "\n").encode())
+        if measured:
+            write_json(run_dir / f"{stem}_measured.json", measured)
+        return result
     trace.plot_gantt(result, problem.graph, problem.cluster, run_dir / f"{stem}_gantt.png")
     trace.write_chrome_trace(result, problem.graph, problem.cluster, run_dir / f"{stem}_trace.json")
     return result

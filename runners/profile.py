@@ -1,4 +1,4 @@
-"""``python -m runners.profile``: measure this machine and write the ``cpu_N`` cluster calibration."""
+"""``python -m runners.profile``: measure this machine and write a ``cpu_N`` calibration file (used as ``cpu_N@PATH``)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,11 @@ def main(cfg: DictConfig) -> None:
             f"{fit['transfer_overhead'] * 1e6:.0f} us per transfer endpoint "
             f"(fit MAPE {fit['fit_mape']:.1f} % over {fit['samples']} rank samples)"
         )
+    # nothing reads the file implicitly: a cluster uses it only when named (cpu_N@PATH)
+    print(
+        f"use it by naming it: env.cluster=cpu_2@{path.resolve()} "
+        f"(any cpu_N@PATH; plain cpu_N keeps the documented defaults)"
+    )
 
 
 if __name__ == "__main__":

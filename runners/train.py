@@ -389,9 +389,7 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         f"{problem.cluster.name} ({problem.cluster.num_devices} devices), "
         f"{spec.microbatches} microbatches, {spec.schedule}, oracle {spec.oracle}"
     )
-    lower_bound = float(
-        problem.oracle().evaluate(np.zeros(problem.graph.num_nodes, np.int64)).lower_bound
-    )
+    lower_bound = common.lower_bound(problem)  # the simulator's: nothing is executed
 
     # ---- logger
     info_path = run_dir / "run_info.json"

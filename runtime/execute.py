@@ -34,6 +34,10 @@ class ExecResult:
         loss: loss of the first step.
         devices: cluster device of each rank.
         mode, world_size, microbatches, schedule, plan_hash: what ran.
+        peak_memory: per rank, bytes at the process's peak (CPU: peak resident set of the
+            whole process, Python and torch included; CUDA: peak allocation); empty for
+            results saved before it was measured. Under ``run_specs`` a process's peak
+            covers the specs it ran before too.
     """
 
     step_time: float
@@ -49,6 +53,7 @@ class ExecResult:
     schedule: str
     plan_hash: str
     extra: dict[str, Any] = field(default_factory=dict)
+    peak_memory: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,6 +94,7 @@ class ExecResult:
             schedule=spec.schedule,
             plan_hash=spec.plan_hash,
             extra=extra,
+            peak_memory=[float(r.get("peak_memory", 0.0)) for r in records],
         )
 
 

@@ -134,6 +134,22 @@ def inject_fault(spec: RunSpec, rank: int, step: int) -> None:
         time.sleep(3600)
 
 
+def peak_memory(device: torch.device) -> float:
+    """Bytes at this process's peak so far: CUDA's peak allocation, else the peak resident set.
+
+    On CPU this is ``getrusage``'s ``ru_maxrss`` (the whole process, the Python and
+    torch runtime included; KiB on Linux, bytes on macOS), 0 where it is unavailable.
+    """
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return 0.0
+    rss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return rss if sys.platform == "darwin" else rss * 1024.0
+
+
 def run_steps(
     spec: RunSpec,
     rank: int,
@@ -145,7 +161,8 @@ def run_steps(
 
     Each step starts after a barrier; its time is this rank's wall time to finish
     forward, backward and optimizer step. With ``capture_grads`` the gradients of
-    the first step (before the optimizer) are included. A ``watchdog`` is armed during
+    the first step (before the optimizer) are included; ``peak_memory`` is this
+    process's peak so far (:func:`peak_memory`). A ``watchdog`` is armed during
     the steps: every timed block and step phase counts as progress.
     """
     timer = StepTimer(device, on_progress=watchdog.beat if watchdog else None)
@@ -188,6 +205,7 @@ def run_steps(
     if watchdog is not None:
         watchdog.beat(spec.warmup + spec.steps, "final barrier")
     dist.barrier()
+    rec["peak_memory"] = peak_memory(device)
     if watchdog is not None:
         watchdog.disarm()
     return rec

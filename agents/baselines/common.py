@@ -16,7 +16,15 @@ from placement_env.oracles.base import Oracle, SimResult
 
 
 class InfeasiblePlanError(ValueError):
-    """No plan that respects every device's memory (and colocation) was found."""
+    """No plan that respects every device's memory (and colocation) was found.
+
+    ``oom`` is False when the reason is not memory: the plan found cannot run at all
+    (the oracle's ``infeasible_reason``, e.g. the profiled runtime's ranks failed).
+    """
+
+    def __init__(self, message: str, *, oom: bool = True) -> None:
+        super().__init__(message)
+        self.oom = oom
 
 
 def fmt_bytes(x: float) -> str:
@@ -440,10 +448,16 @@ def finish(
             for d in range(prob.num_devices)
             if result.peak_memory[d] > prob.cluster.devices[d].memory
         ]
+        why = result.extra.get("oom")  # the oracle's own account (e.g. a measured peak)
         raise InfeasiblePlanError(
             f"{algorithm}: its plan for {prob.graph.meta.get('name', '?')!r} runs out of memory on {over}"
+            + (f" ({why})" if why else "")
         )
     if not np.isfinite(result.step_time):
+        if result.infeasible_reason:
+            raise InfeasiblePlanError(
+                f"{algorithm}: its plan cannot run: {result.infeasible_reason}", oom=False
+            )
         raise InfeasiblePlanError(
             f"{algorithm}: its plan puts a node on a device that cannot run it"
         )

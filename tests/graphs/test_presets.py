@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 from graphs import clusters
+from graphs.cpu_cluster import DEFAULT_CPU, calibration_digest, cpu_cluster
 
 EXPECTED = {
     "dgx1_v100_8": (8, {"v100"}),
@@ -105,12 +107,35 @@ def test_hetero_mixed_speeds():
 
 
 def test_cpu_n(tmp_path, monkeypatch):
-    monkeypatch.setenv("DEVPLACE_CPU_CALIBRATION", str(tmp_path / "none.json"))
+    # a calibration in the home folder is never read implicitly: cpu_N is the defaults
+    home = tmp_path / "home"
+    (home / ".cache" / "devplace").mkdir(parents=True)
+    (home / ".cache" / "devplace" / "cpu_calibration.json").write_text(
+        json.dumps({"device": {"peak_flops": 1e9}})
+    )
+    monkeypatch.setenv("HOME", str(home))
     c = clusters.load("cpu_3")
     assert c.num_devices == 3 and c.kinds == ("cpu",) * 3
-    assert c.meta["calibrated"] is False
+    assert c.meta["calibrated"] is False and c.meta["calibration"] == "defaults"
+    assert c.devices[0].peak_flops == DEFAULT_CPU["peak_flops"]
+    assert c.content_hash() == cpu_cluster(3).content_hash()
     with pytest.raises(ValueError, match="N >= 1"):
         clusters.load("cpu_0")
+
+
+def test_cpu_n_with_a_named_calibration_records_it(tmp_path):
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"device": {"peak_flops": 1e9, "memory": 2**30}}))
+    c = clusters.load(f"cpu_2@{path}")
+    assert c.name == f"cpu_2@{path}" and c.devices[1].peak_flops == 1e9
+    assert c.devices[0].memory == 2**30 and c.devices[0].mem_bw == DEFAULT_CPU["mem_bw"]
+    assert c.meta["calibrated"] is True and c.meta["calibration"] == str(path)
+    assert c.meta["calibration_sha256"] == calibration_digest(json.loads(path.read_text()))
+    # the figures differ from the defaults, so plans made for one are refused by the other
+    assert c.content_hash() != clusters.load("cpu_2").content_hash()
+    assert c.content_hash() == clusters.load(c.name).content_hash()
+    with pytest.raises(ValueError, match="missing.json.*no such file.*runners.profile"):
+        clusters.load(f"cpu_2@{tmp_path / 'missing.json'}")
 
 
 def test_unknown_preset_lists_choices():

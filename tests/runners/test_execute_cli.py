@@ -24,16 +24,27 @@ def test_default_cluster_counts_devices(tmp_path: Path) -> None:
     g = _graph()
     path = tmp_path / "g.json"
     save(g, path)
-    _, cluster = resolve(Plan(np.array([0, 1, 2])), str(path), None)
+    model = {"meta": {"model": {"name": "any"}}}  # execute needs one; the cluster does not
+    _, cluster = resolve(Plan(np.array([0, 1, 2]), **model), str(path), None)
     assert cluster.num_devices == 3
     # a pipeline x tensor-parallel plan: stages on devices 0 and 2, each a tp group of 2
     plan = Plan(
-        np.array([0, 0, 2]), stage=np.array([0, 0, 1]), stage_device=(0, 2), tp_degree={0: 2}
-    )
+        np.array([0, 0, 2]), stage=np.array([0, 0, 1]), stage_device=(0, 2), tp_degree={0: 2},
+        **model,
+    )  # fmt: skip
     _, cluster = resolve(plan, str(path), None)
     assert cluster.num_devices == 4
     _, cluster = resolve(plan, str(path), "cpu_6")
     assert cluster.num_devices == 6
+
+
+def test_a_plan_without_model_is_refused_naming_why(tmp_path: Path) -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="graph file g.json, which holds costs"):
+        resolve(Plan(np.array([0, 1]), meta={"graph_file": "g.json"}), None, None)
+    with pytest.raises(ValueError, match="names no model to run"):
+        resolve(Plan(np.array([0, 1])), None, None)
 
 
 def test_cluster_key_is_a_value_not_the_config_group(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from graphs import clusters
 from graphs.cpu_cluster import concurrency_factor, cpu_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,3 +38,9 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
     c = cpu_cluster(2, calibration=cal, processes=2)
     assert concurrency_factor(cal, 2) == pytest.approx(min(1.0, 1 / fit["factor"]))
     assert c.devices[0].transfer_overhead == pytest.approx(fit["transfer_overhead"])
+    # the file is used only when named, and the run says how
+    assert f"env.cluster=cpu_2@{out.resolve()}" in proc.stdout
+    named = clusters.load(f"cpu_2@{out}")
+    assert named.devices[0].peak_flops == cal["device"]["peak_flops"]
+    assert named.meta["calibration"] == str(out) and named.meta["calibrated"] is True
+    assert clusters.load("cpu_2").meta["calibrated"] is False

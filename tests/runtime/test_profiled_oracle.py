@@ -1,6 +1,8 @@
-"""ProfiledOracle: the Oracle protocol, plan checks, and caching by plan hash (memory and disk)."""
+"""ProfiledOracle: the Oracle protocol, plan checks, caching by plan hash, memory caps, failed runs."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -8,9 +10,12 @@ import pytest
 from graphs.compgraph import CompGraph
 from graphs.cpu_cluster import cpu_cluster
 from graphs.plan import Plan
+from placement_env.oracles import profiled
 from placement_env.oracles.base import Oracle
 from placement_env.oracles.profiled import ProfiledOracle
+from placement_env.oracles.simulator import Simulator
 from runtime.execute import ExecResult
+from runtime.launch import RankFailure
 from runtime.spec import plan_hash
 
 pytestmark = pytest.mark.timeout(60)
@@ -80,3 +85,98 @@ def test_plans_the_runtime_cannot_run_are_refused_naming_the_field(setup):
     with pytest.raises(ValueError, match="schedule '1f1b'"):
         oracle.evaluate(two_stages_one_device)
     assert oracle.runs == 0
+
+
+def test_lower_bound_is_the_simulators_on_the_same_cluster(setup):
+    g, c, oracle, _ = setup
+    sim = Simulator(g, c, microbatches=1, schedule="1f1b")
+    assert oracle.lower_bound() == sim.lower_bound() > 0
+    assert oracle.runs == 0  # nothing was executed for it
+
+
+def test_measured_peak_over_the_device_cap_is_oom(tmp_path):
+    g = CompGraph.build(3, [(0, 1), (1, 2)], flops=1.0, name=["linear", "relu", "mean"])
+    c = cpu_cluster(2, calibration={"device": {"memory": 100 * 2**20}})
+    oracle = ProfiledOracle(g, c, model={"factory": "runtime.toy:branchy"}, cache_dir=tmp_path)
+    placement = np.array([0, 1, 1])
+    h = plan_hash(Plan.for_graph(placement, g, c, microbatches=1, schedule="1f1b"))
+    ex = fake_result(h)
+    ex.peak_memory = [50 * 2**20, 300 * 2**20]
+    ex.save(tmp_path / f"{h}.json")
+    res = oracle.evaluate(placement)
+    assert res.oom and not res.feasible and res.step_time == 0.25
+    assert res.peak_memory.tolist() == [50 * 2**20, 300 * 2**20]
+    assert "cpu1" in res.extra["oom"] and "300.0 MiB" in res.extra["oom"]
+
+
+def test_predicted_oom_is_not_run(monkeypatch):
+    g = CompGraph.build(
+        3, [(0, 1), (1, 2)], flops=1.0, param_bytes=1e6, name=["linear", "relu", "mean"]
+    )
+    c = cpu_cluster(2, calibration={"device": {"memory": 2e5}})
+    oracle = ProfiledOracle(g, c, model={"factory": "runtime.toy:branchy"})
+    monkeypatch.setattr(profiled, "execute", _must_not_run)
+    res = oracle.evaluate(np.array([0, 1, 1]))
+    assert res.oom and math.isinf(res.step_time) and oracle.runs == 0
+    assert res.extra["oom"].startswith("predicted") and res.peak_memory.max() > 2e5
+
+
+def _must_not_run(*args, **kwargs):
+    raise AssertionError("execute must not be called")
+
+
+@pytest.mark.parametrize(
+    ("error_type", "message", "oom"),
+    [
+        ("ValueError", "Number of microbatches (1) must be >= the number of stages (2)", False),
+        ("MemoryError", "", True),
+        ("RuntimeError", "DefaultCPUAllocator: can't allocate memory: you tried ...", True),
+    ],
+)
+def test_rank_failure_is_an_infeasible_or_oom_result(setup, monkeypatch, error_type, message, oom):
+    g, c, oracle, folder = setup
+
+    def failing(*args, **kwargs):
+        raise RankFailure(1, error_type, message)
+
+    monkeypatch.setattr(profiled, "execute", failing)
+    res = oracle.evaluate(np.array([0, 1, 1]))
+    assert math.isinf(res.step_time) and not res.feasible and res.oom is oom
+    assert oracle.runs == 1 and not list(folder.glob("*.json"))  # failures are not kept on disk
+    if oom:
+        assert res.infeasible_reason is None and "rank 1" in res.extra["oom"]
+    else:
+        assert "rank 1 failed with ValueError: Number of microbatches" in res.infeasible_reason
+    assert oracle.evaluate(np.array([0, 1, 1])) is res and oracle.runs == 1
+
+
+def test_oracles_sharing_a_cache_run_a_plan_once(setup, monkeypatch):
+    g, c, _, _ = setup
+    shared: dict = {}
+    runs = []
+
+    def fake_execute(plan, *args, **kwargs):
+        runs.append(plan)
+        return fake_result(plan_hash(plan))
+
+    monkeypatch.setattr(profiled, "execute", fake_execute)
+    a = ProfiledOracle(g, c, model={"factory": "runtime.toy:branchy"}, cache=shared)
+    b = ProfiledOracle(g, c, model={"factory": "runtime.toy:branchy"}, cache=shared)
+    assert a.evaluate(np.array([0, 1, 1])) is b.evaluate(np.array([0, 1, 1]))
+    assert len(runs) == 1 and (a.runs, b.runs, b.calls) == (1, 0, 1)
+
+
+@pytest.mark.timeout(120)
+def test_a_real_run_over_its_memory_cap_is_reported_oom():
+    from runtime.model import graph_for_model
+
+    model = {"factory": "runtime.toy:branchy", "config": {"batch": 8}}
+    g = graph_for_model(model)
+    # every CPU process holds far more than 32 MiB (Python and torch), the simulator
+    # predicts the tiny model well under it: the run happens and its measured peak is over
+    c = cpu_cluster(2, calibration={"device": {"memory": 32 * 2**20}})
+    oracle = ProfiledOracle(g, c, model=model, steps=1, warmup=0)
+    res = oracle.evaluate(g.group % 2)
+    assert oracle.runs == 1 and res.oom and res.extra["oom"].startswith("measured")
+    assert np.isfinite(res.step_time) and (res.peak_memory > 32 * 2**20).all()
+    assert res.extra["measured"]["peak_memory"] == res.peak_memory.tolist()
