@@ -41,6 +41,10 @@ def load(name: str, *, nodes: int = 1) -> Cluster:
     """Load a preset by name (``dgx1_v100_8``, ``dgx_a100_80g``, ``cpu_4``, ...) or a YAML/JSON
     file path.
 
+    ``cpu_N`` is N CPU processes with the documented default figures on every machine;
+    ``cpu_N@PATH`` takes its figures from the calibration file ``PATH`` written by
+    ``python -m runners.profile`` (see :func:`graphs.cpu_cluster.cpu_cluster`).
+
     ``nodes=N`` joins ``N`` copies of a one-node preset that has a ``scale_out`` section
     (``dgx_a100_80g``, ``dgx_h100``): every GPU gets its own NIC link to one fabric
     switch, device ``k * G + i`` is GPU ``i`` of node ``k`` (``G`` GPUs per node), and

@@ -35,9 +35,11 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
         from runtime.model import graph_for_model
 
         graph = graph_for_model(model)
-    # default: a cpu_N cluster just large enough (a tensor-parallel group spans tp devices)
+    # default: a cpu_N cluster just large enough (a tensor-parallel group spans tp devices;
+    # a hybrid layout uses pp x dp x tp devices)
     tp = max(plan.tp_degree.values(), default=1)
-    name = cluster_name or plan.meta.get("cluster") or f"cpu_{int(plan.placement.max()) + tp}"
+    n = plan.layout.world_size if plan.layout is not None else int(plan.placement.max()) + tp
+    name = cluster_name or plan.meta.get("cluster") or f"cpu_{n}"
     return graph, clusters.load(str(name))
 
 

@@ -14,7 +14,7 @@ from graphs.cluster import Cluster
 from graphs.compgraph import FWD, CompGraph
 from graphs.plan import Plan
 
-MODES = ("oplevel", "pipeline", "tp")
+MODES = ("oplevel", "pipeline", "tp", "hybrid")
 
 
 @dataclass
@@ -22,7 +22,8 @@ class RunSpec:
     """Everything a rank needs; JSON-serialisable.
 
     Attributes:
-        mode: ``"oplevel"`` (any DAG split by device), ``"pipeline"`` (stages) or ``"tp"``.
+        mode: ``"oplevel"`` (any DAG split by device), ``"pipeline"`` (stages), ``"tp"`` or
+            ``"hybrid"`` (data x tensor x pipeline parallel, :mod:`runtime.hybrid`).
         world_size: number of processes, one per device of the plan.
         devices: cluster device index of each rank.
         device_of: forward (FX) node name -> rank (op-level plans).
@@ -34,6 +35,14 @@ class RunSpec:
         model: the model spec (see :func:`runtime.model.load_model`).
         capture_grads: record the first step's (unsharded) gradients in each rank's record
             (for equivalence tests; large for real models).
+        hybrid: for ``mode="hybrid"``, the layout (:meth:`runtime.hybrid.HybridSpec.to_dict`).
+        hang_timeout_s: a rank that makes no progress outside communication (or whose
+            watchdog stops answering) for this long during the steps is named and the job
+            ended (:mod:`runtime.watchdog`); 0 disables. Keep it below ``timeout_s`` (the
+            process-group timeout), which otherwise ends the job with symptoms only.
+        fault: fault injection for failure-handling tests, ``{"rank": r, "step": i,
+            "kind": "hang" | "die"}``: rank r sleeps for good (``hang``) or kills itself with
+            SIGKILL (``die``) just before step i.
     """
 
     mode: str
@@ -57,6 +66,9 @@ class RunSpec:
     threads: int = 1
     plan_hash: str = ""
     capture_grads: bool = False
+    hybrid: dict[str, Any] = field(default_factory=dict)
+    hang_timeout_s: float = 45.0
+    fault: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -88,12 +100,26 @@ class RunSpec:
             raise ValueError(
                 f"RunSpec: tp_degree {tp} must be >= 1 and divide world_size {self.world_size}"
             )
+        if self.mode == "hybrid":
+            from runtime.hybrid import HybridSpec
+
+            if not self.hybrid:
+                raise ValueError("RunSpec: mode 'hybrid' needs the layout in RunSpec.hybrid")
+            layout = HybridSpec.from_layout(self.hybrid)
+            layout.validate()
+            if self.world_size != layout.world_size:
+                raise ValueError(
+                    f"RunSpec: a hybrid plan with pp x dp x tp = {layout.pp} x {layout.dp} x "
+                    f"{layout.tp} runs on {layout.world_size} ranks, got world_size {self.world_size}"
+                )
+        elif self.hybrid:
+            raise ValueError(f"RunSpec: a layout (hybrid) is given but mode is {self.mode!r}")
         if self.mode == "tp" and self.world_size != tp:
             raise ValueError(
                 f"RunSpec: a tensor-parallel plan runs on tp_degree={tp} ranks, got world_size "
                 f"{self.world_size}"
             )
-        if tp > 1 and not self.tp_modules:
+        if tp > 1 and not self.tp_modules and self.mode != "hybrid":
             raise ValueError(f"RunSpec: tp_degree {tp} needs tp_modules (module paths to shard)")
         if self.mode == "pipeline":
             pp = self.world_size // tp
@@ -105,6 +131,19 @@ class RunSpec:
                     f"0..{pp - 1} (world_size {self.world_size} = {pp} pipeline ranks x "
                     f"tp_degree {tp})"
                 )
+        if self.fault:
+            kind, r = self.fault.get("kind"), self.fault.get("rank")
+            if (
+                kind not in ("hang", "die")
+                or not isinstance(r, int)
+                or not 0 <= r < self.world_size
+            ):
+                raise ValueError(
+                    f"RunSpec.fault {self.fault!r}: expected kind 'hang' or 'die' and a rank in "
+                    f"[0, {self.world_size})"
+                )
+        if self.hang_timeout_s < 0:
+            raise ValueError(f"RunSpec.hang_timeout_s {self.hang_timeout_s} must be >= 0")
         if self.steps < 1 or self.warmup < 0:
             raise ValueError(
                 f"RunSpec: steps must be >= 1 and warmup >= 0, got {self.steps}, {self.warmup}"
@@ -179,6 +218,8 @@ def make_run_spec(
             "plan names no model: set plan.meta['model'] = {'name': zoo_name, 'config': {...}} "
             "or pass model="
         )
+    if getattr(plan, "layout", None) is not None:
+        return hybrid_run_spec(plan, model, **options)
     fwd = forward_names(graph)
     degrees = {d for d in plan.tp_degree.values() if d > 1}
     if len(degrees) > 1:
@@ -250,5 +291,33 @@ def make_run_spec(
         spec = RunSpec(
             mode="oplevel", world_size=len(used), devices=used, device_of=device_of, **common
         )
+    spec.validate()
+    return spec
+
+
+def hybrid_run_spec(plan: Plan, model: Mapping[str, Any], **options: Any) -> RunSpec:
+    """The :class:`RunSpec` of a plan with a hybrid ``layout`` (already checked against its
+    graph and cluster): ``pp x dp x tp`` ranks, rank r on cluster device r (the layout's
+    rank order). Refuses (``ValueError``) what the runtime does not execute
+    (sequence parallelism) and a model whose batch is not the layout's ``global_batch``
+    or whose transformer blocks do not match ``stage_layers`` (the model is built on the
+    meta device: no weights)."""
+    from runtime.hybrid import HybridSpec, check_hybrid
+
+    layout = HybridSpec.from_layout(plan.layout)
+    layout.validate()
+    check_hybrid(model, layout)
+    world = layout.world_size
+    spec = RunSpec(
+        mode="hybrid",
+        world_size=world,
+        devices=list(range(world)),
+        model=dict(model),
+        hybrid=layout.to_dict(),
+        microbatches=layout.num_microbatches,
+        schedule=layout.schedule,
+        plan_hash=plan_hash(plan),
+        **options,
+    )
     spec.validate()
     return spec

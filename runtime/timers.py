@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -26,6 +26,8 @@ class StepTimer:
     device: torch.device = torch.device("cpu")
     compute: float = 0.0
     comm: float = 0.0
+    #: called after every timed block (progress for :class:`runtime.watchdog.Watchdog`)
+    on_progress: Callable[[], None] | None = None
 
     def reset(self) -> None:
         self.compute = 0.0
@@ -40,6 +42,8 @@ class StepTimer:
         finally:
             _sync(self.device)
             dt = time.perf_counter() - t0
+            if self.on_progress is not None:
+                self.on_progress()
             if what == "compute":
                 self.compute += dt
             elif what == "comm":

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from runtime.launch import write_error_file
 from runtime.model import load_model
 from runtime.spec import RunSpec
 from runtime.timers import StepTimer
+from runtime.watchdog import RankHang, Watchdog, default_store
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 
@@ -33,6 +37,21 @@ def build_runner(
     for x in inputs:  # the same batch on every rank, whatever the factory did
         dist.broadcast(x, src=0)
     M = spec.microbatches
+    if spec.mode == "hybrid":
+        from runtime.hybrid import HybridRunner, HybridSpec
+
+        runner = HybridRunner(
+            module,
+            zm.loss_fn,
+            inputs,
+            HybridSpec.from_layout(spec.hybrid),
+            rank=rank,
+            world_size=spec.world_size,
+            timer=timer,
+            device=device,
+            tp_modules=spec.tp_modules or None,
+        )
+        return runner, inputs
     if spec.mode == "tp":
         from runtime.tensor_parallel import TensorParallelRunner
 
@@ -104,6 +123,17 @@ def local_grads(runner: Any) -> dict[str, list]:
     return {n: g.detach().cpu().tolist() for n, g in grads.items() if g is not None}
 
 
+def inject_fault(spec: RunSpec, rank: int, step: int) -> None:
+    """``spec.fault`` on this rank before ``step``: sleep for good or die by SIGKILL."""
+    f = spec.fault
+    if not f or f["rank"] != rank or int(f.get("step", 0)) != step:
+        return
+    if f["kind"] == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    while True:  # "hang": never returns; the watchdogs end the job
+        time.sleep(3600)
+
+
 def peak_memory(device: torch.device) -> float:
     """Bytes at this process's peak so far: CUDA's peak allocation, else the peak resident set.
 
@@ -121,24 +151,36 @@ def peak_memory(device: torch.device) -> float:
 
 
 def run_steps(
-    spec: RunSpec, rank: int, device: torch.device, capture_grads: bool
+    spec: RunSpec,
+    rank: int,
+    device: torch.device,
+    capture_grads: bool,
+    watchdog: Watchdog | None = None,
 ) -> dict[str, Any]:
     """Build ``spec``'s runner on this (initialised) rank and run ``warmup`` + ``steps`` steps.
 
     Each step starts after a barrier; its time is this rank's wall time to finish
     forward, backward and optimizer step. With ``capture_grads`` the gradients of
     the first step (before the optimizer) are included; ``peak_memory`` is this
-    process's peak so far (:func:`peak_memory`).
+    process's peak so far (:func:`peak_memory`). A ``watchdog`` is armed during
+    the steps: every timed block and step phase counts as progress.
     """
-    timer = StepTimer(device)
+    timer = StepTimer(device, on_progress=watchdog.beat if watchdog else None)
     runner, inputs = build_runner(spec, rank, device, timer)
     params = runner.parameters()
     opt = OPTIMIZERS[spec.optimizer](params, lr=spec.lr) if params else None
     rec: dict[str, Any] = {"rank": rank, "device": spec.devices[rank], "steps": []}
+    if watchdog is not None:
+        watchdog.arm()
     for i in range(spec.warmup + spec.steps):
+        if watchdog is not None:
+            watchdog.beat(i, "barrier")
         dist.barrier()
         timer.reset()
         t0 = time.perf_counter()
+        if watchdog is not None:
+            watchdog.beat(i, "forward/backward")
+        inject_fault(spec, rank, i)
         loss = runner.forward_backward(inputs)
         if i == 0:
             lt = torch.tensor([loss], dtype=torch.float64)
@@ -160,9 +202,28 @@ def run_steps(
                     "idle": max(0.0, wall - timer.compute - timer.comm),
                 }
             )
+    if watchdog is not None:
+        watchdog.beat(spec.warmup + spec.steps, "final barrier")
     dist.barrier()
     rec["peak_memory"] = peak_memory(device)
+    if watchdog is not None:
+        watchdog.disarm()
     return rec
+
+
+def _hang_handler(rank: int, out_dir: str | None) -> Callable[[int, str], None]:
+    """What a rank's watchdog does when it finds a rank that hangs: record the error under
+    that rank's number (in this rank's error file) and end this process."""
+
+    def on_hang(culprit: int, message: str) -> None:
+        print(f"[rank {rank}] {message}", file=sys.stderr, flush=True)
+        if out_dir:
+            write_error_file(
+                Path(out_dir, f"error_rank{rank}.json"), culprit, RankHang(message), time.time()
+            )
+        os._exit(1)
+
+    return on_hang
 
 
 def run_rank(
@@ -202,11 +263,21 @@ def run_rank(
                 f"plan needs {spec.world_size} processes (one per device {spec.devices}), "
                 f"but WORLD_SIZE={info.world_size}"
             )
+        watchdog = None
+        hang_s = max(s.hang_timeout_s for s in specs)
+        if hang_s > 0 and info.world_size > 1:
+            watchdog = Watchdog(
+                default_store(), rank, info.world_size, hang_s, _hang_handler(rank, out_dir)
+            ).start()
         recs = []
         for s in specs:
             if info.device.type == "cpu":
                 torch.set_num_threads(max(1, s.threads))
-            recs.append(run_steps(s, rank, info.device, s.capture_grads if many else capture_grads))
+            recs.append(
+                run_steps(
+                    s, rank, info.device, s.capture_grads if many else capture_grads, watchdog
+                )
+            )
             gc.collect()  # the previous plan's runner and optimizer state
         if out_dir:
             payload = {"records": recs} if many else recs[0]
@@ -214,8 +285,6 @@ def run_rank(
         return recs if many else recs[0]
     except BaseException as exc:
         if out_dir:
-            import os
-
             r = rank if rank >= 0 else int(os.environ.get("RANK", "0"))
             write_error_file(Path(out_dir, f"error_rank{r}.json"), r, exc, time.time())
         raise

@@ -145,10 +145,11 @@ class ProfiledOracle:
     def _plan(self, placement_or_plan: np.ndarray | Plan) -> Plan:
         if isinstance(placement_or_plan, Plan):
             plan = placement_or_plan
-            if plan.schedule == "interleaved" and (plan.stage is None or plan.stage_device is None):
+            staged = plan.stage is not None and plan.stage_device is not None
+            if plan.schedule == "interleaved" and not staged and plan.layout is None:
                 raise ValueError(
                     "ProfiledOracle: Plan.schedule='interleaved' needs pipeline stages "
-                    "(Plan.stage and Plan.stage_device); an op placement runs in the op-level "
+                    "(Plan.stage and Plan.stage_device) or a hybrid layout; an op placement runs in the op-level "
                     "runtime's own order, which has no interleaved schedule"
                 )
             plan.check(self.graph, self.cluster)

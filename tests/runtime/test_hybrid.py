@@ -1,0 +1,242 @@
+"""Hybrid plans (runtime.hybrid): layout checks, layers of a program, and data x tensor x
+pipeline parallel executions equal to one process within 1e-5 (8 and 4 gloo ranks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphs.cpu_cluster import cpu_cluster
+from graphs.plan import Plan
+from runtime.dist import seed_everything
+from runtime.execute import run_specs
+from runtime.hybrid import HybridSpec, block_list, segment_of_nodes
+from runtime.launch import spawn
+from runtime.model import graph_for_model, load_model
+from runtime.program import compute_nodes, export_with_loss
+from runtime.spec import RunSpec, make_run_spec
+from tests.runtime import _hybrid_workers
+from tests.runtime._reference import TINY, check_grads
+
+
+def gpt2(n_layer: int) -> dict:
+    return {"name": "gpt2", "config": dict(TINY, n_layer=n_layer)}
+
+
+def layout(dp: int, tp: int, pp: int, n_layer: int = 2, **kw) -> HybridSpec:
+    """Equal layer ranges, one per chunk; microbatch size 1 of TINY's batch of 4."""
+    chunks = pp * kw.get("virtual_stages", 1)
+    per = n_layer // chunks
+    ranges = tuple((c * per, (c + 1) * per) for c in range(chunks))
+    return HybridSpec(
+        dp=dp, tp=tp, pp=pp, microbatch_size=1, global_batch=4, stage_layers=ranges, **kw
+    )
+
+
+# ---------------------------------------------------------------------------- no processes
+def test_layout_fields_rank_order_and_duck_typing():
+    lay = layout(2, 2, 2)
+    assert (lay.world_size, lay.num_chunks, lay.num_microbatches) == (8, 2, 2)
+    # rank = (p * dp + d) * tp + t
+    assert [lay.coords(r) for r in (0, 1, 2, 5, 7)] == [
+        (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 1), (1, 1, 1),
+    ]  # fmt: skip
+    assert HybridSpec.from_layout(lay.to_dict()) == lay
+
+    class LayoutLike:  # graphs.layout.HybridLayout's fields, duck-typed
+        dp, tp, pp, microbatch_size, global_batch = 2, 1, 2, 1, 8
+        virtual_stages, recompute, sequence_parallel, zero, schedule = (
+            2,
+            "full",
+            False,
+            3,
+            "interleaved",
+        )
+        stage_layers = ((0, 1), (1, 2), (2, 3), (3, 4))
+
+    got = HybridSpec.from_layout(LayoutLike())
+    assert got.stage_layers == ((0, 1), (1, 2), (2, 3), (3, 4)) and got.zero == 3
+    got.validate(4)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        (dict(global_batch=5), "global_batch 5 is not a multiple of dp x microbatch_size"),
+        (dict(recompute="some"), "recompute='some'"),
+        (dict(zero=4), "zero=4 must be 0, 1, 2 or 3"),
+        (dict(schedule="interleaved"), "'interleaved' needs virtual_stages > 1"),
+        (
+            dict(stage_layers=((0, 1),)),
+            "stage_layers has 1 ranges, expected pp x virtual_stages = 2",
+        ),
+        (
+            dict(stage_layers=((0, 1), (2, 3))),
+            r"stage_layers\[1\] = \[2, 3\) must start at layer 1",
+        ),
+        (dict(sequence_parallel=True, tp=1), "sequence_parallel=True needs tp > 1"),
+        (dict(dp=0), "dp=0 must be >= 1"),
+    ],
+)
+def test_layout_refusals_name_the_field(kw, match):
+    base = layout(2, 2, 2).to_dict()
+    base.update(kw)
+    with pytest.raises(ValueError, match=match):
+        HybridSpec.from_layout(base).validate(2)
+
+
+def test_layout_must_cover_the_model_layers():
+    with pytest.raises(ValueError, match="cover layers 0..1, the model has 3 transformer layers"):
+        layout(1, 1, 2).validate(3)
+    with pytest.raises(ValueError, match="runs on 8 ranks, got world_size 4"):
+        RunSpec(
+            mode="hybrid", world_size=4, devices=[0, 1, 2, 3], model=gpt2(2),
+            hybrid=layout(2, 2, 2).to_dict(),
+        ).validate()  # fmt: skip
+
+
+def test_segments_of_gpt2_follow_its_blocks():
+    seed_everything(0)
+    zm = load_model(gpt2(2))
+    gm = export_with_loss(zm.module, zm.example_inputs, zm.loss_fn)
+    assert block_list(gm) == ("h", 2)
+    seg = segment_of_nodes(gm, "h", 2)
+    assert seg["embedding"] == 0 and seg["embedding_1"] == 0  # wte, wpe
+    assert seg["linear"] == 1 and seg["add_4"] == 1  # h.0's QKV ... its second residual add
+    assert seg["layer_norm_2"] == 2 and seg["linear_7"] == 2  # h.1
+    assert seg["layer_norm_4"] == 3 and seg["cross_entropy_loss"] == 3  # ln_f, head, loss
+    order = [seg[n.name] for n in compute_nodes(gm)]
+    assert order == sorted(order)
+
+
+def test_llama_blocks_are_its_layers():
+    seed_everything(0)
+    cfg = {"batch": 2, "seq": 8, "n_layer": 2, "d_model": 16, "n_head": 4, "n_kv_head": 2,
+           "d_ff": 32, "vocab": 32, "n_ctx": 8}  # fmt: skip
+    zm = load_model({"name": "llama", "config": cfg})
+    gm = export_with_loss(zm.module, zm.example_inputs, zm.loss_fn)
+    assert block_list(gm) == ("layers", 2)
+    seg = segment_of_nodes(gm, "layers", 2)
+    assert set(seg.values()) == {0, 1, 2, 3}
+
+
+# ---------------------------------------------------------------------------- processes
+@pytest.fixture(scope="module")
+def graphs_by_layers():
+    return {n: graph_for_model(gpt2(n)) for n in (2, 4)}
+
+
+def hybrid_plan(graphs_by_layers, n_layer: int = 2, **kw) -> tuple[Plan, object]:
+    """``Plan.hybrid`` of the tiny GPT-2 with ``n_layer`` blocks on 8 CPU devices, and its graph."""
+    graph = graphs_by_layers[n_layer]
+    plan = Plan.hybrid(
+        graph, CLUSTER, microbatch_size=1, global_batch=4, meta={"model": gpt2(n_layer)}, **kw
+    )
+    return plan, graph
+
+
+CLUSTER = cpu_cluster(8, calibration={})
+
+
+def test_hybrid_plan_resolves_to_a_hybrid_run_spec(graphs_by_layers):
+    plan, graph = hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, zero=3, recompute="full")
+    spec = make_run_spec(plan, graph, CLUSTER)
+    assert (spec.mode, spec.world_size, spec.microbatches, spec.schedule) == (
+        "hybrid",
+        8,
+        2,
+        "1f1b",
+    )
+    assert HybridSpec.from_layout(spec.hybrid) == HybridSpec.from_layout(plan.layout)
+    assert spec.devices == list(range(8))
+    with pytest.raises(ValueError, match="batch is 4 samples but the layout's global_batch is 8"):
+        make_run_spec(
+            Plan.hybrid(graph, CLUSTER, dp=2, tp=2, pp=2, microbatch_size=2, global_batch=8,
+                        meta={"model": gpt2(2)}),
+            graph, CLUSTER,
+        )  # fmt: skip
+    sp = make_run_spec(
+        *hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, sequence_parallel=True), CLUSTER
+    )
+    assert sp.hybrid["sequence_parallel"] is True
+
+
+@pytest.mark.timeout(900)
+def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(graphs_by_layers):
+    """8 gloo ranks, one torchrun launch, dp x pp x tp = 2 x 2 x 2: ZeRO 0 / 3 x recompute
+    none / full (2 blocks, 1F1B), then ZeRO 2 with selective recomputation and sequence
+    parallelism on the interleaved schedule (4 blocks, 2 chunks per pipeline rank). The loss
+    and every gradient of the first step equal one full-batch process within 1e-5."""
+    cases = [dict(zero=z, recompute=r) for z in (0, 3) for r in ("none", "full")]
+    cases.append(
+        dict(zero=2, recompute="selective", virtual_stages=2, n_layer=4, sequence_parallel=True)
+    )
+    specs = []
+    for kw in cases:
+        plan, graph = hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, **kw)
+        specs.append(
+            make_run_spec(
+                plan, graph, CLUSTER, steps=1, warmup=0, capture_grads=True, timeout_s=300
+            )
+        )
+    assert specs[-1].schedule == "interleaved"
+    results = run_specs(specs, timeout_s=880)
+    for kw, res in zip(cases, results):
+        assert (res.mode, res.world_size, res.microbatches) == ("hybrid", 8, 2), kw
+        check_grads([res.extra["grads"]], gpt2(kw.get("n_layer", 2)), res.loss)
+
+
+LLAMA = {
+    "name": "llama",
+    "config": {"batch": 4, "seq": 8, "n_layer": 2, "d_model": 16, "n_head": 4, "n_kv_head": 2,
+               "d_ff": 32, "vocab": 32, "n_ctx": 8},
+}  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+def test_sequence_parallel_runs_layer_norms_on_sequence_shards():
+    """2 gloo ranks, tp 2, with and without sequence parallelism: the same loss and gradients
+    as one process; with it every layer norm after the first block's first sees its input
+    sharded on the sequence dim (``Shard(dim=1)``; without it a partial sum each rank
+    reduces in full), and the row-parallel outputs are reduce-scattered. Then LLaMA (RMSNorm,
+    rotary positions, SwiGLU, grouped-query attention) with sequence parallelism and ZeRO 3
+    on the same ranks."""
+    lays = [
+        layout(1, 2, 1, sequence_parallel=sp).to_dict() | {"microbatch_size": 2}
+        for sp in (False, True)
+    ]
+    cases = [(lay, gpt2(2)) for lay in lays]
+    cases.append((lays[1] | {"zero": 3, "stage_layers": [[0, 2]]}, LLAMA))
+    ranks = spawn(_hybrid_workers.observe_steps, 2, (cases,), timeout_s=280)
+    for i, (_, model) in enumerate(cases):  # the loss is reported by tp index 0 only
+        check_grads([r[i]["grads"] for r in ranks], model, sum(r[i]["loss"] for r in ranks))
+    for plain, sp, _ in ranks:
+        # per microbatch: ln_1, ln_2 of two blocks and ln_f; the first sees the embeddings
+        assert sp["layer_norm_inputs"] == (["(Replicate(),)"] + ["(Shard(dim=1),)"] * 4) * 2
+        assert "(Shard(dim=1),)" not in plain["layer_norm_inputs"]
+        assert sp["comms"].get("reduce_scatter_tensor", 0) >= 2 * 2 * 2  # 2 per block, 2 mbs
+        assert "reduce_scatter_tensor" not in plain["comms"]
+
+
+@pytest.mark.timeout(300)
+def test_profiled_oracle_scores_hybrid_plans(tmp_path):
+    """The profiled oracle measures a hybrid plan (2 ranks, pp 2 with 2 chunks each on the
+    interleaved schedule, ZeRO 3) through runtime.execute and caches it by a hash that tells
+    layouts apart."""
+    from placement_env.oracles.profiled import ProfiledOracle
+    from runtime.spec import plan_hash
+
+    graph, cluster = graph_for_model(gpt2(4)), cpu_cluster(2, calibration={})
+    plans = [
+        Plan.hybrid(graph, cluster, dp=1, tp=1, pp=2, virtual_stages=2, microbatch_size=1,
+                    global_batch=4, zero=z, meta={"model": gpt2(4)})
+        for z in (0, 3)
+    ]  # fmt: skip
+    assert plan_hash(plans[0]) != plan_hash(plans[1])
+    oracle = ProfiledOracle(graph, cluster, model=gpt2(4), steps=1, warmup=0, cache_dir=tmp_path)
+    res = oracle.evaluate(plans[1])
+    measured = res.extra["measured"]
+    assert (measured["mode"], measured["world_size"]) == ("hybrid", 2)
+    assert (measured["schedule"], measured["microbatches"]) == ("interleaved", 4)
+    assert res.step_time > 0 and (res.device_busy > 0).all()
+    assert oracle.evaluate(plans[1]) is res and oracle.runs == 1  # cached
+    assert (tmp_path / f"{plan_hash(plans[1])}.json").exists()
