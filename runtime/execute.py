@@ -250,6 +250,10 @@ def rehearsal_memory(spec: RunSpec) -> int:
     return int(spec.world_size * 3 * 4 * params)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else ('es' if noun.endswith('s') else 's')}"
+
+
 def check_machine(spec: RunSpec, cluster: Cluster, *, rehearse: bool) -> str | None:
     """Refuse, or describe, running ``spec`` (made for ``cluster``) on this machine.
 
@@ -270,8 +274,9 @@ def check_machine(spec: RunSpec, cluster: Cluster, *, rehearse: bool) -> str | N
     if not rehearse:
         raise WrongMachine(
             f"this plan runs on {what}, but this machine has {gpus} CUDA device(s). Run it on a "
-            f"machine with {spec.world_size} GPUs (the same command picks nccl there), or rehearse "
-            f"it here on {spec.world_size} gloo CPU processes with rehearse=true"
+            f"machine with {_count(spec.world_size, 'GPU')} (the same command picks nccl there), "
+            f"or rehearse it here on {_count(spec.world_size, 'gloo CPU process')} with "
+            "rehearse=true"
         )
     need, have = rehearsal_memory(spec), _available_memory()
     if need > have:

@@ -149,3 +149,34 @@ def test_run_specs_one_failing_spec_fails_the_launch(graph, cluster):
     bad = make_run_spec(ping_pong(graph, cluster, microbatches=3), graph, cluster, steps=1)
     with pytest.raises(RankFailure, match="cannot be split into 3 equal microbatches"):
         run_specs([good, bad], timeout_s=120)
+
+
+def test_check_machine_refuses_or_rehearses_a_gpu_plan(monkeypatch):
+    """A plan for accelerators: refused in one message without enough CUDA devices, or
+    rehearsed on gloo processes (rehearse=True) when the memory check allows it."""
+    import importlib
+    from types import SimpleNamespace
+
+    from graphs.clusters import load
+
+    ex = importlib.import_module(
+        "runtime.execute"
+    )  # the module (runtime.execute is also a function)
+
+    gpus = load("k40_2")
+    spec = SimpleNamespace(devices=[0, 1], world_size=2, backend=None, model={})
+    monkeypatch.setattr(ex, "_cuda_devices", lambda: 0)
+    monkeypatch.setattr(ex, "rehearsal_memory", lambda s: 10 * 2**30)
+    with pytest.raises(
+        ex.WrongMachine, match="machine with 2 GPUs .* 2 gloo CPU processes with rehearse=true"
+    ):
+        ex.check_machine(spec, gpus, rehearse=False)
+    monkeypatch.setattr(ex, "_available_memory", lambda: 2**30)
+    with pytest.raises(ex.WrongMachine, match=r"needs about 10.0 GiB .* only 1.0 GiB"):
+        ex.check_machine(spec, gpus, rehearse=True)
+    monkeypatch.setattr(ex, "_available_memory", lambda: 64 * 2**30)
+    assert "rehearsal" in ex.check_machine(spec, gpus, rehearse=True)
+    monkeypatch.setattr(ex, "_cuda_devices", lambda: 2)  # enough GPUs: runs as it is
+    assert ex.check_machine(spec, gpus, rehearse=False) is None
+    # a plan for CPU processes is never refused
+    assert ex.check_machine(spec, load("cpu_2"), rehearse=False) is None
