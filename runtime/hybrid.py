@@ -520,17 +520,9 @@ class HybridRunner:
         return fully_shard(mod, mesh=dp_mesh, reshard_after_forward=reshard)
 
     def _instrument(self, stage: Any) -> None:
-        for meth in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
-            orig = getattr(stage, meth, None)
-            if orig is None:
-                continue
+        from runtime.pipeline import time_stage_compute
 
-            @functools.wraps(orig)
-            def wrapped(*a: Any, _orig: Any = orig, **kw: Any) -> Any:
-                with self.timer.timed("compute"):
-                    return _orig(*a, **kw)
-
-            setattr(stage, meth, wrapped)
+        time_stage_compute(stage, self.timer)
 
     def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """``(model name, parameter)`` of this rank's chunks, each parameter once."""

@@ -215,17 +215,7 @@ class PipelineRunner:
         _patch_wait(self.timer)
 
     def _instrument(self, stage: PipelineStage) -> None:
-        for meth in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
-            orig = getattr(stage, meth, None)
-            if orig is None:
-                continue
-
-            @functools.wraps(orig)
-            def wrapped(*a: Any, _orig: Any = orig, **kw: Any) -> Any:
-                with self.timer.timed("compute"):
-                    return _orig(*a, **kw)
-
-            setattr(stage, meth, wrapped)
+        time_stage_compute(stage, self.timer)
 
     def parameters(self) -> list[nn.Parameter]:
         return [self.gm.get_parameter("model." + n) for n in self.param_names]
@@ -283,3 +273,18 @@ def _patch_wait(timer: StepTimer) -> None:
             return orig(work)
 
     _schedules._wait_batch_p2p = wait
+
+
+def time_stage_compute(stage: Any, timer: Any) -> None:
+    """Count a pipeline stage's forward / backward chunks as ``compute`` in ``timer``."""
+    for meth in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+        orig = getattr(stage, meth, None)
+        if orig is None:
+            continue
+
+        @functools.wraps(orig)
+        def wrapped(*a: Any, _orig: Any = orig, **kw: Any) -> Any:
+            with timer.timed("compute"):
+                return _orig(*a, **kw)
+
+        setattr(stage, meth, wrapped)
