@@ -11,6 +11,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "policies": ("agents.policies", None),
     "baselines": ("agents.baselines", None),
     "make_ppo": ("agents.ppo", "make_ppo"),
+    "make_hybrid_ppo": ("agents.ppo", "make_hybrid_ppo"),
     "make_vec_env": ("agents.ppo", "make_vec_env"),
     "BestPlanTracker": ("agents.callbacks", "BestPlanTracker"),
     "export_policy": ("agents.export", "export_policy"),

@@ -56,6 +56,11 @@ class BestPlanTracker(BaseCallback):
     def _on_training_start(self) -> None:
         self._t0 = time.perf_counter()
 
+    @property
+    def started_at(self) -> float:
+        """``time.perf_counter()`` when this session's training started (``wall_s`` counts from it)."""
+        return self._t0
+
     def _count_calls(self) -> int:
         try:
             return int(sum(self.training_env.get_attr("total_oracle_calls")))

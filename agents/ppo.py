@@ -125,3 +125,40 @@ def make_ppo(
     }
     algo: type[MaskablePPO] | type[PPO] = MaskablePPO if is_masking_supported(venv) else PPO
     return algo(policy_cls, venv, seed=seed, policy_kwargs=policy_kwargs, **kw)
+
+
+#: PPO settings of ``Hybrid-v0`` (64-step episodes of layout moves): as :data:`PPO_DEFAULTS`
+#: but discounted (``gamma = 0.95``), as ``scripts/bench_hybrid_learning.py`` has run it.
+HYBRID_PPO_DEFAULTS: dict[str, Any] = {**PPO_DEFAULTS, "gamma": 0.95}
+
+
+def make_hybrid_ppo(
+    env: EnvLike,
+    *,
+    seed: int = 0,
+    n_envs: int = 1,
+    env_kwargs: Mapping[str, Any] | None = None,
+    vec_env: str = "dummy",
+    **ppo_kwargs: Any,
+) -> MaskablePPO:
+    """``MaskablePPO`` with SB3's ``MultiInputPolicy`` (an MLP over the concatenated ``Dict``
+    observation) on ``placement_env/Hybrid-v0``: its observation is a fixed-size layout
+    summary, not a graph, so the graph policies of :func:`make_ppo` do not apply.
+
+    Args:
+        env, seed, env_kwargs, vec_env: see :func:`make_vec_env`.
+        n_envs: parallel envs (default 1: each env builds the problem's layout space).
+        **ppo_kwargs: ``MaskablePPO`` arguments over :data:`HYBRID_PPO_DEFAULTS`
+            (``net_kwargs``, an option of the graph policies, is refused).
+    """
+    if "net_kwargs" in ppo_kwargs:
+        raise ValueError(
+            "make_hybrid_ppo: net_kwargs configure the graph policies; Hybrid-v0 uses SB3's "
+            "MultiInputPolicy (size it with policy_kwargs={'net_arch': [...]})"
+        )
+    venv = make_vec_env(env, n_envs=n_envs, seed=seed, env_kwargs=env_kwargs, vec_env=vec_env)
+    if not is_masking_supported(venv):
+        raise ValueError("make_hybrid_ppo: the env has no action_masks(); is it Hybrid-v0?")
+    kw = {**HYBRID_PPO_DEFAULTS, **ppo_kwargs}
+    kw["batch_size"] = min(int(kw["batch_size"]), int(kw["n_steps"]) * venv.num_envs)
+    return MaskablePPO("MultiInputPolicy", venv, seed=seed, **kw)

@@ -9,6 +9,9 @@
    reports the best feasible plan of the problem: the best sampled one, the start when
    nothing beat it (:func:`best_with_start`), or, when PPO trained on other instances
    (a generator), the trained policy's own zero-shot plan of the problem.
+
+:func:`hybrid_ppo_search` is the same loop on ``Hybrid-v0``: its plans are layouts
+(:class:`graphs.layout.HybridLayout`), its policy SB3's ``MultiInputPolicy``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ class SearchResult:
             ``"zero_shot"`` (trained on other instances; the policy planned the problem).
         start_step_time: the start plan's step time (``None``: no start, or infeasible).
         model: the trained SB3 model.
+        layout: the best plan's :class:`graphs.layout.HybridLayout` as a dict (hybrid
+            searches only).
+        curve: ``(timesteps, oracle_calls, wall seconds, best step time)`` points, one per
+            episode and per improvement (hybrid searches only; seconds since the search of
+            this session began, the env's layout space and the network included).
     """
 
     placement: np.ndarray | None
@@ -56,6 +64,8 @@ class SearchResult:
     best_from: str = "search"
     start_step_time: float | None = None
     model: Any = None
+    layout: dict[str, Any] | None = None
+    curve: list[tuple[int, int, float, float]] = field(default_factory=list)
 
 
 def warm_start_plan(
@@ -252,4 +262,70 @@ def ppo_search(
         best_from,
         start_time,
         model,
+    )
+
+
+def hybrid_ppo_search(
+    env: Any,
+    *,
+    timesteps: int,
+    seed: int = 0,
+    ppo_kwargs: Mapping[str, Any] | None = None,
+    callbacks: Sequence[Any] = (),
+    model: Any = None,
+    tracker: Any = None,
+) -> SearchResult:
+    """Train ``MaskablePPO`` on ``placement_env/Hybrid-v0`` episodes of one problem and
+    report the best memory-feasible layout it visited.
+
+    Every step's info carries the layout it scored (``info["layout"]``): the fastest
+    feasible one is the answer (``placement``: its :func:`graphs.plan.hybrid_placement`).
+    The layout an episode starts from is evaluated (and counted as an oracle call) at its
+    reset, which SB3 does not pass to callbacks: it is a candidate once a step visits it.
+
+    Args:
+        env: what :func:`agents.ppo.make_hybrid_ppo` takes (a ``() -> Env`` factory of a
+            fixed problem); ignored when ``model`` is given.
+        timesteps: total env steps (a resumed ``model`` continues up to it).
+        seed, ppo_kwargs: ``make_hybrid_ppo``'s arguments.
+        callbacks: further SB3 callbacks (progress, checkpoints, logging).
+        model, tracker: a model to continue (resume) and its restored
+            :class:`~agents.callbacks.BestPlanTracker`.
+    """
+    from agents.callbacks import BestPlanTracker
+
+    t0 = time.perf_counter()
+    tracker = tracker if tracker is not None else BestPlanTracker()
+    if model is None:
+        from agents.ppo import make_hybrid_ppo
+
+        model = make_hybrid_ppo(env, seed=seed, **dict(ppo_kwargs or {}))
+        remaining, reset = int(timesteps), True
+    else:
+        remaining, reset = max(0, int(timesteps) - int(model.num_timesteps)), False
+    if remaining > 0:
+        model.learn(
+            total_timesteps=remaining, callback=[tracker, *callbacks], reset_num_timesteps=reset
+        )
+    found = tracker.best_placement is not None
+    setup = tracker.started_at - t0 if remaining > 0 else 0.0  # building the envs and the network
+    history = [
+        (int(h["timesteps"]), int(h["oracle_calls"]), float(h["best_step_time"]))
+        for h in tracker.history
+    ]
+    curve = [
+        (t, c, setup + float(h["wall_s"]), b) for (t, c, b), h in zip(history, tracker.history)
+    ]
+    return SearchResult(
+        np.asarray(tracker.best_placement, dtype=np.int64) if found else None,
+        float(tracker.best_step_time) if found else None,
+        int(tracker.oracle_calls),
+        time.perf_counter() - t0,
+        int(model.num_timesteps),
+        history,
+        "search",
+        None,
+        model,
+        dict(tracker.best_info["layout"]) if found else None,
+        curve,
     )

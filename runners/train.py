@@ -2,7 +2,8 @@
 
 Writes into the hydra run directory: ``config.yaml`` (resolved), ``baselines.json``,
 ``result.json``, ``best_plan.json`` with its Gantt PNG and Chrome trace, ``policy.pt``
-(PPO agents), ``checkpoint.pkl`` (every ``train.checkpoint_every`` updates), and the
+(PPO agents on the op-placement envs; on ``Hybrid-v0`` PPO writes no policy file),
+``checkpoint.pkl`` (every ``train.checkpoint_every`` updates), and the
 logger's files. ``resume=RUN_DIR`` continues a killed run from its last checkpoint.
 """
 
@@ -363,6 +364,102 @@ def search_baseline(
 HYBRID_ENV_ID = "placement_env/Hybrid-v0"
 
 
+def search_hybrid_ppo(
+    problem: common.Problem,
+    agent_cfg: Mapping[str, Any],
+    budget: Mapping[str, Any],
+    *,
+    seed: int,
+    run_dir: Path,
+    tracker: NullTracker,
+    references: Mapping[str, float],
+    log_every: int,
+    resume_state: Mapping[str, Any] | None,
+) -> SearchOutcome:
+    """Train ``MaskablePPO`` on the problem's ``Hybrid-v0`` episodes with
+    :func:`agents.search.hybrid_ppo_search`, with this run's progress bar, logging, budget
+    and checkpoints. The answer is the best feasible layout visited (``outcome.plan``).
+
+    The policy is SB3's ``MultiInputPolicy``, so ``agent.policy`` must be ``auto`` and
+    ``agent.init_policy`` unset; no ``policy.pt`` is exported (``runners.plan`` reads graph
+    policies only) and baselines give no warm start (episodes start as the env's ``init``).
+    """
+    from agents.callbacks import BestPlanTracker
+    from graphs.layout import HybridLayout
+    from graphs.plan import Plan
+
+    name = problem.spec.name
+    if agent_cfg.get("policy", "auto") != "auto":
+        raise ValueError(
+            f"env {name!r} (Hybrid-v0): agent.policy={agent_cfg['policy']!r} is a graph policy; "
+            "PPO on hybrid layouts uses SB3's MultiInputPolicy: set agent.policy=auto"
+        )
+    if agent_cfg.get("init_policy"):
+        raise ValueError(
+            f"env {name!r} (Hybrid-v0): agent.init_policy is for the graph policies of the "
+            "op-placement envs; unset it"
+        )
+    if problem.spec.generator != "fixed":
+        raise ValueError(
+            f"env {name!r} (Hybrid-v0): generator={problem.spec.generator!r}; hybrid PPO trains "
+            "on its one problem: expected generator=fixed"
+        )
+    total = int(budget["timesteps"])
+    best = BestPlanTracker()
+    cb = _make_runner_callback(
+        run_dir=run_dir,
+        total=total,
+        seconds=budget.get("seconds"),
+        checkpoint_every=int(budget.get("checkpoint_every") or 0),
+        crash_after=budget.get("crash_after_updates"),
+        progress=bool(budget.get("progress", True)),
+        tracker=tracker,
+        references=references,
+        best=best,
+        log_every=log_every,
+        save_extra=dict,
+    )
+    model = None
+    if resume_state is not None:
+        model = checkpoint.restore(resume_state, [cb, best])
+    kwargs = ppo_kwargs(agent_cfg)
+    if "n_envs" not in kwargs:
+        kwargs["n_envs"] = 1
+    found = search.hybrid_ppo_search(
+        env_factory(problem),
+        timesteps=total,
+        seed=seed,
+        ppo_kwargs=kwargs,
+        callbacks=[cb],
+        model=model,
+        tracker=best,
+    )
+    meta: dict[str, Any] = {
+        "policy": "MultiInputPolicy",
+        "updates": cb.updates,
+        "best_from": found.best_from,
+        "curve": [list(p) for p in found.curve],  # (timesteps, oracle calls, wall s, best)
+    }
+    plan = None
+    if found.layout is not None:
+        plan = Plan.from_layout(
+            problem.graph,
+            problem.cluster,
+            HybridLayout.from_dict(found.layout),
+            meta={"step_time": found.step_time, "oracle_calls": found.oracle_calls},
+        )
+    return SearchOutcome(
+        found.placement,
+        found.step_time,
+        found.oracle_calls,
+        found.history,
+        found.timesteps,
+        None,
+        meta,
+        plan=plan,
+    )
+
+
 def _write_hybrid_plan(
     problem: common.Problem, outcome: SearchOutcome, agent: str, seed: int, run_dir: Path
 ) -> dict[str, Any]:
@@ -373,7 +470,7 @@ def _write_hybrid_plan(
     if outcome.plan is None or outcome.plan.layout is None:
         raise ValueError(
             f"env {problem.spec.name!r} poses hybrid-parallel problems: agent {agent!r} must "
-            "return a plan with a layout (e.g. agent=megatron_grid, alpa or hybrid_anneal)"
+            "return a plan with a layout (agent=ppo, megatron_grid, alpa or hybrid_anneal)"
         )
     plan = Plan.from_layout(
         problem.graph,
@@ -495,6 +592,18 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         # ---- the agent's search
         if agent_cfg["kind"] == "baseline":
             outcome = search_baseline(problem, agent_cfg, seed=seed)
+        elif agent_cfg["kind"] == "ppo" and hybrid:
+            outcome = search_hybrid_ppo(
+                problem,
+                agent_cfg,
+                plain["train"],
+                seed=seed,
+                run_dir=run_dir,
+                tracker=tracker,
+                references=references,
+                log_every=int(cfg.logger.log_every),
+                resume_state=resume_state,
+            )
         elif agent_cfg["kind"] == "ppo":
             outcome = search_ppo(
                 problem,

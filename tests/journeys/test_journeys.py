@@ -5,7 +5,8 @@ what the previous one wrote.
   plan *another* model on *another* cluster zero-shot with the exported policy -> execute
   that plan -> compare the runs with ``runners.evaluate runs=[...]``;
 - train the generalist (synthetic graphs, ``+experiment=generalist``) -> plan a zoo model;
-- a 2-job sweep -> compare.
+- a 2-job sweep -> compare;
+- train PPO on hybrid layouts (``Hybrid-v0``) -> execute its best plan -> compare.
 """
 
 from __future__ import annotations
@@ -89,6 +90,33 @@ def test_own_model_train_execute_plan_elsewhere_execute_evaluate(tmp_path: Path)
     table = (tmp_path / "cmp" / "results.md").read_text()
     assert "| my_model | ppo |" in table and "| gpt2_tiny_cpu4 | plan:train |" in table
     assert (tmp_path / "cmp" / "results.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_hybrid_ppo_train_execute_evaluate(tmp_path: Path) -> None:
+    """PPO on Hybrid-v0 (the hybrid default experiment's env, a 2-block GPT-2 on 4 CPU
+    processes) writes a layout plan that ``runners.execute`` runs and ``evaluate`` tables."""
+    train_dir = tmp_path / "train"
+    p = cli(
+        "runners.train", "+env=gpt2_8gpu_hybrid", "env.model=gpt2",
+        "+env.model_config={n_layer: 2, d_model: 64, n_head: 2, vocab: 512, seq: 32, batch: 4}",
+        "env.max_groups=24", "env.cluster=cpu_4", "env.baselines=[megatron_grid]", "agent=ppo",
+        "logger=none", f"output_dir={train_dir}", "train.timesteps=16", *TINY_PPO,
+    )  # fmt: skip
+    assert last_line(p).startswith("gpt2_8gpu_hybrid ppo seed=0: best ")
+    result = json.loads((train_dir / "result.json").read_text())
+    best = Plan.load(train_dir / "best_plan.json")
+    assert best.layout is not None and best.layout.to_dict() == result["layout"]
+    assert best.meta["algorithm"] == "ppo" and best.meta["cluster"] == "cpu_4"
+
+    cli("runners.execute", f"plan={train_dir / 'best_plan.json'}", f"output_dir={tmp_path / 'ex'}",
+        "steps=1", "warmup=0")  # fmt: skip
+    measured = json.loads((tmp_path / "ex" / "result.json").read_text())
+    assert measured["mode"] == "hybrid" and measured["world_size"] == 4
+    assert measured["step_time"] > 0
+
+    cli("runners.evaluate", f"runs=[{train_dir}]", f"output_dir={tmp_path / 'cmp'}")
+    assert "| gpt2_8gpu_hybrid | ppo |" in (tmp_path / "cmp" / "results.md").read_text()
 
 
 def test_generalist_training_then_planning_a_zoo_model(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from graphs.plan import Plan
-from runners.train import train
+from runners.train import CrashForTest, train
 from tests.runners.conftest import compose
 
 SMALL = [
@@ -44,4 +44,63 @@ def test_megatron_grid_run_writes_the_layout(tmp_path: Path) -> None:
 def test_op_placement_agent_is_refused_on_a_hybrid_env(tmp_path: Path) -> None:
     cfg = compose([*SMALL, "env.baselines=[]", "agent=round_robin"])
     with pytest.raises(ValueError, match="layout"):
+        train(cfg, tmp_path, echo=lambda s: None)
+
+
+# PPO on Hybrid-v0: a 4-layer GPT on one DGX A100 (8 GPUs), two PPO updates of 16 steps
+TINY_PPO = [
+    "+env=gpt3_175b_a100_1024",
+    "env.model_config={hidden: 1024, layers: 4, heads: 16, vocab: 51200, seq: 1024, batch: 16}",
+    "env.cluster=dgx_a100_80g_x1",
+    "env.baselines=[megatron_grid]",
+    "agent=ppo",
+    "agent.ppo.n_steps=16",
+    "agent.ppo.batch_size=16",
+    "train.timesteps=32",
+    "train.checkpoint_every=1",
+    "logger=none",
+    "train.progress=false",
+]
+
+
+def test_ppo_run_writes_the_layout_and_resumes_exactly(tmp_path: Path) -> None:
+    res = train(compose(TINY_PPO), tmp_path / "a", echo=lambda s: None)
+    assert res["agent"] == "ppo" and res["timesteps"] == 32 and not res["oom"]
+    assert res["meta"]["policy"] == "MultiInputPolicy" and res["meta"]["updates"] == 2
+    # every step and each episode's reset is one oracle call (the actions are masked: no no-ops)
+    assert res["oracle_calls"] == 33
+    lay = res["layout"]
+    assert lay["dp"] * lay["tp"] * lay["pp"] == 8 and lay["global_batch"] == 16
+    for key in ("step_time", "tflops_per_gpu", "mfu", "memory_per_gpu", "wall_seconds"):
+        assert res[key] > 0, key
+    assert res["best_step_time"] == pytest.approx(res["step_time"])
+    assert res["tflops_per_gpu"] == pytest.approx(res["mfu"] * 312)
+    assert res["lower_bound"] < res["best_step_time"]
+    assert "megatron_grid" in res["speedup_vs"]
+    plan = Plan.load(tmp_path / "a" / "best_plan.json")
+    assert plan.layout is not None and plan.layout.to_dict() == lay
+    assert plan.meta["algorithm"] == "ppo" and plan.meta["oracle_calls"] == 33
+    assert not (tmp_path / "a" / "policy.pt").exists()  # MultiInputPolicy: nothing to plan with
+    curve = res["meta"]["curve"]  # (timesteps, oracle calls, wall s, best)
+    assert curve and curve[-1][3] == pytest.approx(res["best_step_time"])
+
+    # killed after its first update (checkpointed), then resumed: the same run
+    b = tmp_path / "b"
+    with pytest.raises(CrashForTest):
+        train(compose([*TINY_PPO, "train.crash_after_updates=1"]), b, echo=lambda s: None)
+    assert (b / "checkpoint.pkl").exists() and not (b / "result.json").exists()
+    again = train(compose([*TINY_PPO, f"resume={b}"]), b, echo=lambda s: None)
+    assert again["layout"] == lay and again["best_step_time"] == res["best_step_time"]
+    assert again["timesteps"] == 32 and again["oracle_calls"] == res["oracle_calls"]
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [("agent.policy=placeto", "MultiInputPolicy"), ("agent.init_policy=generalist", "init_policy")],
+)
+def test_ppo_refuses_graph_policy_options_on_a_hybrid_env(
+    tmp_path: Path, override: str, match: str
+) -> None:
+    cfg = compose([*TINY_PPO, "env.baselines=[]", override])
+    with pytest.raises(ValueError, match=match):
         train(cfg, tmp_path, echo=lambda s: None)
