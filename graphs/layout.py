@@ -45,6 +45,17 @@ class ModelDims:
         hidden, layers, heads, kv_heads, ffn, vocab, seq: the usual sizes.
         tied: input embedding and output head share one matrix.
         batch: samples the graph's costs are for (the graph's global batch).
+        flash_attention: attention as one fused kernel (FlashAttention, Dao et al. 2022;
+            PyTorch's ``scaled_dot_product_attention``) that keeps for backward only its
+            output and the fp32 softmax log-sum-exp (``4 a s`` bytes per sequence), never
+            the ``s x s`` scores. Memory only: the step time keeps the materialised
+            attention's traffic (validated for Megatron-style runs only).
+        loss_logit_bytes: bytes per logit (per token and vocabulary entry) the loss holds
+            at its peak. 4 (default): fp32 logits kept for the cross-entropy, whose gradient
+            is computed in place (Megatron-LM's fused vocab-parallel cross-entropy). 12:
+            eager PyTorch ``cross_entropy(logits.float())`` (torchtitan), whose log-softmax
+            backward holds its saved fp32 result, the NLL loss's dense fp32 gradient and
+            its own fp32 output at once.
     """
 
     arch: str
@@ -57,6 +68,8 @@ class ModelDims:
     seq: int
     tied: bool = True
     batch: int = 1
+    flash_attention: bool = False
+    loss_logit_bytes: float = 4.0
 
     def __post_init__(self) -> None:
         if self.arch not in ("gpt", "llama"):
@@ -65,6 +78,13 @@ class ModelDims:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"ModelDims.{f} = {v!r}: expected an integer >= 1")
+        if not isinstance(self.flash_attention, bool):
+            raise ValueError(
+                f"ModelDims.flash_attention = {self.flash_attention!r}: expected true or false"
+            )
+        lb = self.loss_logit_bytes
+        if isinstance(lb, bool) or not isinstance(lb, (int, float)) or not 0 < lb < 64:
+            raise ValueError(f"ModelDims.loss_logit_bytes = {lb!r}: expected a number in (0, 64)")
         if self.hidden % self.heads or self.heads % self.kv_heads:
             raise ValueError(
                 f"ModelDims: heads ({self.heads}) must divide hidden ({self.hidden}) and be a "
@@ -128,6 +148,14 @@ class ModelDims:
             float(2 * a * s * s),
         )
 
+    def saved_scores(self) -> float:
+        """Bytes per sequence the attention core keeps for backward (``tp``-sharded): the
+        scores of :meth:`activation_parts`, or with ``flash_attention`` the fp32 softmax
+        log-sum-exp of each head and token (``4 a s``)."""
+        if self.flash_attention:
+            return float(4 * self.heads * self.seq)
+        return self.activation_parts()[2]
+
     def attn_flops(self, tokens: float) -> float:
         """Forward FLOPs of one layer's attention for ``tokens`` tokens of length ``seq``:
         QKV and output projections (``2 * tokens * h * (2h + 2 kv)``) plus the scores and
@@ -155,7 +183,14 @@ class ModelDims:
         return 3.0 * (self.layers * self.layer_flops(t) + self.head_flops(t))
 
     def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+        """The fields; the two framework fields only when not at their defaults (so graphs
+        built before they existed keep their content hash)."""
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        if not self.flash_attention:
+            del d["flash_attention"]
+        if self.loss_logit_bytes == 4.0:
+            del d["loss_logit_bytes"]
+        return d
 
 
 def model_dims(graph: Any) -> ModelDims:

@@ -11,7 +11,10 @@ from graphs.training import with_backward
 #: Names the parametric builders answer to in :func:`graphs.zoo.build`.
 PARAMETRIC = ("gpt", "llama")
 #: Keywords of the parametric builders (``llama`` also takes ``ffn``, ``kv_heads``, ``tied``).
-PARAM_KEYS = ("hidden", "layers", "heads", "vocab", "seq", "ffn", "kv_heads", "tied", "batch")
+PARAM_KEYS = (
+    "hidden", "layers", "heads", "vocab", "seq", "ffn", "kv_heads", "tied", "batch",
+    "flash_attention", "loss_logit_bytes",
+)  # fmt: skip
 
 #: Mixed-precision Adam: fp16 weights and gradients, fp32 master weights, momentum, variance.
 BYTES_PER_PARAM = 16.0
@@ -44,6 +47,8 @@ def dims_from_kwargs(name: str, kw: dict[str, Any]) -> ModelDims:
         seq=int(kw["seq"]),
         tied=bool(kw.get("tied", gpt)),
         batch=int(kw.get("batch", 8)),
+        flash_attention=kw.get("flash_attention", False),
+        loss_logit_bytes=kw.get("loss_logit_bytes", 4.0),
     )
 
 

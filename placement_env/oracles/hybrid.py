@@ -218,15 +218,18 @@ class HybridModel:
             p2p[c] = topo.p2p(sent, int(first_dev[c % P]), int(first_dev[(c + 1) % P])) + gather
 
         # ---- activations kept per microbatch of a chunk
+        A_kept = d.saved_scores()  # the scores, or FlashAttention's log-sum-exp
         if lay.recompute == "full":
             per_layer = 2.0 * s * h / (tp if sp else 1)
         elif lay.recompute == "selective":
             per_layer = rep + Sh / tp
         else:
-            per_layer = rep + (Sh + A) / tp
+            per_layer = rep + (Sh + A_kept) / tp
         act = nl * per_layer * b
-        logits = 4.0 * tok * d.vocab / tp  # fp32 logits kept for the cross-entropy
-        act[0] += s * h * b / (tp if sp else 1)  # embedding dropout mask
+        # the loss's peak: fp32 logits (and, eager, its gradient buffers), ModelDims.loss_logit_bytes
+        logits = d.loss_logit_bytes * tok * d.vocab / tp
+        if d.arch == "gpt":  # embedding dropout mask (LLaMA has no dropout)
+            act[0] += s * h * b / (tp if sp else 1)
         act[-1] += b * (4.0 * s * h / (tp if sp else 1)) + logits
 
         makespan, rank_end, busy, last_b, peak_act = simulate_pipeline(
@@ -300,7 +303,7 @@ class HybridModel:
             state += 2 * lp_local * wb  # gathered weights of the running and the prefetched layer
         transient = np.zeros(P)
         if lay.recompute == "full":
-            transient += b * (rep + (Sh + A) / tp)  # the layer being recomputed
+            transient += b * (rep + (Sh + A_kept) / tp)  # the layer being recomputed
         mem_rank = state + peak_act + transient
 
         # ---- per-device arrays (rank p's value on all its dp * tp devices)

@@ -222,3 +222,52 @@ def test_op_plans_still_use_the_op_level_simulator():
     cl = clusters.load("dgx_a100_80g")
     r = Simulator(g, cl).evaluate(np.zeros(g.num_nodes, np.int64))
     assert type(r).__name__ == "SimResult" and r.step_time > 0
+
+
+def test_torchtitan_llama3_8b_fsdp_memory_terms_by_hand():
+    """The validated configuration of docs/hybrid.md (torchtitan, Llama 3.1 8B, FSDP on 8
+    H100s, sequence 32,768, local batch 1, full activation checkpointing): FlashAttention
+    keeps no scores and eager ``cross_entropy(logits.float())`` holds 12 bytes per logit."""
+    s, h, a, kv, f, V, L, dp = 32768, 4096, 32, 1024, 14336, 128256, 32, 8
+    g = zoo.build(
+        "llama", hidden=h, layers=L, heads=a, kv_heads=8, ffn=f, vocab=V, seq=s,
+        flash_attention=True, loss_logit_bytes=12.0,
+    )  # fmt: skip
+    cl = clusters.load("dgx_h100", nodes=1)
+    plan = Plan.hybrid(
+        g, cl, dp=dp, tp=1, pp=1, microbatch_size=1, global_batch=8, recompute="full", zero=3
+    )
+    res = Simulator(g, cl).evaluate(plan)
+    layer = h * (h + 2 * kv) + h * h + 3 * h * f + 2 * h  # q, k, v, o; SwiGLU; two RMSNorms
+    params = L * layer + 2 * V * h + h  # + embedding, head, final norm (untied)
+    state = params * (2 + 2 + 12) / dp + 2 * layer * 2  # ZeRO-3 shards + two gathered layers
+    kept = L * 2 * s * h + 4 * s * h + 12 * s * V  # layer inputs, head input + norm, loss
+    recomputed = 8 * s * h + (4 * s * h + 4 * s * kv + 8 * s * f) + 4 * a * s  # one layer, LSE
+    assert res.peak_memory.max() == pytest.approx(state + kept + recomputed, rel=1e-12)
+    assert res.peak_memory.max() / 2**30 == pytest.approx(76.4, abs=0.05)  # published: 83.9 GiB
+    # the Megatron-style defaults: materialised scores (2 a s^2 in the recomputed layer), 4 B/logit
+    base = zoo.build(
+        "llama", hidden=h, layers=L, heads=a, kv_heads=8, ffn=f, vocab=V, seq=s
+    )  # fmt: skip
+    res0 = Simulator(base, cl).evaluate(
+        Plan.hybrid(base, cl, dp=dp, tp=1, pp=1, microbatch_size=1, global_batch=8,
+                    recompute="full", zero=3)
+    )  # fmt: skip
+    extra = 2 * a * s * s - 4 * a * s - 8 * s * V
+    assert res0.peak_memory.max() - res.peak_memory.max() == pytest.approx(extra, rel=1e-12)
+
+
+def test_framework_fields_keep_old_graph_hashes_and_refuse_bad_values():
+    from graphs.layout import ModelDims
+
+    g = _gpt()
+    assert "flash_attention" not in g.meta["model_dims"]  # defaults are not written
+    assert g.content_hash() == _gpt().content_hash()
+    assert ModelDims(**g.meta["model_dims"]).saved_scores() == 5 * 16 * 1024 * 1024
+    fl = zoo.build("gpt", hidden=1024, layers=8, heads=16, vocab=51200, seq=1024,
+                   flash_attention=True)  # fmt: skip
+    assert ModelDims(**fl.meta["model_dims"]).saved_scores() == 4 * 16 * 1024
+    with pytest.raises(ValueError, match="loss_logit_bytes"):
+        zoo.build("gpt", hidden=64, layers=2, heads=2, vocab=64, seq=8, loss_logit_bytes=0)
+    with pytest.raises(ValueError, match="flash_attention"):
+        zoo.build("gpt", hidden=64, layers=2, heads=2, vocab=64, seq=8, flash_attention="yes")
