@@ -1,6 +1,6 @@
 """Learned vs classic hybrid planners: PPO on Hybrid-v0 against megatron_grid and alpa, at equal oracle calls and equal wall time.
 
-Usage: ``python scripts/bench_hybrid_learning.py [--rows 8,1024,3072] [--seed 0] [--no-write]``.
+Usage: ``python scripts/bench_hybrid_learning.py [--rows 8,1024,3072] [--seeds 0,1] [--reuse] [--no-write]``.
 
 Each row is one ``python -m runners.train +env=ENV agent=ppo`` run (the runner's own PPO
 path on ``placement_env/Hybrid-v0``: ``MaskablePPO`` with SB3's ``MultiInputPolicy``, action
@@ -72,7 +72,7 @@ def _read_row(label: str, env: str, run_dir: Path) -> dict:
     base = json.loads((run_dir / "baselines.json").read_text())
     res = json.loads((run_dir / "result.json").read_text())
     curve = res["meta"]["curve"]
-    out: dict = {"label": label, "env": env, "gpus": res["num_gpus"]}
+    out: dict = {"label": label, "env": env, "gpus": res["num_gpus"], "seed": res["seed"]}
     for name in ("megatron_grid", "alpa"):
         b = base[name]
         out[name] = (b["step_time"] or float("inf"), int(b["oracle_calls"]), float(b["seconds"]))
@@ -88,18 +88,18 @@ def _read_row(label: str, env: str, run_dir: Path) -> dict:
 
 
 def ms(x: float) -> str:
-    return "no feasible plan" if not np.isfinite(x) else f"{x * 1e3:,.0f} ms"
+    return "no feasible plan yet" if not np.isfinite(x) else f"{x * 1e3:,.0f} ms"
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| problem | GPUs | megatron_grid (calls, s) | alpa (calls, s) | PPO at the grid's calls | PPO at the grid's wall time | PPO at the end (calls, s) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| problem | GPUs | seed | megatron_grid (calls, s) | alpa (calls, s) | PPO at the grid's calls | PPO at the grid's wall time | PPO at the end (calls, s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         mg, al, pt = r["megatron_grid"], r["alpa"], r["ppo_total"]
         lines.append(
-            f"| {r['label']} | {r['gpus']:,} | {ms(mg[0])} ({mg[1]:,}, {mg[2]:.0f} s) | "
+            f"| {r['label']} | {r['gpus']:,} | {r['seed']} | {ms(mg[0])} ({mg[1]:,}, {mg[2]:.0f} s) | "
             f"{ms(al[0])} ({al[1]:,}, {al[2]:.0f} s) | {ms(r['ppo_calls'])}{' (ended)' * r['short_calls']} | "
             f"{ms(r['ppo_time'])}{' (ended)' * r['short_time']} | "
             f"{ms(pt[0])} ({pt[1]:,}, {pt[2]:.0f} s) |"
@@ -110,11 +110,15 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="8,1024,3072")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds, one run per row and seed")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--reuse", action="store_true", help="read the rows' existing run folders")
     args = ap.parse_args()
-    rows = [run_row(int(x), args.seed, args.reuse) for x in args.rows.split(",")]
+    rows = [
+        run_row(int(x), int(seed), args.reuse)
+        for x in args.rows.split(",")
+        for seed in args.seeds.split(",")
+    ]
     md = table(rows)
     print(md)
     if not args.no_write and DOC.exists():
