@@ -84,12 +84,13 @@ def test_ppo_run_writes_the_layout_and_resumes_exactly(tmp_path: Path) -> None:
     curve = res["meta"]["curve"]  # (timesteps, oracle calls, wall s, best)
     assert curve and curve[-1][3] == pytest.approx(res["best_step_time"])
 
-    # killed after its first update (checkpointed), then resumed: the same run
-    b = tmp_path / "b"
+    # killed after its first update (checkpointed), then resumed: the same run (no baselines:
+    # they only cost time, and PPO's episodes do not depend on them)
+    b, quiet = tmp_path / "b", [*TINY_PPO, "env.baselines=[]"]
     with pytest.raises(CrashForTest):
-        train(compose([*TINY_PPO, "train.crash_after_updates=1"]), b, echo=lambda s: None)
+        train(compose([*quiet, "train.crash_after_updates=1"]), b, echo=lambda s: None)
     assert (b / "checkpoint.pkl").exists() and not (b / "result.json").exists()
-    again = train(compose([*TINY_PPO, f"resume={b}"]), b, echo=lambda s: None)
+    again = train(compose([*quiet, f"resume={b}"]), b, echo=lambda s: None)
     assert again["layout"] == lay and again["best_step_time"] == res["best_step_time"]
     assert again["timesteps"] == 32 and again["oracle_calls"] == res["oracle_calls"]
 
