@@ -239,6 +239,7 @@ def run_rank(
     and re-raised.
     """
     rank = -1
+    watchdog = None
     try:
         many = spec_json.lstrip().startswith("[")
         specs = (
@@ -263,7 +264,6 @@ def run_rank(
                 f"plan needs {spec.world_size} processes (one per device {spec.devices}), "
                 f"but WORLD_SIZE={info.world_size}"
             )
-        watchdog = None
         hang_s = max(s.hang_timeout_s for s in specs)
         if hang_s > 0 and info.world_size > 1:
             watchdog = Watchdog(
@@ -289,6 +289,8 @@ def run_rank(
             write_error_file(Path(out_dir, f"error_rank{r}.json"), r, exc, time.time())
         raise
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         teardown()
 
 
