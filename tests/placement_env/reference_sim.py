@@ -232,18 +232,21 @@ def reference_simulate(
             else:
                 arrivals.append((tr["route"][0], (i, m), b, tr))
 
+    def start_hop(lk: int, now: float) -> None:
+        """The link serves the transfer at the head of its queue from now."""
+        nonlocal seq
+        tr = queue[lk].popleft()
+        ln = cluster.links[lk]
+        link_busy[lk] = True
+        link_bytes[lk] += tr["bytes"]
+        heapq.heappush(events, (now + (ln.latency + tr["bytes"] / ln.bandwidth), seq, "hop", tr))
+        seq += 1
+
     while True:
         # links: first in, first out
         for lk in range(L):
             if not link_busy[lk] and queue[lk]:
-                tr = queue[lk].popleft()
-                ln = cluster.links[lk]
-                link_busy[lk] = True
-                link_bytes[lk] += tr["bytes"]
-                heapq.heappush(
-                    events, (now + (ln.latency + tr["bytes"] / ln.bandwidth), seq, "hop", tr)
-                )
-                seq += 1
+                start_hop(lk, now)
         # devices: highest-priority eligible ready task
         for d in range(D):
             if dev_busy[d]:
@@ -302,8 +305,14 @@ def reference_simulate(
             else:
                 tr = payload
                 if what == "hop":
-                    link_busy[tr["route"][tr["hop"]]] = False
+                    lk = tr["route"][tr["hop"]]
+                    link_busy[lk] = False
                     tr["hop"] += 1
+                    # the next transfer already waiting starts the instant the link frees; a
+                    # zero-length hop then ends in this same instant, before any device picks
+                    # its next run (the kernel reserves the link when the transfer arrives)
+                    if queue[lk]:
+                        start_hop(lk, now)
                 if what == "hop" and tr["hop"] < len(tr["route"]):
                     arrivals.append((tr["route"][tr["hop"]], tr["src"], tr["dst"], tr))
                 else:
