@@ -92,7 +92,9 @@ class HybridModel:
       activations (:meth:`ModelDims.activation_parts` under TP / SP / recomputation)
       times the chunk-microbatches in flight in the rank's schedule; embeddings on the
       first stage, final norm, head (a copy of a tied embedding) and fp32 logits on the
-      last; ZeRO-3's gathered layer buffers; a recomputed layer's activations.
+      last; ZeRO-3's gathered layer buffers; a recomputed layer's activations during a
+      backward (after the head's and loss's backward on the last chunk: the two terms are
+      never alive together, so the peak takes the larger, not their sum).
     """
 
     def __init__(
@@ -230,11 +232,22 @@ class HybridModel:
         logits = d.loss_logit_bytes * tok * d.vocab / tp
         if d.arch == "gpt":  # embedding dropout mask (LLaMA has no dropout)
             act[0] += s * h * b / (tp if sp else 1)
-        act[-1] += b * (4.0 * s * h / (tp if sp else 1)) + logits
+        loss_peak = b * (4.0 * s * h / (tp if sp else 1)) + logits  # final norm, head input, loss
+        act[-1] += loss_peak
+        # a backward's own peak: the layer being recomputed (full recomputation), alive only
+        # after the head's and the loss's backward have freed their terms on the last chunk
+        transient_layer = b * (rep + (Sh + A_kept) / tp) if lay.recompute == "full" else 0.0
+        bwd_extra = np.full(C, transient_layer)
+        bwd_extra[-1] -= loss_peak
 
-        makespan, rank_end, busy, last_b, peak_act = simulate_pipeline(
-            PIPELINE_SCHEDULES[lay.schedule], P, v, m, fdur, bdur, p2p, p2p, act
+        makespan, rank_end, busy, last_b, peak_mem_act = simulate_pipeline(
+            PIPELINE_SCHEDULES[lay.schedule], P, v, m, fdur, bdur, p2p, p2p, act, bwd_extra
         )
+        peak_act = peak_mem_act  # the kept activations' peak alone (the same without recompute)
+        if transient_layer > 0:
+            peak_act = simulate_pipeline(
+                PIPELINE_SCHEDULES[lay.schedule], P, v, m, fdur, bdur, p2p, p2p, act
+            )[4]
         if makespan < 0:
             raise RuntimeError("HybridModel: pipeline schedule deadlocked")
 
@@ -301,10 +314,10 @@ class HybridModel:
         )
         if z >= 3 and dp > 1:
             state += 2 * lp_local * wb  # gathered weights of the running and the prefetched layer
-        transient = np.zeros(P)
-        if lay.recompute == "full":
-            transient += b * (rep + (Sh + A_kept) / tp)  # the layer being recomputed
-        mem_rank = state + peak_act + transient
+        # what the layer being recomputed adds above the kept activations' peak (0 where the
+        # loss's peak, never alive together with it, is the larger)
+        transient = peak_mem_act - peak_act
+        mem_rank = state + peak_mem_act
 
         # ---- per-device arrays (rank p's value on all its dp * tp devices)
         D = self.cluster.num_devices

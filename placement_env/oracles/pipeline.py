@@ -63,7 +63,6 @@ def rank_order(
     return isb, ch, mbs
 
 
-@njit(cache=True)
 def simulate_pipeline(
     code: int,
     P: int,
@@ -74,6 +73,7 @@ def simulate_pipeline(
     p2p_f: np.ndarray,
     p2p_b: np.ndarray,
     act: np.ndarray,
+    bwd_extra: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run every rank's static order with cross-rank dependencies.
 
@@ -81,11 +81,43 @@ def simulate_pipeline(
     waits for chunk ``c - 1``'s forward plus ``p2p_f[c - 1]``; its backward waits for
     its own forward and for chunk ``c + 1``'s backward plus ``p2p_b[c]``. ``fdur`` /
     ``bdur`` are per-chunk op times (s), ``act`` the activation bytes one microbatch of a
-    chunk keeps from its forward until its backward.
+    chunk keeps from its forward until its backward. ``bwd_extra[c]`` (default 0) is what a
+    backward of chunk ``c`` adds, at its own peak, to the bytes held when it starts
+    (the layer being recomputed, less what the backward has freed by then; may be < 0):
+    the rank's peak is the maximum over the ends of its forwards and these backward peaks.
 
     Returns ``(makespan, rank_end[P], rank_busy[P], chunk_last_bwd[C, 2] (start, end of the
     last backward op of each chunk), peak_act[P])``; makespan ``-1`` on deadlock.
     """
+    if bwd_extra is None:
+        bwd_extra = np.zeros(P * v)
+    return _simulate_pipeline(
+        code,
+        P,
+        v,
+        m,
+        np.asarray(fdur, np.float64),
+        np.asarray(bdur, np.float64),
+        np.asarray(p2p_f, np.float64),
+        np.asarray(p2p_b, np.float64),
+        np.asarray(act, np.float64),
+        np.asarray(bwd_extra, np.float64),
+    )
+
+
+@njit(cache=True)
+def _simulate_pipeline(
+    code: int,
+    P: int,
+    v: int,
+    m: int,
+    fdur: np.ndarray,
+    bdur: np.ndarray,
+    p2p_f: np.ndarray,
+    p2p_b: np.ndarray,
+    act: np.ndarray,
+    bwd_extra: np.ndarray,
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     C = P * v
     fin_f = np.full((C, m), -1.0)
     fin_b = np.full((C, m), -1.0)
@@ -137,6 +169,8 @@ def simulate_pipeline(
                     start = max(free[r], ready)
                     end = start + bdur[c]
                     fin_b[c, i] = end
+                    if cur[r] + bwd_extra[c] > peak[r]:
+                        peak[r] = cur[r] + bwd_extra[c]
                     cur[r] -= act[c]
                     if end > last_b[c, 1]:
                         last_b[c, 0] = start
