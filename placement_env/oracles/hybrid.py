@@ -24,6 +24,8 @@ DEFAULT_GEMM_EFFICIENCY = 0.70
 ELEMENTWISE_TRAFFIC = 2.0
 #: Mixed-precision Adam state per parameter: fp16 weight, fp32 master weight, momentum, variance.
 WEIGHT_BYTES, OPTIMIZER_BYTES = 2.0, 12.0
+#: Bytes per parameter of a gradient FSDP2 accumulates unsharded (torchtitan's reduce dtype, fp32).
+FSDP_REDUCE_BYTES = 4.0
 #: Bytes the optimizer step reads and writes per parameter it updates (its 16 bytes of state, twice).
 OPT_STEP_BYTES = 32.0
 
@@ -219,48 +221,67 @@ class HybridModel:
         for c in range(C - 1):
             p2p[c] = topo.p2p(sent, int(first_dev[c % P]), int(first_dev[(c + 1) % P])) + gather
 
+        # ---- parameters per pipeline rank (local to one GPU before ZeRO sharding)
+        chunk_params = nl * d.layer_params() / tp
+        emb = d.embedding_params() / tp
+        head = d.head_params() / tp + (emb if (d.tied and P > 1) else 0.0)  # a tied copy
+        root = np.zeros(C)  # what no transformer layer holds: embedding, final norm, head
+        root[0] += emb
+        root[-1] += head
+        rank_params = np.zeros(P)
+        for c in range(C):
+            rank_params[c % P] += chunk_params[c] + root[c]
+        z = lay.zero
+        fsdp = z >= 3 and dp > 1
+        pipe_unsharded = fsdp and P > 1 and d.fsdp_pipeline_unsharded
+        root_unsharded = fsdp and d.fsdp_root_unsharded and not pipe_unsharded
+
         # ---- activations kept per microbatch of a chunk
         A_kept = d.saved_scores()  # the scores, or FlashAttention's log-sum-exp
+        spd = tp if sp else 1
+        rep_mem = rep
+        if sp and tp > 1 and d.sp_saves_gathered_input:  # DTensor keeps the gathered inputs
+            rep_mem = rep + d.gathered_inputs() * (1.0 - 1.0 / tp)
         if lay.recompute == "full":
-            per_layer = 2.0 * s * h / (tp if sp else 1)
+            per_layer = 2.0 * s * h / spd
         elif lay.recompute == "selective":
-            per_layer = rep + Sh / tp
+            per_layer = rep_mem + Sh / tp
         else:
-            per_layer = rep + (Sh + A_kept) / tp
+            per_layer = rep_mem + (Sh + A_kept) / tp
         act = nl * per_layer * b
+        if d.pp_keeps_stage_output:  # PipelineStage.fwd_cache holds each stage's output
+            act[:-1] += 2.0 * b * s * h / spd
         # the loss's peak: fp32 logits (and, eager, its gradient buffers), ModelDims.loss_logit_bytes
         logits = d.loss_logit_bytes * tok * d.vocab / tp
         if d.arch == "gpt":  # embedding dropout mask (LLaMA has no dropout)
-            act[0] += s * h * b / (tp if sp else 1)
-        loss_peak = b * (4.0 * s * h / (tp if sp else 1)) + logits  # final norm, head input, loss
+            act[0] += s * h * b / spd
+        head_input = (
+            2.0 * s * h if (sp and tp > 1 and d.sp_saves_gathered_input) else 2.0 * s * h / spd
+        )
+        loss_peak = b * (2.0 * s * h / spd + head_input) + logits  # final norm, head input, loss
         act[-1] += loss_peak
         # a backward's own peak: the layer being recomputed (full recomputation), alive only
-        # after the head's and the loss's backward have freed their terms on the last chunk
-        transient_layer = b * (rep + (Sh + A_kept) / tp) if lay.recompute == "full" else 0.0
+        # after the head's and the loss's backward have freed their terms on the last chunk;
+        # FSDP2's root keeps the head's unsharded gradient from then to the backward's end
+        transient_layer = b * (rep_mem + (Sh + A_kept) / tp) if lay.recompute == "full" else 0.0
         bwd_extra = np.full(C, transient_layer)
         bwd_extra[-1] -= loss_peak
+        if root_unsharded:  # the head's gradient (a tied matrix's, when one stage has both)
+            tied_one = d.vocab * h / tp if (d.tied and P == 1) else 0.0
+            bwd_extra[-1] += (head + tied_one) * self.grad_bytes
+        # FSDP under PP: unsharded fp32 gradients accumulate from each chunk's first backward
+        persist = (chunk_params + root) * FSDP_REDUCE_BYTES if pipe_unsharded else np.zeros(C)
 
         makespan, rank_end, busy, last_b, peak_mem_act = simulate_pipeline(
-            PIPELINE_SCHEDULES[lay.schedule], P, v, m, fdur, bdur, p2p, p2p, act, bwd_extra
+            PIPELINE_SCHEDULES[lay.schedule], P, v, m, fdur, bdur, p2p, p2p, act, bwd_extra, persist
         )
-        peak_act = peak_mem_act  # the kept activations' peak alone (the same without recompute)
-        if transient_layer > 0:
+        peak_act = peak_mem_act  # the kept activations' peak alone (the same without extras)
+        if bwd_extra.max() > 0 or pipe_unsharded:
             peak_act = simulate_pipeline(
                 PIPELINE_SCHEDULES[lay.schedule], P, v, m, fdur, bdur, p2p, p2p, act
             )[4]
         if makespan < 0:
             raise RuntimeError("HybridModel: pipeline schedule deadlocked")
-
-        # ---- parameters per pipeline rank (local to one GPU before ZeRO sharding)
-        chunk_params = nl * d.layer_params() / tp
-        rank_params = np.zeros(P)
-        for c in range(C):
-            rank_params[c % P] += chunk_params[c]
-        emb = d.embedding_params() / tp
-        rank_params[0] += emb
-        rank_params[P - 1] += d.head_params() / tp + (emb if (d.tied and P > 1) else 0.0)
-        if d.tied and P == 1:
-            pass  # one matrix serves both ends
 
         # ---- data-parallel gradient sync, optimizer step, ZeRO parameter all-gather
         sync_end = rank_end.copy()
@@ -308,14 +329,23 @@ class HybridModel:
 
         # ---- memory per pipeline rank
         wb, gb, ob = WEIGHT_BYTES, self.grad_bytes, OPTIMIZER_BYTES
-        z = lay.zero
         state = rank_params * (
             wb / (dp if z >= 3 else 1) + gb / (dp if z >= 2 else 1) + ob / (dp if z >= 1 else 1)
         )
-        if z >= 3 and dp > 1:
-            state += 2 * lp_local * wb  # gathered weights of the running and the prefetched layer
-        # what the layer being recomputed adds above the kept activations' peak (0 where the
-        # loss's peak, never alive together with it, is the larger)
+        gathered = np.zeros(P)
+        if pipe_unsharded:
+            gathered += rank_params * wb  # every parameter of the stage stays gathered
+        elif fsdp:
+            gathered += (
+                2 * lp_local * wb
+            )  # gathered weights of the running and the prefetched layer
+            if root_unsharded:  # FSDP2's root is not resharded after forward
+                gathered[0] += emb * wb
+                gathered[P - 1] += head * wb
+        state += gathered
+        # what a backward adds above the kept activations' peak: the layer being recomputed
+        # (0 where the loss's peak, never alive together with it, is the larger) and the
+        # gradients accumulated unsharded under FSDP + PP
         transient = peak_mem_act - peak_act
         mem_rank = state + peak_mem_act
 
@@ -358,6 +388,7 @@ class HybridModel:
                 "zero_allgather": ag_time.tolist(),
                 "tied_embedding_allreduce": float(tied_ar),
                 "memory_state": state.tolist(),
+                "memory_gathered_params": gathered.tolist(),
                 "memory_activations": peak_act.tolist(),
                 "memory_transient": transient.tolist(),
                 "memory_per_rank": mem_rank.tolist(),

@@ -74,6 +74,7 @@ def simulate_pipeline(
     p2p_b: np.ndarray,
     act: np.ndarray,
     bwd_extra: np.ndarray | None = None,
+    bwd_persist: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run every rank's static order with cross-rank dependencies.
 
@@ -85,12 +86,17 @@ def simulate_pipeline(
     backward of chunk ``c`` adds, at its own peak, to the bytes held when it starts
     (the layer being recomputed, less what the backward has freed by then; may be < 0):
     the rank's peak is the maximum over the ends of its forwards and these backward peaks.
+    ``bwd_persist[c]`` (default 0) bytes become resident on the rank when chunk ``c``'s
+    first backward ends and stay to the end of the step (gradients accumulated unsharded
+    across microbatches).
 
     Returns ``(makespan, rank_end[P], rank_busy[P], chunk_last_bwd[C, 2] (start, end of the
     last backward op of each chunk), peak_act[P])``; makespan ``-1`` on deadlock.
     """
     if bwd_extra is None:
         bwd_extra = np.zeros(P * v)
+    if bwd_persist is None:
+        bwd_persist = np.zeros(P * v)
     return _simulate_pipeline(
         code,
         P,
@@ -102,6 +108,7 @@ def simulate_pipeline(
         np.asarray(p2p_b, np.float64),
         np.asarray(act, np.float64),
         np.asarray(bwd_extra, np.float64),
+        np.asarray(bwd_persist, np.float64),
     )
 
 
@@ -117,6 +124,7 @@ def _simulate_pipeline(
     p2p_b: np.ndarray,
     act: np.ndarray,
     bwd_extra: np.ndarray,
+    bwd_persist: np.ndarray,
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     C = P * v
     fin_f = np.full((C, m), -1.0)
@@ -172,6 +180,10 @@ def _simulate_pipeline(
                     if cur[r] + bwd_extra[c] > peak[r]:
                         peak[r] = cur[r] + bwd_extra[c]
                     cur[r] -= act[c]
+                    if last_b[c, 1] < 0:  # the chunk's first backward
+                        cur[r] += bwd_persist[c]
+                        if cur[r] > peak[r]:
+                            peak[r] = cur[r]
                     if end > last_b[c, 1]:
                         last_b[c, 0] = start
                         last_b[c, 1] = end
