@@ -41,6 +41,7 @@ _SWITCHES = (
     "fsdp_pipeline_unsharded",
     "sp_saves_gathered_input",
     "pp_keeps_stage_output",
+    "pp_step_buffers",
 )
 
 
@@ -92,6 +93,13 @@ class ModelDims:
         pp_keeps_stage_output: a pipeline stage keeps its output of each microbatch in
             flight (``PipelineStage.fwd_cache``) until its backward, besides what the
             layers keep.
+        pp_step_buffers: ``torch.distributed.pipelining`` allocates its receive buffers for
+            every microbatch of the step up front (``_prepare_forward_infra`` /
+            ``_prepare_backward_infra``: one ``_make_tensor_from_meta`` per microbatch):
+            ``m`` input buffers on a non-first chunk (the first layer's kept input of a
+            microbatch in flight is its buffer, not counted twice) and ``m`` gradient
+            buffers on a non-last chunk, for the whole step; and the last stage keeps each
+            microbatch's output (the bf16 logits) in ``output_chunks`` until the step ends.
     """
 
     arch: str
@@ -110,6 +118,7 @@ class ModelDims:
     fsdp_pipeline_unsharded: bool = False
     sp_saves_gathered_input: bool = False
     pp_keeps_stage_output: bool = False
+    pp_step_buffers: bool = False
 
     def __post_init__(self) -> None:
         if self.arch not in ("gpt", "llama"):

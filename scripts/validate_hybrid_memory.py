@@ -63,13 +63,15 @@ ROWS = [
 #: Mechanisms of torchtitan's stack (each a ModelDims field, docs/hybrid.md cites the code):
 #: SDPA/FlashAttention keeps no scores; FSDP2's root stays gathered; under PP, FSDP keeps the
 #: stage gathered and accumulates unsharded fp32 gradients; DTensor SP saves the gathered
-#: inputs of the column-parallel linears; the pipeline stage keeps its outputs in flight.
+#: inputs of the column-parallel linears; the pipeline stage keeps its outputs in flight,
+#: and allocates its receive buffers (and keeps the last stage's logits) for the whole step.
 TORCHTITAN = dict(
     flash_attention=True,
     fsdp_root_unsharded=True,
     fsdp_pipeline_unsharded=True,
     sp_saves_gathered_input=True,
     pp_keeps_stage_output=True,
+    pp_step_buffers=True,
 )
 
 

@@ -251,6 +251,13 @@ class HybridModel:
         act = nl * per_layer * b
         if d.pp_keeps_stage_output:  # PipelineStage.fwd_cache holds each stage's output
             act[:-1] += 2.0 * b * s * h / spd
+        step_bufs = np.zeros(P)  # pipelining's buffers held for the whole step
+        if d.pp_step_buffers and C > 1:
+            buf = 2.0 * b * s * h / spd  # one microbatch's hidden state (or its gradient)
+            act[1:] -= buf  # the first layer's kept input is its receive buffer
+            for c in range(C):
+                step_bufs[c % P] += m * buf * ((c > 0) + (c < C - 1))
+            step_bufs[(C - 1) % P] += m * 2.0 * tok * d.vocab / tp  # output_chunks: bf16 logits
         # the loss's peak: fp32 logits (and, eager, its gradient buffers), ModelDims.loss_logit_bytes
         logits = d.loss_logit_bytes * tok * d.vocab / tp
         if d.arch == "gpt":  # embedding dropout mask (LLaMA has no dropout)
@@ -342,7 +349,7 @@ class HybridModel:
             if root_unsharded:  # FSDP2's root is not resharded after forward
                 gathered[0] += emb * wb
                 gathered[P - 1] += head * wb
-        state += gathered
+        state += gathered + step_bufs
         # what a backward adds above the kept activations' peak: the layer being recomputed
         # (0 where the loss's peak, never alive together with it, is the larger) and the
         # gradients accumulated unsharded under FSDP + PP
@@ -389,6 +396,7 @@ class HybridModel:
                 "tied_embedding_allreduce": float(tied_ar),
                 "memory_state": state.tolist(),
                 "memory_gathered_params": gathered.tolist(),
+                "memory_pipeline_buffers": step_bufs.tolist(),
                 "memory_activations": peak_act.tolist(),
                 "memory_transient": transient.tolist(),
                 "memory_per_rank": mem_rank.tolist(),

@@ -158,6 +158,27 @@ def test_pp_keeps_stage_output_per_microbatch_in_flight():
     assert kept[1] == pytest.approx(base[1], rel=1e-12)
 
 
+def test_pp_step_buffers_hold_every_microbatch_for_the_step():
+    """pp 2, 1F1B, m = 2, one sequence per microbatch: stage 0 holds two gradient receive
+    buffers (2 s h each); the last stage two input buffers (its one microbatch in flight
+    keeps its first layer's input in one of them) and both microbatches' bf16 logits."""
+    V = 32
+    lay = dict(dp=1, tp=1, pp=2, global_batch=2)
+    base = _run(_llama(V), 2, **lay).breakdown["memory_per_rank"]
+    r = _run(_llama(V, pp_step_buffers=True), 2, **lay)
+    m0, m1 = r.breakdown["memory_per_rank"]
+    assert m0 - base[0] == pytest.approx(2 * 2 * LS * LH, rel=1e-12)
+    assert m1 - base[1] == pytest.approx(2 * 2 * LS * LH - 2 * LS * LH + 2 * 2 * LS * V, rel=1e-12)
+    assert r.breakdown["memory_pipeline_buffers"] == pytest.approx(
+        [2 * 2 * LS * LH, 2 * 2 * LS * LH + 2 * 2 * LS * V]
+    )
+    # one stage: nothing to receive, nothing kept beyond the step's usual terms
+    one = dict(dp=1, tp=1, pp=1, global_batch=2)
+    assert _run(_llama(V, pp_step_buffers=True), 1, **one).peak_memory.max() == (
+        pytest.approx(_run(_llama(V), 1, **one).peak_memory.max(), rel=1e-12)
+    )
+
+
 def test_loss_parallel_logit_bytes():
     """16 B per logit (loss_parallel's fused backward), sharded over tp."""
     V, t, heads = 1000, 2, 8
@@ -174,7 +195,8 @@ def test_model_dims_switches_round_trip_and_validation():
 
     on = dict(
         fsdp_root_unsharded=True, fsdp_pipeline_unsharded=True, sp_saves_gathered_input=True,
-        pp_keeps_stage_output=True, flash_attention=True, loss_logit_bytes=16.0,
+        pp_keeps_stage_output=True, pp_step_buffers=True, flash_attention=True,
+        loss_logit_bytes=16.0,
     )  # fmt: skip
     g = _llama(**on)
     d = model_dims(g)
@@ -185,7 +207,7 @@ def test_model_dims_switches_round_trip_and_validation():
     assert not set(on) & set(plain)
     assert _llama().content_hash() == _llama(fsdp_root_unsharded=False).content_hash()
     for k in ("fsdp_root_unsharded", "fsdp_pipeline_unsharded", "sp_saves_gathered_input",
-              "pp_keeps_stage_output"):  # fmt: skip
+              "pp_keeps_stage_output", "pp_step_buffers"):  # fmt: skip
         with pytest.raises(ValueError, match=k):
             ModelDims(**{**plain, k: "yes"})
         with pytest.raises(ValueError, match=k):
