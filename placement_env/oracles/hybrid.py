@@ -279,14 +279,20 @@ class HybridModel:
         # FSDP under PP: unsharded fp32 gradients accumulate from each chunk's first backward
         persist = (chunk_params + root) * FSDP_REDUCE_BYTES if pipe_unsharded else np.zeros(C)
 
-        makespan, rank_end, busy, last_b, peak_mem_act = simulate_pipeline(
-            PIPELINE_SCHEDULES[lay.schedule], P, v, m, fdur, bdur, p2p, p2p, act, bwd_extra, persist
-        )
-        peak_act = peak_mem_act  # the kept activations' peak alone (the same without extras)
-        if bwd_extra.max() > 0 or pipe_unsharded:
-            peak_act = simulate_pipeline(
-                PIPELINE_SCHEDULES[lay.schedule], P, v, m, fdur, bdur, p2p, p2p, act
-            )[4]
+        makespan, rank_end, busy, last_b, peak_mem_act, peak_act = simulate_pipeline(
+            PIPELINE_SCHEDULES[lay.schedule],
+            P,
+            v,
+            m,
+            fdur,
+            bdur,
+            p2p,
+            p2p,
+            act,
+            bwd_extra,
+            persist,
+            return_kept=True,
+        )  # peak_act: the kept activations' peak alone
         if makespan < 0:
             raise RuntimeError("HybridModel: pipeline schedule deadlocked")
 

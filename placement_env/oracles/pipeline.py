@@ -75,7 +75,8 @@ def simulate_pipeline(
     act: np.ndarray,
     bwd_extra: np.ndarray | None = None,
     bwd_persist: np.ndarray | None = None,
-) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return_kept: bool = False,
+) -> tuple:
     """Run every rank's static order with cross-rank dependencies.
 
     Chunk ``c`` (of ``C = P v``) runs on rank ``c % P``; its forward of microbatch ``i``
@@ -91,13 +92,14 @@ def simulate_pipeline(
     across microbatches).
 
     Returns ``(makespan, rank_end[P], rank_busy[P], chunk_last_bwd[C, 2] (start, end of the
-    last backward op of each chunk), peak_act[P])``; makespan ``-1`` on deadlock.
+    last backward op of each chunk), peak_act[P])``, with ``return_kept`` also
+    ``peak_kept[P]`` (the peak of the ``act`` terms alone); makespan ``-1`` on deadlock.
     """
     if bwd_extra is None:
         bwd_extra = np.zeros(P * v)
     if bwd_persist is None:
         bwd_persist = np.zeros(P * v)
-    return _simulate_pipeline(
+    out = _simulate_pipeline(
         code,
         P,
         v,
@@ -110,6 +112,7 @@ def simulate_pipeline(
         np.asarray(bwd_extra, np.float64),
         np.asarray(bwd_persist, np.float64),
     )
+    return out if return_kept else out[:5]
 
 
 @njit(cache=True)
@@ -125,7 +128,7 @@ def _simulate_pipeline(
     act: np.ndarray,
     bwd_extra: np.ndarray,
     bwd_persist: np.ndarray,
-) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     C = P * v
     fin_f = np.full((C, m), -1.0)
     fin_b = np.full((C, m), -1.0)
@@ -134,6 +137,8 @@ def _simulate_pipeline(
     busy = np.zeros(P)
     cur = np.zeros(P)
     peak = np.zeros(P)
+    kept = np.zeros(P)  # the act terms alone
+    peak_kept = np.zeros(P)
     last_b = np.full((C, 2), -1.0)
     nops = 2 * m * v
     isb_all = np.empty((P, nops), np.int8)
@@ -166,6 +171,9 @@ def _simulate_pipeline(
                     cur[r] += act[c]
                     if cur[r] > peak[r]:
                         peak[r] = cur[r]
+                    kept[r] += act[c]
+                    if kept[r] > peak_kept[r]:
+                        peak_kept[r] = kept[r]
                 else:
                     if fin_f[c, i] < 0:
                         break
@@ -180,6 +188,7 @@ def _simulate_pipeline(
                     if cur[r] + bwd_extra[c] > peak[r]:
                         peak[r] = cur[r] + bwd_extra[c]
                     cur[r] -= act[c]
+                    kept[r] -= act[c]
                     if last_b[c, 1] < 0:  # the chunk's first backward
                         cur[r] += bwd_persist[c]
                         if cur[r] > peak[r]:
@@ -195,8 +204,8 @@ def _simulate_pipeline(
                 done += 1
                 progressed = True
         if not progressed:
-            return -1.0, free, busy, last_b, peak
-    return float(free.max()), free, busy, last_b, peak
+            return -1.0, free, busy, last_b, peak, peak_kept
+    return float(free.max()), free, busy, last_b, peak, peak_kept
 
 
 def bubble_fraction(P: int, v: int, m: int) -> float:
