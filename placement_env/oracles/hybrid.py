@@ -96,7 +96,10 @@ class HybridModel:
       first stage, final norm, head (a copy of a tied embedding) and fp32 logits on the
       last; ZeRO-3's gathered layer buffers; a recomputed layer's activations during a
       backward (after the head's and loss's backward on the last chunk: the two terms are
-      never alive together, so the peak takes the larger, not their sum).
+      never alive together, so the peak takes the larger, not their sum). The
+      ``ModelDims`` switches ``fsdp_root_unsharded``, ``fsdp_pipeline_unsharded``,
+      ``sp_saves_gathered_input``, ``pp_keeps_stage_output`` and ``pp_step_buffers`` add
+      what PyTorch's FSDP2, DTensor and pipelining keep (torchtitan; memory only).
     """
 
     def __init__(
@@ -349,9 +352,8 @@ class HybridModel:
         if pipe_unsharded:
             gathered += rank_params * wb  # every parameter of the stage stays gathered
         elif fsdp:
-            gathered += (
-                2 * lp_local * wb
-            )  # gathered weights of the running and the prefetched layer
+            # gathered weights of the running and the prefetched layer
+            gathered += 2 * lp_local * wb
             if root_unsharded:  # FSDP2's root is not resharded after forward
                 gathered[0] += emb * wb
                 gathered[P - 1] += head * wb
