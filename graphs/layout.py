@@ -34,6 +34,17 @@ _FIELDS = (
 )
 
 
+#: Boolean framework switches of :class:`ModelDims` (off by default; written only when on).
+_SWITCHES = (
+    "flash_attention",
+    "fsdp_root_unsharded",
+    "fsdp_pipeline_unsharded",
+    "sp_saves_gathered_input",
+    "pp_keeps_stage_output",
+    "pp_step_buffers",
+)
+
+
 @dataclass(frozen=True)
 class ModelDims:
     """Dimensions of a decoder-only transformer, what the hybrid cost model needs.
@@ -55,7 +66,40 @@ class ModelDims:
             is computed in place (Megatron-LM's fused vocab-parallel cross-entropy). 12:
             eager PyTorch ``cross_entropy(logits.float())`` (torchtitan), whose log-softmax
             backward holds its saved fp32 result, the NLL loss's dense fp32 gradient and
-            its own fp32 output at once.
+            its own fp32 output at once. 16: the same loss under PyTorch's ``loss_parallel``
+            (torchtitan with TP): its fused NLL + log-softmax backward holds the saved fp32
+            log-softmax, a zeroed fp32 gradient, ``exp`` of the log-softmax added to it and
+            that sum times the incoming gradient (``torch/distributed/tensor/parallel/loss.py``).
+
+    The four switches below (all off by default) are what PyTorch FSDP2, DTensor tensor
+    parallelism and ``torch.distributed.pipelining`` keep, as torchtitan runs them; they
+    change the memory only (docs/hybrid.md cites the code each follows):
+
+        fsdp_root_unsharded: with ZeRO-3, FSDP2's root module (the embedding, final norm and
+            output head: what no transformer block holds) is not resharded after forward
+            (``fully_shard``: "the root FSDP state has its value specially set to False"),
+            so its bf16 parameters stay gathered from the forward to the end of the
+            backward, and the head's unsharded gradient from the head's backward on.
+        fsdp_pipeline_unsharded: with ZeRO-3 and ``pp > 1``, each stage keeps all its
+            parameters gathered (bf16) across microbatches (torchtitan:
+            ``reshard_after_forward=False`` when PP is on) and accumulates unsharded
+            gradients, in the fp32 reduce dtype, from its first backward to the step's
+            end (``pipelining``'s ``backward_maybe_with_nosync`` turns gradient sync off
+            until the last microbatch; FSDP2 upcasts the accumulated gradient).
+        sp_saves_gathered_input: with sequence parallelism, the column-parallel linears
+            (Q/K/V, the MLP's first matrices, the output head) save their all-gathered,
+            full-sequence input for backward (DTensor: ``PrepareModuleInput`` to
+            ``Replicate``), where Megatron-LM saves the shard and gathers it again.
+        pp_keeps_stage_output: a pipeline stage keeps its output of each microbatch in
+            flight (``PipelineStage.fwd_cache``) until its backward, besides what the
+            layers keep.
+        pp_step_buffers: ``torch.distributed.pipelining`` allocates its receive buffers for
+            every microbatch of the step up front (``_prepare_forward_infra`` /
+            ``_prepare_backward_infra``: one ``_make_tensor_from_meta`` per microbatch):
+            ``m`` input buffers on a non-first chunk (the first layer's kept input of a
+            microbatch in flight is its buffer, not counted twice) and ``m`` gradient
+            buffers on a non-last chunk, for the whole step; and the last stage keeps each
+            microbatch's output (the bf16 logits) in ``output_chunks`` until the step ends.
     """
 
     arch: str
@@ -70,6 +114,11 @@ class ModelDims:
     batch: int = 1
     flash_attention: bool = False
     loss_logit_bytes: float = 4.0
+    fsdp_root_unsharded: bool = False
+    fsdp_pipeline_unsharded: bool = False
+    sp_saves_gathered_input: bool = False
+    pp_keeps_stage_output: bool = False
+    pp_step_buffers: bool = False
 
     def __post_init__(self) -> None:
         if self.arch not in ("gpt", "llama"):
@@ -78,10 +127,9 @@ class ModelDims:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"ModelDims.{f} = {v!r}: expected an integer >= 1")
-        if not isinstance(self.flash_attention, bool):
-            raise ValueError(
-                f"ModelDims.flash_attention = {self.flash_attention!r}: expected true or false"
-            )
+        for f in _SWITCHES:
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"ModelDims.{f} = {getattr(self, f)!r}: expected true or false")
         lb = self.loss_logit_bytes
         if isinstance(lb, bool) or not isinstance(lb, (int, float)) or not 0 < lb < 64:
             raise ValueError(f"ModelDims.loss_logit_bytes = {lb!r}: expected a number in (0, 64)")
@@ -148,6 +196,13 @@ class ModelDims:
             float(2 * a * s * s),
         )
 
+    def gathered_inputs(self) -> float:
+        """Bytes per sequence of the inputs of a layer's column-parallel linears (the
+        attention's Q/K/V input and the MLP's input, ``2 s h`` each, fp16): part of the
+        ``replicated`` activations; with sequence parallelism Megatron-LM keeps them
+        ``tp``-sharded, DTensor (``sp_saves_gathered_input``) all-gathered."""
+        return float(4 * self.seq * self.hidden)
+
     def saved_scores(self) -> float:
         """Bytes per sequence the attention core keeps for backward (``tp``-sharded): the
         scores of :meth:`activation_parts`, or with ``flash_attention`` the fp32 softmax
@@ -183,11 +238,12 @@ class ModelDims:
         return 3.0 * (self.layers * self.layer_flops(t) + self.head_flops(t))
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields; the two framework fields only when not at their defaults (so graphs
+        """The fields; the framework fields only when not at their defaults (so graphs
         built before they existed keep their content hash)."""
         d = {f: getattr(self, f) for f in self.__dataclass_fields__}
-        if not self.flash_attention:
-            del d["flash_attention"]
+        for f in _SWITCHES:
+            if not d[f]:
+                del d[f]
         if self.loss_logit_bytes == 4.0:
             del d["loss_logit_bytes"]
         return d

@@ -13,7 +13,8 @@ PARAMETRIC = ("gpt", "llama")
 #: Keywords of the parametric builders (``llama`` also takes ``ffn``, ``kv_heads``, ``tied``).
 PARAM_KEYS = (
     "hidden", "layers", "heads", "vocab", "seq", "ffn", "kv_heads", "tied", "batch",
-    "flash_attention", "loss_logit_bytes",
+    "flash_attention", "loss_logit_bytes", "fsdp_root_unsharded", "fsdp_pipeline_unsharded",
+    "sp_saves_gathered_input", "pp_keeps_stage_output", "pp_step_buffers",
 )  # fmt: skip
 
 #: Mixed-precision Adam: fp16 weights and gradients, fp32 master weights, momentum, variance.
@@ -49,6 +50,11 @@ def dims_from_kwargs(name: str, kw: dict[str, Any]) -> ModelDims:
         batch=int(kw.get("batch", 8)),
         flash_attention=kw.get("flash_attention", False),
         loss_logit_bytes=kw.get("loss_logit_bytes", 4.0),
+        fsdp_root_unsharded=kw.get("fsdp_root_unsharded", False),
+        fsdp_pipeline_unsharded=kw.get("fsdp_pipeline_unsharded", False),
+        sp_saves_gathered_input=kw.get("sp_saves_gathered_input", False),
+        pp_keeps_stage_output=kw.get("pp_keeps_stage_output", False),
+        pp_step_buffers=kw.get("pp_step_buffers", False),
     )
 
 

@@ -24,6 +24,8 @@ DEFAULT_GEMM_EFFICIENCY = 0.70
 ELEMENTWISE_TRAFFIC = 2.0
 #: Mixed-precision Adam state per parameter: fp16 weight, fp32 master weight, momentum, variance.
 WEIGHT_BYTES, OPTIMIZER_BYTES = 2.0, 12.0
+#: Bytes per parameter of a gradient FSDP2 accumulates unsharded (torchtitan's reduce dtype, fp32).
+FSDP_REDUCE_BYTES = 4.0
 #: Bytes the optimizer step reads and writes per parameter it updates (its 16 bytes of state, twice).
 OPT_STEP_BYTES = 32.0
 
@@ -92,7 +94,12 @@ class HybridModel:
       activations (:meth:`ModelDims.activation_parts` under TP / SP / recomputation)
       times the chunk-microbatches in flight in the rank's schedule; embeddings on the
       first stage, final norm, head (a copy of a tied embedding) and fp32 logits on the
-      last; ZeRO-3's gathered layer buffers; a recomputed layer's activations.
+      last; ZeRO-3's gathered layer buffers; a recomputed layer's activations during a
+      backward (after the head's and loss's backward on the last chunk: the two terms are
+      never alive together, so the peak takes the larger, not their sum). The
+      ``ModelDims`` switches ``fsdp_root_unsharded``, ``fsdp_pipeline_unsharded``,
+      ``sp_saves_gathered_input``, ``pp_keeps_stage_output`` and ``pp_step_buffers`` add
+      what PyTorch's FSDP2, DTensor and pipelining keep (torchtitan; memory only).
     """
 
     def __init__(
@@ -217,37 +224,80 @@ class HybridModel:
         for c in range(C - 1):
             p2p[c] = topo.p2p(sent, int(first_dev[c % P]), int(first_dev[(c + 1) % P])) + gather
 
+        # ---- parameters per pipeline rank (local to one GPU before ZeRO sharding)
+        chunk_params = nl * d.layer_params() / tp
+        emb = d.embedding_params() / tp
+        head = d.head_params() / tp + (emb if (d.tied and P > 1) else 0.0)  # a tied copy
+        root = np.zeros(C)  # what no transformer layer holds: embedding, final norm, head
+        root[0] += emb
+        root[-1] += head
+        rank_params = np.zeros(P)
+        for c in range(C):
+            rank_params[c % P] += chunk_params[c] + root[c]
+        z = lay.zero
+        fsdp = z >= 3 and dp > 1
+        pipe_unsharded = fsdp and P > 1 and d.fsdp_pipeline_unsharded
+        root_unsharded = fsdp and d.fsdp_root_unsharded and not pipe_unsharded
+
         # ---- activations kept per microbatch of a chunk
         A_kept = d.saved_scores()  # the scores, or FlashAttention's log-sum-exp
+        spd = tp if sp else 1
+        rep_mem = rep
+        if sp and tp > 1 and d.sp_saves_gathered_input:  # DTensor keeps the gathered inputs
+            rep_mem = rep + d.gathered_inputs() * (1.0 - 1.0 / tp)
         if lay.recompute == "full":
-            per_layer = 2.0 * s * h / (tp if sp else 1)
+            per_layer = 2.0 * s * h / spd
         elif lay.recompute == "selective":
-            per_layer = rep + Sh / tp
+            per_layer = rep_mem + Sh / tp
         else:
-            per_layer = rep + (Sh + A_kept) / tp
+            per_layer = rep_mem + (Sh + A_kept) / tp
         act = nl * per_layer * b
+        if d.pp_keeps_stage_output:  # PipelineStage.fwd_cache holds each stage's output
+            act[:-1] += 2.0 * b * s * h / spd
+        step_bufs = np.zeros(P)  # pipelining's buffers held for the whole step
+        if d.pp_step_buffers and C > 1:
+            buf = 2.0 * b * s * h / spd  # one microbatch's hidden state (or its gradient)
+            act[1:] -= buf  # the first layer's kept input is its receive buffer
+            for c in range(C):
+                step_bufs[c % P] += m * buf * ((c > 0) + (c < C - 1))
+            step_bufs[(C - 1) % P] += m * 2.0 * tok * d.vocab / tp  # output_chunks: bf16 logits
         # the loss's peak: fp32 logits (and, eager, its gradient buffers), ModelDims.loss_logit_bytes
         logits = d.loss_logit_bytes * tok * d.vocab / tp
         if d.arch == "gpt":  # embedding dropout mask (LLaMA has no dropout)
-            act[0] += s * h * b / (tp if sp else 1)
-        act[-1] += b * (4.0 * s * h / (tp if sp else 1)) + logits
-
-        makespan, rank_end, busy, last_b, peak_act = simulate_pipeline(
-            PIPELINE_SCHEDULES[lay.schedule], P, v, m, fdur, bdur, p2p, p2p, act
+            act[0] += s * h * b / spd
+        head_input = (
+            2.0 * s * h if (sp and tp > 1 and d.sp_saves_gathered_input) else 2.0 * s * h / spd
         )
+        loss_peak = b * (2.0 * s * h / spd + head_input) + logits  # final norm, head input, loss
+        act[-1] += loss_peak
+        # a backward's own peak: the layer being recomputed (full recomputation), alive only
+        # after the head's and the loss's backward have freed their terms on the last chunk;
+        # FSDP2's root keeps the head's unsharded gradient from then to the backward's end
+        transient_layer = b * (rep_mem + (Sh + A_kept) / tp) if lay.recompute == "full" else 0.0
+        bwd_extra = np.full(C, transient_layer)
+        bwd_extra[-1] -= loss_peak
+        if root_unsharded:  # the head's gradient (a tied matrix's, when one stage has both)
+            tied_one = d.vocab * h / tp if (d.tied and P == 1) else 0.0
+            bwd_extra[-1] += (head + tied_one) * self.grad_bytes
+        # FSDP under PP: unsharded fp32 gradients accumulate from each chunk's first backward
+        persist = (chunk_params + root) * FSDP_REDUCE_BYTES if pipe_unsharded else np.zeros(C)
+
+        makespan, rank_end, busy, last_b, peak_mem_act, peak_act = simulate_pipeline(
+            PIPELINE_SCHEDULES[lay.schedule],
+            P,
+            v,
+            m,
+            fdur,
+            bdur,
+            p2p,
+            p2p,
+            act,
+            bwd_extra,
+            persist,
+            return_kept=True,
+        )  # peak_act: the kept activations' peak alone
         if makespan < 0:
             raise RuntimeError("HybridModel: pipeline schedule deadlocked")
-
-        # ---- parameters per pipeline rank (local to one GPU before ZeRO sharding)
-        chunk_params = nl * d.layer_params() / tp
-        rank_params = np.zeros(P)
-        for c in range(C):
-            rank_params[c % P] += chunk_params[c]
-        emb = d.embedding_params() / tp
-        rank_params[0] += emb
-        rank_params[P - 1] += d.head_params() / tp + (emb if (d.tied and P > 1) else 0.0)
-        if d.tied and P == 1:
-            pass  # one matrix serves both ends
 
         # ---- data-parallel gradient sync, optimizer step, ZeRO parameter all-gather
         sync_end = rank_end.copy()
@@ -295,16 +345,24 @@ class HybridModel:
 
         # ---- memory per pipeline rank
         wb, gb, ob = WEIGHT_BYTES, self.grad_bytes, OPTIMIZER_BYTES
-        z = lay.zero
         state = rank_params * (
             wb / (dp if z >= 3 else 1) + gb / (dp if z >= 2 else 1) + ob / (dp if z >= 1 else 1)
         )
-        if z >= 3 and dp > 1:
-            state += 2 * lp_local * wb  # gathered weights of the running and the prefetched layer
-        transient = np.zeros(P)
-        if lay.recompute == "full":
-            transient += b * (rep + (Sh + A_kept) / tp)  # the layer being recomputed
-        mem_rank = state + peak_act + transient
+        gathered = np.zeros(P)
+        if pipe_unsharded:
+            gathered += rank_params * wb  # every parameter of the stage stays gathered
+        elif fsdp:
+            # gathered weights of the running and the prefetched layer
+            gathered += 2 * lp_local * wb
+            if root_unsharded:  # FSDP2's root is not resharded after forward
+                gathered[0] += emb * wb
+                gathered[P - 1] += head * wb
+        state += gathered + step_bufs
+        # what a backward adds above the kept activations' peak: the layer being recomputed
+        # (0 where the loss's peak, never alive together with it, is the larger) and the
+        # gradients accumulated unsharded under FSDP + PP
+        transient = peak_mem_act - peak_act
+        mem_rank = state + peak_mem_act
 
         # ---- per-device arrays (rank p's value on all its dp * tp devices)
         D = self.cluster.num_devices
@@ -345,6 +403,8 @@ class HybridModel:
                 "zero_allgather": ag_time.tolist(),
                 "tied_embedding_allreduce": float(tied_ar),
                 "memory_state": state.tolist(),
+                "memory_gathered_params": gathered.tolist(),
+                "memory_pipeline_buffers": step_bufs.tolist(),
                 "memory_activations": peak_act.tolist(),
                 "memory_transient": transient.tolist(),
                 "memory_per_rank": mem_rank.tolist(),

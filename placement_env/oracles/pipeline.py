@@ -63,7 +63,6 @@ def rank_order(
     return isb, ch, mbs
 
 
-@njit(cache=True)
 def simulate_pipeline(
     code: int,
     P: int,
@@ -74,18 +73,62 @@ def simulate_pipeline(
     p2p_f: np.ndarray,
     p2p_b: np.ndarray,
     act: np.ndarray,
-) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    bwd_extra: np.ndarray | None = None,
+    bwd_persist: np.ndarray | None = None,
+    return_kept: bool = False,
+) -> tuple:
     """Run every rank's static order with cross-rank dependencies.
 
     Chunk ``c`` (of ``C = P v``) runs on rank ``c % P``; its forward of microbatch ``i``
     waits for chunk ``c - 1``'s forward plus ``p2p_f[c - 1]``; its backward waits for
     its own forward and for chunk ``c + 1``'s backward plus ``p2p_b[c]``. ``fdur`` /
     ``bdur`` are per-chunk op times (s), ``act`` the activation bytes one microbatch of a
-    chunk keeps from its forward until its backward.
+    chunk keeps from its forward until its backward. ``bwd_extra[c]`` (default 0) is what a
+    backward of chunk ``c`` adds, at its own peak, to the bytes held when it starts
+    (the layer being recomputed, less what the backward has freed by then; may be < 0):
+    the rank's peak is the maximum over the ends of its forwards and these backward peaks.
+    ``bwd_persist[c]`` (default 0) bytes become resident on the rank when chunk ``c``'s
+    first backward ends and stay to the end of the step (gradients accumulated unsharded
+    across microbatches).
 
     Returns ``(makespan, rank_end[P], rank_busy[P], chunk_last_bwd[C, 2] (start, end of the
-    last backward op of each chunk), peak_act[P])``; makespan ``-1`` on deadlock.
+    last backward op of each chunk), peak_act[P])``, with ``return_kept`` also
+    ``peak_kept[P]`` (the peak of the ``act`` terms alone); makespan ``-1`` on deadlock.
     """
+    if bwd_extra is None:
+        bwd_extra = np.zeros(P * v)
+    if bwd_persist is None:
+        bwd_persist = np.zeros(P * v)
+    out = _simulate_pipeline(
+        code,
+        P,
+        v,
+        m,
+        np.asarray(fdur, np.float64),
+        np.asarray(bdur, np.float64),
+        np.asarray(p2p_f, np.float64),
+        np.asarray(p2p_b, np.float64),
+        np.asarray(act, np.float64),
+        np.asarray(bwd_extra, np.float64),
+        np.asarray(bwd_persist, np.float64),
+    )
+    return out if return_kept else out[:5]
+
+
+@njit(cache=True)
+def _simulate_pipeline(
+    code: int,
+    P: int,
+    v: int,
+    m: int,
+    fdur: np.ndarray,
+    bdur: np.ndarray,
+    p2p_f: np.ndarray,
+    p2p_b: np.ndarray,
+    act: np.ndarray,
+    bwd_extra: np.ndarray,
+    bwd_persist: np.ndarray,
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     C = P * v
     fin_f = np.full((C, m), -1.0)
     fin_b = np.full((C, m), -1.0)
@@ -94,6 +137,8 @@ def simulate_pipeline(
     busy = np.zeros(P)
     cur = np.zeros(P)
     peak = np.zeros(P)
+    kept = np.zeros(P)  # the act terms alone
+    peak_kept = np.zeros(P)
     last_b = np.full((C, 2), -1.0)
     nops = 2 * m * v
     isb_all = np.empty((P, nops), np.int8)
@@ -126,6 +171,9 @@ def simulate_pipeline(
                     cur[r] += act[c]
                     if cur[r] > peak[r]:
                         peak[r] = cur[r]
+                    kept[r] += act[c]
+                    if kept[r] > peak_kept[r]:
+                        peak_kept[r] = kept[r]
                 else:
                     if fin_f[c, i] < 0:
                         break
@@ -137,7 +185,14 @@ def simulate_pipeline(
                     start = max(free[r], ready)
                     end = start + bdur[c]
                     fin_b[c, i] = end
+                    if cur[r] + bwd_extra[c] > peak[r]:
+                        peak[r] = cur[r] + bwd_extra[c]
                     cur[r] -= act[c]
+                    kept[r] -= act[c]
+                    if last_b[c, 1] < 0:  # the chunk's first backward
+                        cur[r] += bwd_persist[c]
+                        if cur[r] > peak[r]:
+                            peak[r] = cur[r]
                     if end > last_b[c, 1]:
                         last_b[c, 0] = start
                         last_b[c, 1] = end
@@ -149,8 +204,8 @@ def simulate_pipeline(
                 done += 1
                 progressed = True
         if not progressed:
-            return -1.0, free, busy, last_b, peak
-    return float(free.max()), free, busy, last_b, peak
+            return -1.0, free, busy, last_b, peak, peak_kept
+    return float(free.max()), free, busy, last_b, peak, peak_kept
 
 
 def bubble_fraction(P: int, v: int, m: int) -> float:

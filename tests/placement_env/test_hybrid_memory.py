@@ -1,0 +1,214 @@
+"""Hybrid memory model, by hand on tiny dimensions: the recomputation / loss peak and the
+torchtitan switches of ``ModelDims`` (FSDP2 root and pipeline unsharding, SP's gathered
+inputs, the pipeline stage output, loss-parallel logits)."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphs import clusters, zoo
+from graphs.plan import Plan
+from placement_env.oracles import Simulator
+
+S, H, A, L = 16, 64, 2, 4  # tiny GPT: seq, hidden, heads, layers (ffn = 4h)
+
+
+def _mem(vocab, pp=1, m=2, **kw):
+    """Per-pipeline-rank memory breakdown of a tiny GPT, full recomputation, tp = dp = 1."""
+    g = zoo.build("gpt", hidden=H, layers=L, heads=A, vocab=vocab, seq=S)
+    cl = clusters.load("dgx_a100_80g").subset(range(pp))
+    plan = Plan.hybrid(
+        g, cl, dp=1, tp=1, pp=pp, microbatch_size=1, global_batch=m, recompute="full", **kw
+    )
+    return Simulator(g, cl).evaluate(plan)
+
+
+def _recomputed_layer():
+    # Korthikanti et al. eq. 1 at ffn = 4h, one sequence: s h (34 + 5 a s / h)
+    return S * H * 34 + 5 * A * S * S
+
+
+@pytest.mark.parametrize("vocab", [64, 100_000])
+def test_recomputed_layer_and_loss_peak_are_not_summed(vocab):
+    """One stage: the kept layer inputs plus the larger of the loss's peak and the layer
+    being recomputed (which runs only after the loss's and head's backward freed theirs)."""
+    r = _mem(vocab)
+    inputs = L * 2 * S * H + S * H  # each layer's input, the embedding dropout mask
+    loss = 4 * S * H + 4 * S * vocab  # final LN and head inputs, fp32 logits
+    state = r.breakdown["memory_state"][0]
+    assert r.breakdown["memory_activations"][0] == pytest.approx(inputs + loss)
+    want = state + inputs + max(loss, _recomputed_layer())
+    assert r.peak_memory.max() == pytest.approx(want, rel=1e-12)
+    # the small vocabulary is the recomputation-bound case, the large one loss-bound
+    assert (loss < _recomputed_layer()) == (vocab == 64)
+
+
+def test_recomputed_layer_adds_in_full_on_stages_without_the_loss():
+    """Two stages, 1F1B, m = 2: stage 0 keeps both microbatches' layer inputs and adds the
+    whole recomputed layer; stage 1 (the loss) keeps one and takes the max."""
+    vocab = 100_000
+    r = _mem(vocab, pp=2, m=2)
+    per_mb = (L // 2) * 2 * S * H
+    st = r.breakdown["memory_state"]
+    m0, m1 = r.breakdown["memory_per_rank"]
+    assert m0 == pytest.approx(st[0] + 2 * (per_mb + S * H) + _recomputed_layer(), rel=1e-12)
+    loss = 4 * S * H + 4 * S * vocab
+    assert m1 == pytest.approx(st[1] + per_mb + max(loss, _recomputed_layer()), rel=1e-12)
+
+
+# ------------------------------------------------------------------ torchtitan switches
+LS, LH, LL, LF = 16, 64, 4, 128  # tiny LLaMA: seq, hidden, layers, ffn
+
+
+def _llama(vocab=32, heads=2, **kw):
+    return zoo.build(
+        "llama", hidden=LH, layers=LL, heads=heads, kv_heads=heads, ffn=LF, vocab=vocab,
+        seq=LS, **kw,
+    )  # fmt: skip
+
+
+def _run(g, n, **layout):
+    cl = clusters.load("dgx_a100_80g").subset(range(n))
+    return Simulator(g, cl).evaluate(Plan.hybrid(g, cl, microbatch_size=1, **layout))
+
+
+def _layer_params(heads=2):
+    h, kv = LH, LH  # kv_heads == heads: full multi-head attention
+    return h * (h + 2 * kv) + h * h + 3 * h * LF + 2 * h
+
+
+def _layer_act(heads=2):
+    # LLaMA, one sequence, no recomputation: 8 s h + (4 s h + 4 s kv + 8 s ffn) + 2 a s^2
+    return 8 * LS * LH + 4 * LS * LH + 4 * LS * LH + 8 * LS * LF + 2 * heads * LS * LS
+
+
+def test_fsdp_root_unsharded_keeps_embedding_and_head_gathered():
+    V = 32
+    lay = dict(dp=8, tp=1, pp=1, global_batch=8, zero=3)
+    base = _run(_llama(V), 8, **lay).peak_memory.max()
+    root = _run(_llama(V, fsdp_root_unsharded=True), 8, **lay).peak_memory.max()
+    # bf16 embedding, output head and final norm (untied): 2 B each
+    assert root - base == pytest.approx(2 * (V * LH + V * LH + LH), rel=1e-12)
+    # full recomputation, small vocabulary: the peak is in the backward, where the head's
+    # unsharded bf16 gradient (output matrix + final norm) is alive as well
+    lay["recompute"] = "full"
+    base = _run(_llama(V), 8, **lay).peak_memory.max()
+    root = _run(_llama(V, fsdp_root_unsharded=True), 8, **lay).peak_memory.max()
+    assert root - base == pytest.approx(2 * (2 * V * LH + LH) + 2 * (V * LH + LH), rel=1e-12)
+    # without ZeRO-3 (or with one replica) there is nothing to reshard: no change
+    lay.update(zero=1)
+    assert _run(_llama(V, fsdp_root_unsharded=True), 8, **lay).peak_memory.max() == (
+        pytest.approx(_run(_llama(V), 8, **lay).peak_memory.max(), rel=1e-12)
+    )
+
+
+def test_fsdp_pipeline_unsharded_gathers_the_stage_and_accumulates_fp32_grads():
+    """dp 2 x pp 2, ZeRO-3, 1F1B over m = 2 microbatches, no recomputation. Each stage
+    keeps all its bf16 parameters gathered (2 B) and, from its first backward, fp32
+    unsharded gradients (4 B); the sharded state is 16 B / dp."""
+    V = 32
+    lay = dict(dp=2, tp=1, pp=2, global_batch=4, zero=3)
+    r = _run(_llama(V, fsdp_pipeline_unsharded=True), 4, **lay)
+    lp = _layer_params()
+    rp0 = 2 * lp + V * LH  # two layers + embedding
+    rp1 = 2 * lp + V * LH + LH  # two layers + output head + final norm
+    a0 = 2 * _layer_act()  # one microbatch of stage 0
+    a1 = 2 * _layer_act() + 4 * LS * LH + 4 * LS * V  # + final norm, head input, fp32 logits
+    # stage 0 runs F0 F1 B0 B1: max(2 a0, a0 + grads after B0); stage 1 F0 B0 F1 B1: a1 + grads
+    assert 4 * rp0 > a0
+    m0, m1 = r.breakdown["memory_per_rank"]
+    assert m0 == pytest.approx(16 * rp0 / 2 + 2 * rp0 + a0 + 4 * rp0, rel=1e-12)
+    assert m1 == pytest.approx(16 * rp1 / 2 + 2 * rp1 + a1 + 4 * rp1, rel=1e-12)
+    # off: ZeRO-3's two gathered layers and the two microbatches in flight on stage 0
+    off = _run(_llama(V), 4, **lay).breakdown["memory_per_rank"]
+    assert off[0] == pytest.approx(16 * rp0 / 2 + 2 * 2 * lp + 2 * a0, rel=1e-12)
+    # without pipeline parallelism the switch changes nothing
+    flat = dict(dp=4, tp=1, pp=1, global_batch=4, zero=3)
+    assert _run(_llama(V, fsdp_pipeline_unsharded=True), 4, **flat).peak_memory.max() == (
+        pytest.approx(_run(_llama(V), 4, **flat).peak_memory.max(), rel=1e-12)
+    )
+
+
+def test_sp_saves_gathered_input_keeps_the_column_linear_inputs_whole():
+    """tp 2 with SP, no recomputation, one sequence: each layer keeps its attention and
+    MLP inputs (2 s h each) whole instead of halved, and the head its input (2 s h)."""
+    V, t, heads = 32, 2, 8
+    lay = dict(dp=1, tp=t, pp=1, global_batch=1, sequence_parallel=True)
+    base = _run(_llama(V, heads=heads), t, **lay).peak_memory.max()
+    sp = _run(_llama(V, heads=heads, sp_saves_gathered_input=True), t, **lay).peak_memory.max()
+    assert sp - base == pytest.approx(
+        LL * 4 * LS * LH * (1 - 1 / t) + 2 * LS * LH * (1 - 1 / t), rel=1e-12
+    )
+    # without SP the inputs are whole anyway: no change
+    lay["sequence_parallel"] = False
+    assert _run(
+        _llama(V, heads=heads, sp_saves_gathered_input=True), t, **lay
+    ).peak_memory.max() == (
+        pytest.approx(_run(_llama(V, heads=heads), t, **lay).peak_memory.max(), rel=1e-12)
+    )
+
+
+def test_pp_keeps_stage_output_per_microbatch_in_flight():
+    """pp 2, 1F1B, m = 2: stage 0 holds two microbatches' outputs (2 s h each), the last
+    stage sends nothing."""
+    lay = dict(dp=1, tp=1, pp=2, global_batch=2)
+    base = _run(_llama(), 2, **lay).breakdown["memory_per_rank"]
+    kept = _run(_llama(pp_keeps_stage_output=True), 2, **lay).breakdown["memory_per_rank"]
+    assert kept[0] - base[0] == pytest.approx(2 * 2 * LS * LH, rel=1e-12)
+    assert kept[1] == pytest.approx(base[1], rel=1e-12)
+
+
+def test_pp_step_buffers_hold_every_microbatch_for_the_step():
+    """pp 2, 1F1B, m = 2, one sequence per microbatch: stage 0 holds two gradient receive
+    buffers (2 s h each); the last stage two input buffers (its one microbatch in flight
+    keeps its first layer's input in one of them) and both microbatches' bf16 logits."""
+    V = 32
+    lay = dict(dp=1, tp=1, pp=2, global_batch=2)
+    base = _run(_llama(V), 2, **lay).breakdown["memory_per_rank"]
+    r = _run(_llama(V, pp_step_buffers=True), 2, **lay)
+    m0, m1 = r.breakdown["memory_per_rank"]
+    assert m0 - base[0] == pytest.approx(2 * 2 * LS * LH, rel=1e-12)
+    assert m1 - base[1] == pytest.approx(2 * 2 * LS * LH - 2 * LS * LH + 2 * 2 * LS * V, rel=1e-12)
+    assert r.breakdown["memory_pipeline_buffers"] == pytest.approx(
+        [2 * 2 * LS * LH, 2 * 2 * LS * LH + 2 * 2 * LS * V]
+    )
+    # one stage: nothing to receive, nothing kept beyond the step's usual terms
+    one = dict(dp=1, tp=1, pp=1, global_batch=2)
+    assert _run(_llama(V, pp_step_buffers=True), 1, **one).peak_memory.max() == (
+        pytest.approx(_run(_llama(V), 1, **one).peak_memory.max(), rel=1e-12)
+    )
+
+
+def test_loss_parallel_logit_bytes():
+    """16 B per logit (loss_parallel's fused backward), sharded over tp."""
+    V, t, heads = 1000, 2, 8
+    lay = dict(dp=1, tp=t, pp=1, global_batch=1)
+    a = _run(_llama(V, heads=heads), t, **lay).peak_memory.max()
+    b = _run(_llama(V, heads=heads, loss_logit_bytes=16.0), t, **lay).peak_memory.max()
+    assert b - a == pytest.approx((16 - 4) * LS * V / t, rel=1e-12)
+
+
+def test_model_dims_switches_round_trip_and_validation():
+    import json
+
+    from graphs.layout import ModelDims, model_dims
+
+    on = dict(
+        fsdp_root_unsharded=True, fsdp_pipeline_unsharded=True, sp_saves_gathered_input=True,
+        pp_keeps_stage_output=True, pp_step_buffers=True, flash_attention=True,
+        loss_logit_bytes=16.0,
+    )  # fmt: skip
+    g = _llama(**on)
+    d = model_dims(g)
+    back = ModelDims(**json.loads(json.dumps(d.to_dict())))
+    assert back == d and all(getattr(back, k) == v for k, v in on.items())
+    # defaults are not written, so graphs built before the switches keep their hash
+    plain = model_dims(_llama()).to_dict()
+    assert not set(on) & set(plain)
+    assert _llama().content_hash() == _llama(fsdp_root_unsharded=False).content_hash()
+    for k in ("fsdp_root_unsharded", "fsdp_pipeline_unsharded", "sp_saves_gathered_input",
+              "pp_keeps_stage_output", "pp_step_buffers"):  # fmt: skip
+        with pytest.raises(ValueError, match=k):
+            ModelDims(**{**plain, k: "yes"})
+        with pytest.raises(ValueError, match=k):
+            _llama(**{k: 1})
