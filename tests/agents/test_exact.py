@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import agents.baselines as B
 from agents.baselines.ideal_dp import edge_free_units, precedence_items
-from agents.baselines.ilp import symmetric_devices
+from agents.baselines.ilp import canonical_order, symmetric_devices
 from agents.baselines.maxload import build_model
 from graphs.cluster import Cluster, Device, Link
 from graphs.compgraph import CompGraph
@@ -392,3 +392,18 @@ def test_ilp_init_is_its_start_and_is_checked():
     assert plan.meta["step_time"] <= start * (1 + 1e-12)
     with pytest.raises(ValueError, match="ilp: init puts node"):
         B.get("ilp")(g, c, sim, None, init=np.array([0, 1, 0, 0, 0, 0]))
+
+
+def test_canonical_order_meets_the_symmetry_rows_and_keeps_the_objective():
+    rng = np.random.default_rng(7)
+    g = dag_graph(rng, 8, 0.4, groups=False, explicit=False)
+    c = cluster_of(rng, 3, True, 1e9)
+    model = build_model(g, c)
+    T = model.comp  # one unit per node here
+    for _ in range(20):
+        up = rng.integers(0, 4, 8)
+        new = canonical_order(up, T, [[0, 1, 2]])
+        loads = [T[new == d, d].sum() for d in range(3)]
+        assert loads[0] >= loads[1] >= loads[2]
+        assert model.max_load(new) == pytest.approx(model.max_load(up), rel=1e-12)
+        assert (new[up == 3] == 3).all()  # the CPU is not in the group
