@@ -372,7 +372,9 @@ def solve_ideal_dp(
         if dp_done and info["cost_model_exact"]:
             lb = max(lb, val)
         info["dp_lower_bound"] = lb * 1e-6
-        info["dp_gap"] = float(obj / lb - 1.0) if lb > 0 else (0.0 if obj == 0 else float("inf"))
+        info["dp_gap"] = (
+            max(float(obj / lb - 1.0), 0.0) if lb > 0 else (0.0 if obj == 0 else float("inf"))
+        )
         info["dp_objective"] = obj * 1e-6
         proven = dp_done and info["cost_model_exact"] and obj <= lb * (1 + 1e-9)
     else:
