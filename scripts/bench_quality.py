@@ -91,6 +91,9 @@ class Cell:
     calls: int
     note: str = ""
     improved: bool | None = None  # warm cells: beat the start plan
+    #: best-so-far points ``(oracle calls, wall seconds, best step time)`` of a search
+    #: (anneal's ``meta["curve"]``, PPO's ``SearchResult.curve``), kept in the JSON
+    curve: list | None = None
 
 
 # --------------------------------------------------------------------------- methods
@@ -115,7 +118,13 @@ def run_baseline_plan(
         if name != "ilp":
             raise
         return Cell(None, time.perf_counter() - t0, sim.calls, "refused: " + str(exc)[:80]), None
-    cell = Cell(float(plan.meta["step_time"]), time.perf_counter() - t0, sim.calls)
+    curve = plan.meta.get("curve")
+    cell = Cell(
+        float(plan.meta["step_time"]),
+        time.perf_counter() - t0,
+        sim.calls,
+        curve=None if curve is None else [list(map(float, x)) for x in curve],
+    )
     return cell, np.asarray(plan.placement, dtype=np.int64)
 
 
@@ -189,7 +198,9 @@ def run_ppo(
     best = found.step_time if found.best_from == "search" else None
     note = "" if best is not None else "no feasible placement sampled"
     if init is None:
-        return Cell(best, found.seconds, found.oracle_calls, note), found.model
+        return Cell(
+            best, found.seconds, found.oracle_calls, note, curve=ppo_curve(found)
+        ), found.model
     start_t = found.start_step_time
     cell = Cell(
         found.step_time,
@@ -197,8 +208,14 @@ def run_ppo(
         found.oracle_calls,
         note or "",
         improved=found.best_from == "search" and (start_t is None or best < start_t),
+        curve=ppo_curve(found),
     )
     return cell, found.model
+
+
+def ppo_curve(found: Any) -> list[list[float]]:
+    """PPO's best-so-far points as ``(oracle calls, wall seconds, best step time)``."""
+    return [[float(n), float(t), float(v)] for _, n, t, v in getattr(found, "curve", [])]
 
 
 def warm_anneal(
