@@ -623,7 +623,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         cells["ppo-placeto"], _ = run_ppo("placeto", g, c, a, a.timesteps)
         cells["ppo-gdp"], _ = run_ppo("gdp", g, c, a, a.gdp_timesteps)
         budget = max(cells["ppo-placeto"].calls, cells["ppo-gdp"].calls, 1)
-        cells["anneal"] = run_baseline("anneal", g, c, a, budget)
+        cells["anneal"], _ = run_baseline_plan("anneal", g, c, a, budget, seed=a.seed)
         wall = max(cells["ppo-placeto"].search_s, cells["ppo-gdp"].search_s, 1e-3)
         cells["anneal-wall"], _ = run_baseline_plan(
             "anneal", g, c, a, 10**9, time_limit=wall, seed=a.seed
