@@ -84,12 +84,13 @@ def solve_max_load(
     max_rows: int = MAX_ROWS,
     threads: int = 1,
     warm: np.ndarray | None = None,
-    symmetry: bool = True,
+    symmetry: bool = False,
     highs_options: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Solve the MILP; ``(device of each unit, info)`` with objective, bound, gap and status.
 
-    ``symmetry``: order interchangeable devices (:func:`symmetric_devices`) by compute load,
+    ``symmetry`` (default off: measured slower, see ``docs/baselines.md``): order
+    interchangeable devices (:func:`symmetric_devices`) by compute load,
     ``sum_u time[u] x[u, d_j] >= sum_u time[u] x[u, d_j+1]``, so HiGHS does not explore
     their permuted copies (any plan has a permuted copy of equal objective that meets
     the rows). ``highs_options``: HiGHS options set after the defaults (e.g.
@@ -393,14 +394,15 @@ def ilp(
     max_rows: int = MAX_ROWS,
     warm_start: bool = True,
     init: np.ndarray | None = None,
-    symmetry: bool = True,
+    symmetry: bool = False,
     highs_options: dict[str, Any] | None = None,
 ) -> Plan:
     """Max-load MILP (HiGHS), warm-started from `ideal_dp`; one oracle evaluation.
 
     ``time_limit`` bounds HiGHS; ``warm_time_limit`` (default ``time_limit``) the DP.
-    ``symmetry``: ordering rows for interchangeable devices; ``highs_options``: passed to
-    HiGHS (see :func:`solve_max_load`).
+    ``symmetry``: ordering rows for interchangeable devices (off by default: on coarsened zoo
+    graphs they slowed HiGHS's proofs 2.5-19x in 4 of 5 cases, ``docs/ilp_symmetry_table.md``);
+    ``highs_options``: passed to HiGHS (see :func:`solve_max_load`).
     ``init``: a per-node placement (colocation groups kept together) to start from
     instead of solving `ideal_dp`. For a makespan oracle the memory rule charges every microbatch's activations
     (an upper bound on any schedule) and the oracle's step time is reported.
