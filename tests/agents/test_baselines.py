@@ -419,7 +419,7 @@ def test_every_plan_respects_colocation_and_memory(inst):
 #: Non-default options checked by the feasibility property above.
 VARIANTS = [
     ("ideal_dp", {"isolated": "keep"}),
-    ("ilp", {"time_limit": 2.0, "symmetry": False}),
+    ("ilp", {"time_limit": 2.0, "symmetry": True}),
     ("anneal", {"time_limit": 0.05}),
 ]
 
