@@ -51,8 +51,8 @@ class SearchResult:
         layout: the best plan's :class:`graphs.layout.HybridLayout` as a dict (hybrid
             searches only).
         curve: ``(timesteps, oracle_calls, wall seconds, best step time)`` points, one per
-            episode and per improvement (hybrid searches only; seconds since the search of
-            this session began, the env's layout space and the network included).
+            episode and per improvement (seconds since the search of this session began,
+            building the env and the network included).
     """
 
     placement: np.ndarray | None
@@ -252,6 +252,10 @@ def ppo_search(
         (int(h["timesteps"]), int(h["oracle_calls"]), float(h["best_step_time"]))
         for h in tracker.history
     ]
+    setup = tracker.started_at - t0 if remaining > 0 else 0.0  # building the envs and the network
+    curve = [
+        (t, c, setup + float(h["wall_s"]), b) for (t, c, b), h in zip(history, tracker.history)
+    ]
     return SearchResult(
         placement,
         step_time,
@@ -262,6 +266,8 @@ def ppo_search(
         best_from,
         start_time,
         model,
+        None,
+        curve,
     )
 
 

@@ -42,9 +42,10 @@ GRAPHS = {
     "series-parallel-l": (lambda: synthetic.series_parallel(800, rng=3, domain="vision"), 8),
     "layered-l": (lambda: synthetic.layered_dag(470, 4, rng=4, domain="language"), 8),
 }
-#: "anneal+dp" = `anneal` started from `ideal_dp`'s plan (``init=``), same budget.
+#: "anneal+dp" = `anneal` started from `ideal_dp`'s plan (``init=``), same budget;
+#: "ilp-sym" = `ilp` with its symmetry rows (``symmetry=True``), same start and limit.
 PLANNERS = [
-    "ideal_dp", "ilp", "anneal+dp", "pipedream_dp", "anneal", "metis", "expert", "m_topo",
+    "ideal_dp", "ilp", "ilp-sym", "anneal+dp", "pipedream_dp", "anneal", "metis", "expert", "m_topo",
     "m_etf", "m_sct", "random", "round_robin", "single",
 ]  # fmt: skip
 
@@ -97,9 +98,11 @@ def main() -> None:
             if f"{gname}:{name}" in a.skip:
                 results[gname][name] = (np.nan, 0.0, {"error": "skipped"})
                 continue
-            if name in ("ilp", "anneal+dp") and dp_plan is not None:
+            if name == "ilp-sym":
+                opts = {"time_limit": a.ilp_seconds, "symmetry": True}
+            if name in ("ilp", "ilp-sym", "anneal+dp") and dp_plan is not None:
                 opts["init"] = dp_plan.placement  # warm start = ideal_dp's plan, not solved twice
-            base = name.split("+")[0]
+            base = name.split("+")[0].split("-")[0]
             t0 = time.perf_counter()
             try:
                 p = baselines.get(base)(g, c, sim, budgets.get(base), **opts)
@@ -112,7 +115,7 @@ def main() -> None:
                 results[gname][name] = (float(p.meta["step_time"]), dt, dict(p.meta))
             v, dt, m = results[gname][name]
             print(f"{gname:18s} {name:13s} {v * 1e3:10.4f} ms {dt:7.1f} s", flush=True)
-        for name in ("ilp", "anneal+dp"):  # their own time plus the DP they start from
+        for name in ("ilp", "ilp-sym", "anneal+dp"):  # own time plus the DP they start from
             if dp_plan is not None:
                 v, dt, m = results[gname][name]
                 results[gname][name] = (v, dt + results[gname]["ideal_dp"][1], m)
@@ -129,8 +132,8 @@ def main() -> None:
 def _table(results: dict, facts: dict, a: argparse.Namespace) -> list[str]:
     out = [
         'Objective = `Simulator(objective="max_load")` step time; each cell: objective / best '
-        "plan of the row, then seconds (`ilp` and `anneal+dp` include the `ideal_dp` run they "
-        "start from). `inf` = infeasible (memory) or refused (model too large).",
+        "plan of the row, then seconds (`ilp`, `ilp-sym` and `anneal+dp` include the `ideal_dp` "
+        "run they start from). `inf` = infeasible (memory) or refused (model too large).",
         "",
         "| graph | nodes | units | A | best (ms) | " + " | ".join(PLANNERS) + " |",
         "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in PLANNERS) + " |",
@@ -152,25 +155,35 @@ def _table(results: dict, facts: dict, a: argparse.Namespace) -> list[str]:
         )
     out += [
         "",
-        "| graph | ideal_dp status | exact | items | pinned | ideals | chain DP / ideal_dp | "
-        "ilp status | ilp / ideal_dp | ilp gap | ilp bound / best |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+        "| graph | ideal_dp status | exact | dropped | dp gap | items | pinned | ideals | "
+        "chain DP / ideal_dp | ilp status | ilp / ideal_dp | ilp gap | ilp bound / best | "
+        "ilp-sym rows | ilp-sym status | ilp-sym gap |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: "
+        "| ---: | --- | ---: |",
     ]
     for gname, row in results.items():
         best = np.nanmin([v for v, _, _ in row.values()])
         dv, _, dm = row["ideal_dp"]
         iv, _, im = row["ilp"]
+        nm = row["ilp-sym"][2]
         if "error" in dm:
-            out.append(f"| {gname} | {dm['error'][:80]} | | | | | | | | | |")
+            out.append(f"| {gname} | {dm['error'][:80]} |" + " |" * 14)
             continue
         ilp_cells = (
-            f"{im['ilp_status']} | {iv / dv:.4f} | {im['mip_gap']:.3f} | {im['ilp_bound'] / best:.3f}"
+            f"{im['ilp_status']} | {iv / dv:.4f} | {im['mip_gap']:.3f} | "
+            f"{im['ilp_bound'] / best:.3f} | {nm.get('symmetry_rows', '')}"
             if "error" not in im
-            else f"{im['error'][:60]} | | |"
+            else f"{im['error'][:60]} | | | |"
+        )
+        ns_cells = (
+            f"{nm['ilp_status']} | {nm['mip_gap']:.3f}"
+            if "error" not in nm
+            else f"{nm['error'][:40]} |"
         )
         out.append(
-            f"| {gname} | {dm['status']} | {dm['exact']} | {dm['items']} | {dm['pinned_items']} | "
-            f"{dm['ideals']} | {dm['chain_objective'] / dv:.4f} | {ilp_cells} |"
+            f"| {gname} | {dm['status']} | {dm['exact']} | {dm['dropped_units']} | "
+            f"{dm['dp_gap']:.4f} | {dm['items']} | {dm['pinned_items']} | "
+            f"{dm['ideals']} | {dm['chain_objective'] / dv:.4f} | {ilp_cells} | {ns_cells} |"
         )
     return out
 

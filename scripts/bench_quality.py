@@ -68,8 +68,9 @@ DEFAULT_ROWS = (
     "inception-v3@k40_2",
     "inception-v3@k40_4",
 )
-BASELINES = ("single", "expert", "metis", "m_sct", "pipedream_dp")
-COLD = ("ppo-placeto", "ppo-gdp", "anneal")
+BASELINES = ("single", "expert", "metis", "m_sct", "pipedream_dp", "ideal_dp", "ilp")
+#: "anneal" has the oracle calls of the cold PPO run that used more; "anneal-wall" its wall time.
+COLD = ("ppo-placeto", "ppo-gdp", "anneal", "anneal-wall")
 WARM = ("warm-ppo-placeto", "warm-anneal-placeto", "warm-ppo-gdp", "warm-anneal-gdp")
 COLUMNS = (*BASELINES, *COLD, *WARM)
 HELD_OUT = ("gpt2-xl", "bert-large")
@@ -90,6 +91,9 @@ class Cell:
     calls: int
     note: str = ""
     improved: bool | None = None  # warm cells: beat the start plan
+    #: best-so-far points ``(oracle calls, wall seconds, best step time)`` of a search
+    #: (anneal's ``meta["curve"]``, PPO's ``SearchResult.curve``), kept in the JSON
+    curve: list | None = None
 
 
 # --------------------------------------------------------------------------- methods
@@ -104,11 +108,23 @@ def run_baseline_plan(
     """Run one baseline on a fresh simulator: its cell and its per-node placement (None = none)."""
     sim = Simulator(g, c, microbatches=a.microbatches, schedule=a.schedule)
     t0 = time.perf_counter()
+    if name in ("ideal_dp", "ilp"):
+        options = {"time_limit": a.ilp_seconds, **options}
     try:
         plan = baselines.get(name)(g, c, sim, budget, **options)
     except baselines.InfeasiblePlanError as exc:
         return Cell(None, time.perf_counter() - t0, sim.calls, str(exc).split(":")[0]), None
-    cell = Cell(float(plan.meta["step_time"]), time.perf_counter() - t0, sim.calls)
+    except ValueError as exc:  # an exact model too large for its limits (ilp): refused
+        if name != "ilp":
+            raise
+        return Cell(None, time.perf_counter() - t0, sim.calls, "refused: " + str(exc)[:80]), None
+    curve = plan.meta.get("curve")
+    cell = Cell(
+        float(plan.meta["step_time"]),
+        time.perf_counter() - t0,
+        sim.calls,
+        curve=None if curve is None else [list(map(float, x)) for x in curve],
+    )
     return cell, np.asarray(plan.placement, dtype=np.int64)
 
 
@@ -182,7 +198,9 @@ def run_ppo(
     best = found.step_time if found.best_from == "search" else None
     note = "" if best is not None else "no feasible placement sampled"
     if init is None:
-        return Cell(best, found.seconds, found.oracle_calls, note), found.model
+        return Cell(
+            best, found.seconds, found.oracle_calls, note, curve=ppo_curve(found)
+        ), found.model
     start_t = found.start_step_time
     cell = Cell(
         found.step_time,
@@ -190,8 +208,14 @@ def run_ppo(
         found.oracle_calls,
         note or "",
         improved=found.best_from == "search" and (start_t is None or best < start_t),
+        curve=ppo_curve(found),
     )
     return cell, found.model
+
+
+def ppo_curve(found: Any) -> list[list[float]]:
+    """PPO's best-so-far points as ``(oracle calls, wall seconds, best step time)``."""
+    return [[float(n), float(t), float(v)] for _, n, t, v in getattr(found, "curve", [])]
 
 
 def warm_anneal(
@@ -314,10 +338,11 @@ def _table(
 def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Namespace) -> str:
     summary = [
         "| model @ cluster | lower bound | best baseline | cold PPO-placeto | cold PPO-gdp "
-        "| cold anneal | warm PPO-placeto | warm anneal (= its calls) | warm PPO-gdp "
+        "| cold anneal (= PPO calls) | cold anneal (= PPO wall) | warm PPO-placeto | warm anneal (= its calls) | warm PPO-gdp "
         "| warm anneal (= its calls) | best PPO / best baseline "
         "| warm PPO-placeto / its anneal | warm PPO-gdp / its anneal |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: |",
     ]
     for r in rows:
         cells = r["cells"]
@@ -331,6 +356,26 @@ def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Nam
             + f" | {_ratio(bp, None if bb is None else bb[1]) if bp else '—'}"
             + f" | {_ratio(cells['warm-ppo-placeto'], cells['warm-anneal-placeto'])}"
             + f" | {_ratio(cells['warm-ppo-gdp'], cells['warm-anneal-gdp'])} |"
+        )
+    ratio_cols = ("best baseline", *BASELINES[-2:], *COLD, *WARM)
+    ratio = [
+        "| model @ cluster | best known (ms) | " + " | ".join(ratio_cols) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in ratio_cols) + " |",
+    ]
+    for r in rows:
+        cells = r["cells"]
+        ref = best_of(cells)
+        bb = best_baseline(cells)
+        got = [None if bb is None else bb[1]] + [cells.get(k) for k in ratio_cols[1:]]
+        ratio.append(
+            f"| {r['model']} @ {r['cluster']} | {_ms(None if ref is None else ref.step_time)} | "
+            + " | ".join(
+                "—"
+                if x is None or ref is None or not x.step_time
+                else f"{x.step_time / ref.step_time:.3f}"
+                for x in got
+            )
+            + " |"
         )
     full = _table(rows, BASELINES, lambda c: _ms(c.step_time))
     cost = _table(rows, COLUMNS, lambda c: f"{c.search_s:.1f} s / {c.calls}")
@@ -347,6 +392,13 @@ def render(rows: list[dict[str, Any]], zs: list[dict[str, Any]], a: argparse.Nam
         "of the PPO run on its left. `infeasible` = no memory-feasible plan.",
         "",
         *summary,
+        "",
+        "Each method / the best plan any method found for the row (1.000 = the best known). "
+        "Cold `anneal` has the oracle calls of the cold PPO run that used more, `anneal-wall` "
+        "its wall time (`time_limit`, unbounded calls); each warm anneal has the calls of the "
+        "warm PPO run before it:",
+        "",
+        *ratio,
         "",
         "One-call baselines (ms):",
         "",
@@ -426,6 +478,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=int,
         default=512,
         help="warm PPO-gdp env steps (0 = skip)",
+    )
+    ap.add_argument(
+        "--ilp-seconds", type=float, default=20.0, help="time limit of ideal_dp and of ilp"
     )
     ap.add_argument("--n-envs", type=int, default=2)
     ap.add_argument("--n-steps", type=int, default=64)
@@ -568,7 +623,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         cells["ppo-placeto"], _ = run_ppo("placeto", g, c, a, a.timesteps)
         cells["ppo-gdp"], _ = run_ppo("gdp", g, c, a, a.gdp_timesteps)
         budget = max(cells["ppo-placeto"].calls, cells["ppo-gdp"].calls, 1)
-        cells["anneal"] = run_baseline("anneal", g, c, a, budget)
+        cells["anneal"], _ = run_baseline_plan("anneal", g, c, a, budget, seed=a.seed)
+        wall = max(cells["ppo-placeto"].search_s, cells["ppo-gdp"].search_s, 1e-3)
+        cells["anneal-wall"], _ = run_baseline_plan(
+            "anneal", g, c, a, 10**9, time_limit=wall, seed=a.seed
+        )
         bb = best_baseline(cells)
         for pol, steps in (("placeto", a.warm_timesteps), ("gdp", a.warm_gdp_timesteps)):
             if bb is None or steps <= 0:

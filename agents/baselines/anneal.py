@@ -16,14 +16,19 @@ out of memory are rejected. ``T`` decays geometrically from ``t0 * cur`` to
 ``t_end * t0 * cur``. The search starts from ``init`` when given (a per-node
 placement, e.g. another baseline's plan: a warm start), else from the pipeline
 DP's plan (a random memory-feasible one if that fails), and spends
-**exactly** ``budget`` evaluations (default 1000) including the first. The
-returned plan is the best feasible one evaluated, so it is never slower than
-a feasible start.
+**exactly** ``budget`` evaluations (default 1000) including the first, unless
+``time_limit`` seconds run out first (then ``T`` follows the larger of the two
+progress fractions, calls and seconds, so the schedule still cools to its end).
+The returned plan is the best feasible one evaluated, so it is never slower than
+a feasible start; ``meta["curve"]`` lists ``(oracle calls, wall seconds, best
+step time)`` at the first feasible plan and at every improvement, for comparisons
+at equal calls and at equal wall-clock (:func:`best_at`).
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -191,17 +196,23 @@ def anneal(
     t0: float = 0.01,
     t_end: float = 1e-3,
     init: np.ndarray | None = None,
+    time_limit: float | None = None,
 ) -> Plan:
-    """Metropolis search on the oracle's step time; exactly ``budget`` evaluations (default 1000).
+    """Metropolis search on the oracle's step time; ``budget`` evaluations (default 1000),
+    or fewer when ``time_limit`` seconds (counted from the call) run out first.
 
     ``init``: a per-node placement (one device per node, colocation groups kept
     together) to start from instead of the pipeline DP's plan. It may be
-    infeasible; the search then moves towards plans that fit.
+    infeasible; the search then moves towards plans that fit. The first evaluation
+    is always made, whatever ``time_limit``.
     """
     start = oracle_calls_start(oracle)
+    t_start = time.perf_counter()
     n_eval = 1000 if budget is None else int(budget)
     if n_eval < 1:
         raise ValueError(f"anneal: budget must be >= 1 evaluation, got {n_eval}")
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"anneal: time_limit must be > 0 seconds, got {time_limit}")
     if not (t0 > 0 and 0 < t_end <= 1):
         raise ValueError(f"anneal: need t0 > 0 and 0 < t_end <= 1, got t0={t0}, t_end={t_end}")
     prob = make_problem(graph, cluster, oracle)
@@ -211,15 +222,22 @@ def anneal(
     spent, accepted, stuck = 1, 0, 0
     cur_cost = float(res.step_time) if result_ok(res) else math.inf
     best = (cur_cost, cur, res) if result_ok(res) else None
+    curve: list[tuple[int, float, float]] = []
+    if best is not None:
+        curve.append((1, time.perf_counter() - t_start, cur_cost))
     first = cur_cost
     use = prob.memory_use(cur)
     temp0 = t0 * (cur_cost if np.isfinite(cur_cost) else 1.0)
-    decay = t_end ** (1.0 / max(n_eval - 1, 1))
     temp = temp0
+    stop = "budget"
     nbrs = unit_neighbours(prob)
     tried = dict.fromkeys(MOVES, 0)
     took = dict.fromkeys(MOVES, 0)
     while spent < n_eval:
+        elapsed = time.perf_counter() - t_start
+        if time_limit is not None and elapsed >= time_limit:
+            stop = "time_limit"
+            break
         step = propose(prob, cur, use, rng, nbrs)
         if step is None:
             stuck += 1
@@ -230,7 +248,10 @@ def anneal(
         tried[kind] += 1
         r = evaluate_units(prob, new)
         spent += 1
-        temp *= decay
+        frac = (spent - 1) / max(n_eval - 1, 1)
+        if time_limit is not None:
+            frac = max(frac, (time.perf_counter() - t_start) / time_limit)
+        temp = temp0 * t_end ** min(frac, 1.0)
         if not result_ok(r):
             continue
         cost = float(r.step_time)
@@ -240,6 +261,7 @@ def anneal(
             use = prob.memory_use(cur)
             if best is None or cost < best[0]:
                 best = (cost, new, r)
+                curve.append((spent, time.perf_counter() - t_start, cost))
     if best is None:
         raise InfeasiblePlanError(
             f"anneal: none of {spent} evaluated placements of {graph.meta.get('name', '?')!r} fits in memory"
@@ -257,4 +279,20 @@ def anneal(
         warm_start=init is not None,
         moves_tried=tried,
         moves_accepted=took,
+        evaluations=spent,
+        stopped_by=stop,
+        time_limit=time_limit,
+        curve=curve,
     )
+
+
+def best_at(
+    curve: list[tuple[int, float, float]], *, calls: int | None = None, seconds: float | None = None
+) -> float | None:
+    """The best step time of an ``anneal`` ``meta["curve"]`` within ``calls`` oracle calls
+    and/or ``seconds`` of wall time (``None``: no feasible plan by then)."""
+    out = None
+    for n, t, v in curve:
+        if (calls is None or n <= calls) and (seconds is None or t <= seconds):
+            out = v if out is None else min(out, v)
+    return out

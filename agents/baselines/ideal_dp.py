@@ -38,16 +38,30 @@ the graph's width. Remedies, each reported in ``meta``:
    an upper bound ``UB``; the full DP keeps only stages whose compute is within
    ``UB``, and after which the remaining work still fits the remaining devices
    within ``UB``, and the ideals reached that way. Nothing better than ``UB`` is lost.
-2. *Pinning isolated items* (a documented restriction): items with no precedence
-   edge at all (e.g. a BatchNorm step counter) would each double the ideals;
+2. *Dropping edge-free units* (``isolated="drop"``, the default): a unit with no
+   edge to any other unit (a constant, a parameter read by nothing else, a
+   BatchNorm step counter) would double the ideals, yet adds only its compute
+   and memory to whichever device holds it. The DP runs without them; then each
+   is put, largest first, on the device where it fits in memory and raises the
+   largest load least (:func:`reinsert_isolated`). The plan is still a
+   contiguous split. It is reported ``exact`` only when its objective meets a
+   lower bound on the whole problem's contiguous optimum, ``dp_lower_bound`` =
+   max(the reduced DP's optimum -- removing edge-free units from any split lowers
+   no load and frees memory --, the least total compute / devices); otherwise
+   ``meta["dp_gap"]`` = objective / bound - 1 (``meta["dropped_units"]``).
+   ``isolated="keep"`` keeps them in the DP (the behaviour before).
+3. *Pinning isolated items* (a documented restriction): items with no precedence
+   edge at all that are still left (with ``isolated="keep"``, or joined to others
+   only by backward edges) would each double the ideals;
    when there are more than ``pin_isolated_above`` of them they are chained to
    their neighbours in the topological order (``meta["pinned_items"]``).
-3. *Limits*: when the full DP exceeds ``max_ideals`` or ``time_limit`` it stops
+4. *Limits*: when the full DP exceeds ``max_ideals`` or ``time_limit`` it stops
    and the best of the chain DPs' plans and the full DP's incumbent is returned
    (``meta["status"]`` says which limit; ``meta["exact"]`` False).
 
 ``meta["exact"]`` is True only when the full DP finished on exact costs with
-nothing pinned: the plan is then optimal among all contiguous splits.
+nothing pinned (and, with units dropped, the re-inserted plan meets the bound):
+the plan is then optimal among all contiguous splits.
 """
 
 from __future__ import annotations
@@ -101,13 +115,33 @@ class Items:
     fused_units: int  # units merged with others because they lie on a precedence cycle
 
 
+def edge_free_units(graph: CompGraph, unit_of: np.ndarray) -> np.ndarray:
+    """``bool[U]``: units with no graph edge to any other unit (e.g. a constant or a counter).
+
+    Such a unit adds only its compute and memory to the device it is on: no transfer is
+    charged for it and no precedence ties it to a stage.
+    """
+    U = int(unit_of.max()) + 1 if len(unit_of) else 0
+    a, b = unit_of[graph.src], unit_of[graph.dst]
+    cross = a != b
+    touched = np.zeros(U, dtype=bool)
+    touched[a[cross]] = True
+    touched[b[cross]] = True
+    return ~touched
+
+
 def precedence_items(
-    graph: CompGraph, unit_of: np.ndarray, pin_isolated_above: int | None = 8
+    graph: CompGraph,
+    unit_of: np.ndarray,
+    pin_isolated_above: int | None = 8,
+    drop: np.ndarray | None = None,
 ) -> Items:
     """Fuse units along cycles of the precedence DAG, number them topologically, pin isolated ones.
 
     ``pin_isolated_above``: chain isolated items when there are more than this many
-    (``None``: never; ``0``: always).
+    (``None``: never; ``0``: always). ``drop``: ``bool[U]`` units left out of the items
+    (they must have no edge to another unit, :func:`edge_free_units`); their
+    ``item_of_unit`` is -1.
     """
     U = int(unit_of.max()) + 1 if len(unit_of) else 0
     fwd = graph.kind == FWD
@@ -121,6 +155,10 @@ def precedence_items(
     us, ud = us[keep], ud[keep]
     A = sp.csr_matrix((np.ones(len(us)), (us, ud)), shape=(U, U))
     nb, lab = connected_components(A, directed=True, connection="strong")
+    gone = np.zeros(nb, dtype=bool)
+    if drop is not None and drop.any():
+        assert edge_free_units(graph, unit_of)[drop].all(), "only edge-free units can be dropped"
+        gone[lab[np.flatnonzero(drop)]] = True
     bs, bd = lab[us], lab[ud]
     keep = bs != bd
     pairs = sorted(set(zip(bs[keep].tolist(), bd[keep].tolist())))
@@ -134,7 +172,7 @@ def precedence_items(
     pos[graph.topo_order] = np.arange(graph.num_nodes)
     first = np.full(nb, graph.num_nodes, dtype=np.int64)
     np.minimum.at(first, lab[unit_of], pos)
-    heap = [(int(first[b]), b) for b in range(nb) if indeg[b] == 0]
+    heap = [(int(first[b]), b) for b in range(nb) if indeg[b] == 0 and not gone[b]]
     heapq.heapify(heap)
     order: list[int] = []
     deg = indeg.copy()
@@ -145,8 +183,13 @@ def precedence_items(
             deg[c] -= 1
             if deg[c] == 0:
                 heapq.heappush(heap, (int(first[c]), c))
-    assert len(order) == nb, "precedence graph must be acyclic after fusing its cycles"
-    isolated = [b for b in range(nb) if indeg[b] == 0 and not succ[b]] if nb > 1 else []
+    assert len(order) == nb - int(gone.sum()), (
+        "precedence graph must be acyclic after fusing its cycles"
+    )
+    nk = len(order)
+    isolated = (
+        [b for b in range(nb) if indeg[b] == 0 and not succ[b] and not gone[b]] if nk > 1 else []
+    )
     pinned = 0
     if pin_isolated_above is not None and len(isolated) > pin_isolated_above:
         where = {b: i for i, b in enumerate(order)}
@@ -154,13 +197,13 @@ def precedence_items(
             i = where[b]
             if i > 0:
                 succ[order[i - 1]].add(b)
-            if i + 1 < nb:
+            if i + 1 < nk:
                 succ[b].add(order[i + 1])
         pinned = len(isolated)
-    rank = np.empty(nb, dtype=np.int64)
-    rank[np.asarray(order, dtype=np.int64)] = np.arange(nb)
-    item_succ: list[list[int]] = [[] for _ in range(nb)]
-    for b in range(nb):
+    rank = np.full(nb, -1, dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(nk)
+    item_succ: list[list[int]] = [[] for _ in range(nk)]
+    for b in order:
         item_succ[int(rank[b])] = sorted(int(rank[c]) for c in succ[b])
     return Items(
         item_of_unit=rank[lab].astype(np.int64),
@@ -210,25 +253,35 @@ def solve_ideal_dp(
     time_limit: float = 60.0,
     max_ideals: int = 200_000,
     pin_isolated_above: int | None = 8,
+    isolated: str = "drop",
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Run the chain DP then the DP over ideals; ``(device of each unit, info)`` (see the module docstring)."""
+    if isolated not in ("drop", "keep"):
+        raise ValueError(f"ideal_dp: isolated must be 'drop' or 'keep', got {isolated!r}")
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit)
     graph = prob.graph
     unit_of = prob.unit_of
-    items = precedence_items(graph, unit_of, pin_isolated_above)
+    drop = np.zeros(prob.num_units, dtype=bool)
+    if isolated == "drop" and prob.num_units > 1:
+        drop = edge_free_units(graph, unit_of)
+        if drop.all():  # keep one unit for the DP
+            drop[0] = False
+    items = precedence_items(graph, unit_of, pin_isolated_above, drop=drop)
     B = len(items.succ)
     node_item = items.item_of_unit[unit_of]
+    keepn = np.flatnonzero(node_item >= 0)
+    keepu = np.flatnonzero(~drop)
     classes, cap, pays = device_classes(model, prob.capacity)
     counts = np.array([len(c) for c in classes], dtype=np.int64)
     K = len(classes)
     rep = np.array([c[0] for c in classes], dtype=np.int64)
     comp_item = np.zeros((B, K))
-    np.add.at(comp_item, node_item, model.comp[:, rep])
+    np.add.at(comp_item, node_item[keepn], model.comp[keepn][:, rep])
     fin = np.where(np.isfinite(comp_item), comp_item, np.inf)
     work_item = fin.min(axis=1) if K else np.zeros(B)
     work_item = np.where(np.isfinite(work_item), work_item, 0.0)
-    mem_item = np.bincount(items.item_of_unit, weights=prob.mem, minlength=B)
+    mem_item = np.bincount(items.item_of_unit[keepu], weights=prob.mem[keepu], minlength=B)
     cost = model.uniform_cost()
     cross = node_item[model.psrc] != node_item[model.pdst]
     ps, pd, pc = model.psrc[cross], model.pdst[cross], cost[cross]
@@ -248,8 +301,9 @@ def solve_ideal_dp(
         ``succ`` in the new labels must only point to larger labels."""
         rank = np.empty(B, dtype=np.int64)
         rank[perm] = np.arange(B)
-        ni = rank[node_item]
-        inptr, inidx = _csr(ni, B, np.arange(n, dtype=np.int64))
+        ni = np.zeros(n, dtype=np.int64)  # dropped nodes: no cross pair reaches them
+        ni[keepn] = rank[node_item[keepn]]
+        inptr, inidx = _csr(ni[keepn], B, keepn)
         sptr, sidx, pptr, pidx = _succ_csr(succ)
         status, nI, dp, bJ, bC, bits, full, visited = ideal_dp_kernel(
             B, sptr, sidx, np.diff(pptr), pptr, pidx, inptr, inidx, ni,
@@ -302,16 +356,76 @@ def solve_ideal_dp(
             f"{prob.num_devices} devices fits in memory (or every split puts a node where it cannot run)"
         )
     info["dp_objective"] = val * 1e-6
-    place = place[items.item_of_unit]
-    info["exact"] = bool(status == STATUS_DONE and info["cost_model_exact"] and items.pinned == 0)
+    up = np.full(prob.num_units, -1, dtype=np.int64)
+    up[keepu] = place[items.item_of_unit[keepu]]
+    dp_done = bool(status == STATUS_DONE and items.pinned == 0)
+    info["isolated"] = isolated
+    info["dropped_units"] = int(drop.sum())
+    if drop.any():
+        up = reinsert_isolated(prob, model, up, np.flatnonzero(drop))
+        # bounds on the contiguous optimum of the whole problem: the reduced DP's optimum
+        # (removing edge-free units from a split lowers no load and frees memory) and the
+        # least total compute spread over every device
+        obj = model.max_load(up[unit_of])
+        work = np.where(np.isfinite(model.comp), model.comp, np.inf).min(axis=1)
+        lb = float(np.where(np.isfinite(work), work, 0.0).sum()) / model.num_devices
+        if dp_done and info["cost_model_exact"]:
+            lb = max(lb, val)
+        info["dp_lower_bound"] = lb * 1e-6
+        info["dp_gap"] = (
+            max(float(obj / lb - 1.0), 0.0) if lb > 0 else (0.0 if obj == 0 else float("inf"))
+        )
+        info["dp_objective"] = obj * 1e-6
+        proven = dp_done and info["cost_model_exact"] and obj <= lb * (1 + 1e-9)
+    else:
+        proven = dp_done and info["cost_model_exact"]
+        info["dp_lower_bound"] = val * 1e-6 if proven else 0.0
+        info["dp_gap"] = 0.0 if proven else float("nan")
+    info["exact"] = bool(proven)
     info["optimal_among"] = (
         "contiguous splits"
-        if status == STATUS_DONE and items.pinned == 0
+        if proven or (dp_done and not drop.any())
+        else "none proven: edge-free units re-inserted greedily; the gap is to a lower bound"
+        if dp_done
         else "contiguous splits with isolated items pinned"
         if status == STATUS_DONE
         else "none proven: the full DP stopped; best of the chain DPs and the full DP's incumbent"
     )
-    return place, info
+    return up, info
+
+
+def reinsert_isolated(
+    prob: Problem, model: MaxLoadModel, up: np.ndarray, units: np.ndarray
+) -> np.ndarray:
+    """Put each edge-free unit of ``units`` (largest compute first) on the device where it
+    fits in memory and raises the largest load least (ties: the least loaded after it).
+
+    ``up``: device per unit, -1 for ``units``. The result is still a contiguous split: an
+    edge-free unit adds no edge between devices.
+    """
+    up = up.copy()
+    U, D = prob.num_units, model.num_devices
+    T = np.zeros((U, D))
+    np.add.at(T, prob.unit_of, model.comp)
+    kept = up >= 0
+    node_dev = np.where(kept[prob.unit_of], up[prob.unit_of], 0)
+    loads = model.loads(node_dev, skip=~kept[prob.unit_of])  # without the units to insert
+    use = np.bincount(up[kept], weights=prob.mem[kept], minlength=D).astype(float)
+    work = np.where(np.isfinite(T), T, np.inf).min(axis=1)
+    for u in units[np.argsort(-work[units], kind="stable")]:
+        ok = np.isfinite(T[u]) & (use + prob.mem[u] <= prob.capacity)
+        if not ok.any():
+            raise InfeasiblePlanError(
+                f"ideal_dp: no device has room for the edge-free unit {int(u)} of "
+                f"{prob.graph.meta.get('name', '?')!r} after the DP's split; try isolated='keep'"
+            )
+        after = np.where(ok, loads + np.where(ok, T[u], 0.0), np.inf)
+        peak = np.maximum(after, loads.max())
+        d = int(np.lexsort((after, peak))[0])
+        up[u] = d
+        loads[d] += T[u, d]
+        use[d] += prob.mem[u]
+    return up
 
 
 def linear_extensions(succ: list[list[int]]) -> list[np.ndarray]:
@@ -384,11 +498,15 @@ def ideal_dp(
     time_limit: float = 60.0,
     max_ideals: int = 200_000,
     pin_isolated_above: int | None = 8,
+    isolated: str = "drop",
 ) -> Plan:
     """Max-load-optimal contiguous split by the DP over ideals (one oracle evaluation).
 
+    ``isolated``: ``"drop"`` (default) solves without edge-free units and re-inserts
+    them, ``"keep"`` keeps them in the DP (see the module docstring).
+
     ``meta``: ``dp_objective`` (seconds; equals the max-load step time when
-    ``exact``), ``exact``, ``optimal_among``, ``status`` (``done`` or the limit
+    ``exact``), ``exact``, ``dp_lower_bound``, ``dp_gap``, ``dropped_units``, ``optimal_among``, ``status`` (``done`` or the limit
     that stopped the full DP), ``ideals``, ``items``, ``pinned_items``,
     ``chain_objective``, ``device_classes``.
     """
@@ -397,7 +515,7 @@ def ideal_dp(
     model = build_model(graph, cluster)
     up, info = solve_ideal_dp(
         prob, model, time_limit=time_limit, max_ideals=max_ideals,
-        pin_isolated_above=pin_isolated_above,
+        pin_isolated_above=pin_isolated_above, isolated=isolated,
     )  # fmt: skip
     return finish(prob, up, "ideal_dp", start, objective="max_load", **info)
 

@@ -43,7 +43,7 @@ import scipy.sparse as sp
 
 from agents.baselines.anneal import unit_placement
 from agents.baselines.common import InfeasiblePlanError, Problem, finish, oracle_calls_start
-from agents.baselines.ideal_dp import exact_problem, solve_ideal_dp
+from agents.baselines.ideal_dp import device_classes, exact_problem, solve_ideal_dp
 from agents.baselines.maxload import MaxLoadModel, build_model
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
@@ -84,8 +84,18 @@ def solve_max_load(
     max_rows: int = MAX_ROWS,
     threads: int = 1,
     warm: np.ndarray | None = None,
+    symmetry: bool = False,
+    highs_options: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Solve the MILP; ``(device of each unit, info)`` with objective, bound, gap and status."""
+    """Solve the MILP; ``(device of each unit, info)`` with objective, bound, gap and status.
+
+    ``symmetry`` (default off: measured slower, see ``docs/baselines.md``): order
+    interchangeable devices (:func:`symmetric_devices`) by compute load,
+    ``sum_u time[u] x[u, d_j] >= sum_u time[u] x[u, d_j+1]``, so HiGHS does not explore
+    their permuted copies (any plan has a permuted copy of equal objective that meets
+    the rows). ``highs_options``: HiGHS options set after the defaults (e.g.
+    ``{"mip_heuristic_effort": 0.2}``).
+    """
     U, D = prob.num_units, model.num_devices
     gx, gV, cross, ginv = _groups(prob, model)
     G = len(gx)
@@ -201,6 +211,20 @@ def solve_max_load(
         r += 1
     lo.append(np.full(D, -np.inf))
     hi.append(np.zeros(D))
+    sym = symmetric_devices(model, prob.capacity) if symmetry else []
+    n_sym = 0
+    for grp in sym:
+        tg = tcost[:, grp[0]] * scale
+        for a, b in zip(grp[:-1], grp[1:]):
+            rows += [np.full(U, r), np.full(U, r)]
+            cols += [xi[:, a], xi[:, b]]
+            vals += [tg, -tg]
+            lo.append(np.zeros(1))
+            hi.append(np.full(1, np.inf))
+            r += 1
+            n_sym += 1
+    if warm is not None and sym:
+        warm = canonical_order(warm, tcost, sym)
     A = sp.csc_matrix(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(r, nvar)
     )
@@ -230,6 +254,9 @@ def solve_max_load(
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
     h.setOptionValue("threads", int(threads))
     h.setOptionValue("random_seed", 0)
+    for key, value in (highs_options or {}).items():
+        if h.setOptionValue(key, value) != highspy.HighsStatus.kOk:
+            raise ValueError(f"ilp: HiGHS refused option {key}={value!r}")
     h.passModel(lp)
     if warm is not None:
         _set_start(
@@ -279,8 +306,48 @@ def solve_max_load(
         "ilp_rows": int(r),
         "ilp_nodes": int(info.mip_node_count),
         "ilp_formulation": "uniform routes" if model.uniform else "per device pair",
+        "symmetry_rows": int(n_sym),
+        "symmetric_devices": [list(g) for g in sym],
         "cost_model_exact": bool(model.exact),
     }
+
+
+def symmetric_devices(model: MaxLoadModel, capacity: np.ndarray) -> list[list[int]]:
+    """Groups (of 2 or more) of interchangeable devices: same compute times, memory and
+    CPU-ness (:func:`agents.baselines.ideal_dp.device_classes`), and swapping any two of
+    a group leaves every route's latency and bandwidth unchanged."""
+    D = model.num_devices
+    out: list[list[int]] = []
+    for cls in device_classes(model, capacity)[0]:
+        groups: list[list[int]] = []
+        for d in cls:
+            for grp in groups:
+                perm = np.arange(D)
+                perm[[grp[0], d]] = perm[[d, grp[0]]]
+                if np.array_equal(model.rlat[np.ix_(perm, perm)], model.rlat) and np.array_equal(
+                    model.rinv[np.ix_(perm, perm)], model.rinv
+                ):
+                    grp.append(d)
+                    break
+            else:
+                groups.append([d])
+        out += [g for g in groups if len(g) > 1]
+    return out
+
+
+def canonical_order(up: np.ndarray, tcost: np.ndarray, sym: list[list[int]]) -> np.ndarray:
+    """``up`` with each group's devices relabelled so that their compute loads decrease
+    along the group (the form the symmetry rows admit); the objective is unchanged."""
+    up = np.asarray(up, dtype=np.int64).copy()
+    U = len(up)
+    new = up.copy()
+    for grp in sym:
+        load = np.array([tcost[up == d, d].sum() for d in grp])
+        order = np.argsort(-load, kind="stable")
+        for j, k in enumerate(order):
+            new[up == grp[k]] = grp[j]
+    assert len(new) == U
+    return new
 
 
 def _set_start(
@@ -308,7 +375,8 @@ def _set_start(
         vcols = np.concatenate(link_var)
         np.maximum.at(x0, vcols, need)
         x0[nx:L] = np.maximum(x0[nx:L], 0.0)
-    x0[L] = max(float((Ar[load_start:] @ x0).max(initial=0.0)), 0.0)
+    D = xi.shape[1]
+    x0[L] = max(float((Ar[load_start : load_start + D] @ x0).max(initial=0.0)), 0.0)
     sol = highspy.HighsSolution()
     sol.col_value = x0.tolist()
     h.setSolution(sol)
@@ -326,10 +394,15 @@ def ilp(
     max_rows: int = MAX_ROWS,
     warm_start: bool = True,
     init: np.ndarray | None = None,
+    symmetry: bool = False,
+    highs_options: dict[str, Any] | None = None,
 ) -> Plan:
     """Max-load MILP (HiGHS), warm-started from `ideal_dp`; one oracle evaluation.
 
     ``time_limit`` bounds HiGHS; ``warm_time_limit`` (default ``time_limit``) the DP.
+    ``symmetry``: ordering rows for interchangeable devices (off by default: on coarsened zoo
+    graphs they slowed HiGHS's proofs 2.5-19x in 4 of 5 cases, ``docs/ilp_symmetry_table.md``);
+    ``highs_options``: passed to HiGHS (see :func:`solve_max_load`).
     ``init``: a per-node placement (colocation groups kept together) to start from
     instead of solving `ideal_dp`. For a makespan oracle the memory rule charges every microbatch's activations
     (an upper bound on any schedule) and the oracle's step time is reported.
@@ -363,6 +436,8 @@ def ilp(
         max_variables=max_variables,
         max_rows=max_rows,
         warm=warm,
+        symmetry=symmetry,
+        highs_options=highs_options,
     )
     return finish(
         prob,

@@ -78,11 +78,17 @@ class MaxLoadModel:
         link = (lat + self.pbytes * inv) * 1e6
         return np.where(np.isnan(self.ptime), link, self.ptime)
 
-    def loads(self, placement: np.ndarray) -> np.ndarray:
-        """``float64[D]`` load of each device (microseconds) under a per-node ``placement``."""
+    def loads(self, placement: np.ndarray, skip: np.ndarray | None = None) -> np.ndarray:
+        """``float64[D]`` load of each device (microseconds) under a per-node ``placement``.
+
+        ``skip``: ``bool[n]`` nodes whose compute is left out (their transfers still count).
+        """
         p = np.asarray(placement, dtype=np.int64)
         D = self.num_devices
-        load = np.bincount(p, weights=self.comp[np.arange(len(p)), p], minlength=D).astype(float)
+        w = self.comp[np.arange(len(p)), p]
+        if skip is not None:
+            w = np.where(skip, 0.0, w)
+        load = np.bincount(p, weights=w, minlength=D).astype(float)
         a, b = p[self.psrc], p[self.pdst]
         cross = a != b
         if not cross.any():

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agents.baselines as B
+from agents.baselines.anneal import best_at
 from agents.baselines.baechi import favourite_children
 from agents.baselines.common import InfeasiblePlanError, device_chain, make_problem
 from agents.baselines.pipedream import boundary_bytes
@@ -182,6 +183,42 @@ def test_search_baselines_spend_exactly_their_budget():
         assert sim.calls == budget
         assert plan.meta["oracle_calls"] == budget
         assert plan.meta["step_time"] == pytest.approx(sim.evaluate(plan).step_time)
+
+
+def test_anneal_curve_records_every_improvement():
+    g, c = chain6(), uniform_cluster(3)
+    sim = Simulator(g, c, microbatches=4, schedule="1f1b")
+    plan = B.get("anneal")(g, c, sim, 60, init=np.zeros(6, dtype=np.int64))
+    curve = plan.meta["curve"]
+    calls = [n for n, _, _ in curve]
+    secs = [t for _, t, _ in curve]
+    vals = [v for _, _, v in curve]
+    assert calls[0] == 1 and vals[0] == pytest.approx(plan.meta["initial_step_time"])
+    assert calls == sorted(calls) and len(set(calls)) == len(calls) and calls[-1] <= 60
+    assert secs == sorted(secs) and secs[-1] <= plan.meta["search_seconds"]
+    assert all(b < a for a, b in zip(vals, vals[1:]))  # strictly better each time
+    assert vals[-1] == pytest.approx(plan.meta["step_time"])
+    assert plan.meta["evaluations"] == 60 and plan.meta["stopped_by"] == "budget"
+    assert best_at(curve, calls=1) == vals[0]
+    assert best_at(curve, calls=calls[-1]) == vals[-1]
+    assert best_at(curve, seconds=secs[-1]) == vals[-1]
+    assert best_at(curve, calls=0) is None
+    # the same seed and budget without a time limit give the same search
+    again = B.get("anneal")(g, c, Simulator(g, c, microbatches=4, schedule="1f1b"), 60,
+                            init=np.zeros(6, dtype=np.int64), time_limit=1e6)  # fmt: skip
+    assert [n for n, _, _ in again.meta["curve"]] == calls
+    assert again.placement.tolist() == plan.placement.tolist()
+
+
+def test_anneal_time_limit_stops_first():
+    g, c = chain6(), uniform_cluster(3)
+    sim = Simulator(g, c, microbatches=4, schedule="1f1b")
+    plan = B.get("anneal")(g, c, sim, 10**9, time_limit=0.2)
+    assert plan.meta["stopped_by"] == "time_limit"
+    assert 1 <= plan.meta["evaluations"] == plan.meta["oracle_calls"] == sim.calls < 10**9
+    assert plan.meta["search_seconds"] < 5.0
+    with pytest.raises(ValueError, match="time_limit"):
+        B.get("anneal")(g, c, sim, 10, time_limit=0.0)
 
 
 def test_anneal_never_worse_than_its_start():
@@ -365,6 +402,26 @@ def test_every_plan_respects_colocation_and_memory(inst):
         assert plan.meta["oracle_calls"] >= 1
         assert plan.meta["search_seconds"] >= 0
         assert plan.microbatches == M and plan.schedule == sched
+    # the options of the exact planners and the annealer's time limit keep the same guarantees
+    for name, opts in VARIANTS:
+        sim = Simulator(g, c, microbatches=M, schedule=sched, objective=objective)
+        try:
+            plan = B.get(name)(g, c, sim, BUDGET.get(name), **opts)
+        except InfeasiblePlanError:
+            assert mem_scale < 100.0, f"{name} {opts}: infeasible although memory is plentiful"
+            continue
+        assert plan.colocation_violations(g) == []
+        res = Simulator(g, c, microbatches=M, schedule=sched, objective=objective).evaluate(plan)
+        assert not res.oom and np.all(res.peak_memory <= c.memory), (name, opts)
+        assert plan.meta["step_time"] == pytest.approx(res.step_time)
+
+
+#: Non-default options checked by the feasibility property above.
+VARIANTS = [
+    ("ideal_dp", {"isolated": "keep"}),
+    ("ilp", {"time_limit": 2.0, "symmetry": True}),
+    ("anneal", {"time_limit": 0.05}),
+]
 
 
 # ------------------------------------------------------- default experiment

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agents.baselines as B
-from agents.baselines.ideal_dp import precedence_items
+from agents.baselines.ideal_dp import edge_free_units, precedence_items
+from agents.baselines.ilp import canonical_order, symmetric_devices
 from agents.baselines.maxload import build_model
 from graphs.cluster import Cluster, Device, Link
 from graphs.compgraph import CompGraph
@@ -167,13 +168,83 @@ def test_ideal_dp_equals_brute_force_over_contiguous_splits(seed, n, p, groups, 
     c = cluster_of(rng, A, cpu=True, mem=float(g.param_bytes.sum()) * mem_share + 1.0)
     best = _brute_force_contiguous(g, c)
     sim = Simulator(g, c, objective="max_load")
-    plan = B.get("ideal_dp")(g, c, sim, None, pin_isolated_above=None)
+    plan = B.get("ideal_dp")(g, c, sim, None, pin_isolated_above=None, isolated="keep")
     assert plan.meta["exact"] is True and plan.meta["status"] == "done"
     assert plan.colocation_violations(g) == []
     res = Simulator(g, c, objective="max_load").evaluate(plan)
     assert not res.oom
     assert res.step_time == pytest.approx(best, rel=1e-9)
     assert plan.meta["dp_objective"] == pytest.approx(res.step_time, rel=1e-9)
+    # edge-free units dropped and re-inserted (the default): exact only when proven, and the
+    # lower bound it proves against is a true bound on the contiguous optimum
+    try:
+        drop = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), None)
+    except B.InfeasiblePlanError as exc:  # greedy re-insertion found no room; keep did
+        assert "isolated='keep'" in str(exc)
+        return
+    assert drop.colocation_violations(g) == []
+    r2 = Simulator(g, c, objective="max_load").evaluate(drop)
+    assert not r2.oom
+    assert drop.meta["dp_objective"] == pytest.approx(r2.step_time, rel=1e-9)
+    assert drop.meta["dp_lower_bound"] <= best * (1 + 1e-9)
+    assert r2.step_time >= best * (1 - 1e-9)
+    if drop.meta["exact"]:
+        assert r2.step_time == pytest.approx(best, rel=1e-9)
+    else:
+        assert drop.meta["dp_gap"] > 0
+    assert r2.step_time <= drop.meta["dp_lower_bound"] * (1 + drop.meta["dp_gap"]) * (1 + 1e-9)
+    if not edge_free_units(g, g.group_index()[1]).any():
+        assert drop.meta["exact"] and drop.meta["dropped_units"] == 0
+
+
+def test_ideal_dp_drops_edge_free_nodes_and_proves_it_by_hand():
+    # chain 0 -> 1 -> 2 (2 s each, 0.1 s per crossing) and an edge-free node 3 (0.5 s)
+    g = CompGraph.build(4, [(0, 1), (1, 2)], flops=[2, 2, 2, 0.5], out_bytes=1.0)
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 1e12) for i in range(4))
+    links = tuple(Link(a, b, 10.0, 0.0) for a in range(4) for b in range(4) if a != b)
+    c = Cluster("four", devs, links)
+    plan = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"))
+    # reduced DP: one node per device, the middle one pays 0.1 in and 0.1 out -> 2.2;
+    # node 3 goes to the idle fourth device: 2.2 meets the reduced DP's bound
+    assert plan.meta["dropped_units"] == 1 and plan.meta["exact"] is True
+    assert plan.meta["step_time"] == pytest.approx(2.2)
+    assert plan.meta["dp_lower_bound"] == pytest.approx(2.2)
+    assert len(set(plan.placement.tolist())) == 4
+    keep = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), None, isolated="keep")
+    assert keep.meta["step_time"] == pytest.approx(2.2) and keep.meta["dropped_units"] == 0
+
+
+def test_ideal_dp_drop_reports_a_gap_when_it_cannot_prove():
+    # 0 -> 1 (1 s each, 0.1 s crossing), edge-free node 2 (0.5 s), 2 devices.
+    # Reduced optimum 1.1 (split); greedy puts 2 on one side: 1.6, which is the true
+    # contiguous optimum (every split with 2 beside a node costs 1 + 0.5 + 0.1), but the
+    # bound it can prove is max(1.1, 2.5 s of work / 2 devices) = 1.25.
+    g = CompGraph.build(3, [(0, 1)], flops=[1, 1, 0.5], out_bytes=1.0)
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 1e12) for i in range(2))
+    c = Cluster("two", devs, (Link(0, 1, 10.0, 0.0), Link(1, 0, 10.0, 0.0)))
+    plan = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"))
+    assert plan.meta["exact"] is False
+    assert plan.meta["step_time"] == pytest.approx(1.6)
+    assert plan.meta["dp_lower_bound"] == pytest.approx(1.25)
+    assert plan.meta["dp_gap"] == pytest.approx(1.6 / 1.25 - 1)
+    keep = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), None, isolated="keep")
+    assert keep.meta["step_time"] == pytest.approx(1.6) and keep.meta["exact"] is True
+    with pytest.raises(ValueError, match="isolated must be"):
+        B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), None, isolated="pin")
+
+
+def test_ideal_dp_drop_respects_memory_when_re_inserting():
+    # the edge-free node 2 is too big for the device holding 0 -> 1: it must go elsewhere
+    g = CompGraph.build(3, [(0, 1)], flops=[1, 1, 3], out_bytes=1.0, param_bytes=[4, 4, 5])
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 9.0) for i in range(2))
+    c = Cluster("two", devs, (Link(0, 1, 10.0, 0.0), Link(1, 0, 10.0, 0.0)))
+    plan = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"))
+    res = Simulator(g, c, objective="max_load").evaluate(plan)
+    assert not res.oom and plan.placement[2] != plan.placement[0]
+    small = tuple(Device(f"d{i}", "x", 1.0, 1e30, 5.0) for i in range(2))
+    c2 = Cluster("small", small, (Link(0, 1, 10.0, 0.0), Link(1, 0, 10.0, 0.0)))
+    with pytest.raises(B.InfeasiblePlanError):  # 13 bytes cannot fit 2 x 5
+        B.get("ideal_dp")(g, c2, Simulator(g, c2, objective="max_load"))
 
 
 def test_ideal_dp_chain_by_hand():
@@ -248,18 +319,63 @@ def test_ilp_equals_brute_force_over_all_placements(seed, n, cpu, uniform, group
         r = sim.evaluate(np.asarray(up)[unit_of])
         if not r.oom:
             best = min(best, r.step_time)
-    try:
-        plan = B.get("ilp")(g, c, Simulator(g, c, objective="max_load"), None, time_limit=20.0)
-    except B.InfeasiblePlanError:
-        assert not np.isfinite(best)
-        return
-    res = Simulator(g, c, objective="max_load").evaluate(plan)
-    assert plan.colocation_violations(g) == [] and not res.oom
-    assert res.step_time == pytest.approx(best, rel=1e-9)
-    assert plan.meta["ilp_objective"] == pytest.approx(res.step_time, rel=1e-9)
-    assert plan.meta["ilp_status"] == "Optimal" and plan.meta["mip_gap"] < 1e-5
-    if plan.meta["warm_start"]:
-        assert plan.meta["ilp_objective"] <= plan.meta["warm_objective"] * (1 + 1e-12)
+    for symmetry in (True, False):  # with and without the ordering rows
+        try:
+            plan = B.get("ilp")(
+                g, c, Simulator(g, c, objective="max_load"), None, time_limit=20.0,
+                symmetry=symmetry,
+            )  # fmt: skip
+        except B.InfeasiblePlanError:
+            assert not np.isfinite(best)
+            continue
+        res = Simulator(g, c, objective="max_load").evaluate(plan)
+        assert plan.colocation_violations(g) == [] and not res.oom
+        assert res.step_time == pytest.approx(best, rel=1e-9)
+        assert plan.meta["ilp_objective"] == pytest.approx(res.step_time, rel=1e-9)
+        assert plan.meta["ilp_status"] == "Optimal" and plan.meta["mip_gap"] < 1e-5
+        if plan.meta["warm_start"]:
+            assert plan.meta["ilp_objective"] <= plan.meta["warm_objective"] * (1 + 1e-12)
+        if not symmetry:
+            assert plan.meta["symmetry_rows"] == 0
+        elif uniform:  # the identical accelerators are one group
+            A = 2 if cpu else 3
+            assert plan.meta["symmetric_devices"] == [list(range(A))]
+            assert plan.meta["symmetry_rows"] == A - 1
+
+
+def test_symmetric_devices_follow_speed_memory_and_links():
+    rng = np.random.default_rng(0)
+    c = cluster_of(rng, 3, True, 1e9)
+    g = dag_graph(rng, 5, 0.5, groups=False, explicit=False)
+    model = build_model(g, c)
+    assert symmetric_devices(model, c.memory) == [[0, 1, 2]]  # the CPU stands alone
+    assert symmetric_devices(model, np.array([1e9, 2e9, 1e9, np.inf])) == [[0, 2]]
+    # acc2 reached over slower links: acc0 and acc1 still swap, acc2 does not
+    links = tuple(
+        Link(a, b, 1e8 if 2 in (a, b) else 1e9, 1e-6) for a in range(4) for b in range(4) if a != b
+    )
+    c2 = Cluster("rc2", c.devices, links)
+    assert symmetric_devices(build_model(g, c2), c2.memory) == [[0, 1]]
+
+
+def test_ilp_symmetry_rows_keep_the_optimum_and_options_pass_through():
+    # 6 equal independent 1 s nodes on 3 identical devices: optimum 2 s, with or without rows
+    g = CompGraph.build(6, [], flops=1.0)
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 1e12) for i in range(3))
+    c = Cluster(
+        "three", devs, tuple(Link(a, b, 1.0, 0.0) for a in range(3) for b in range(3) if a != b)
+    )
+    for symmetry in (True, False):
+        plan = B.get("ilp")(
+            g, c, Simulator(g, c, objective="max_load"), None, symmetry=symmetry,
+            warm_start=False, highs_options={"mip_heuristic_effort": 0.1},
+        )  # fmt: skip
+        assert plan.meta["step_time"] == pytest.approx(2.0)
+        assert plan.meta["ilp_status"] == "Optimal"
+    with pytest.raises(ValueError, match="HiGHS refused option"):
+        B.get("ilp")(
+            g, c, Simulator(g, c, objective="max_load"), None, highs_options={"no_such": 1}
+        )
 
 
 def test_ilp_init_is_its_start_and_is_checked():
@@ -276,3 +392,18 @@ def test_ilp_init_is_its_start_and_is_checked():
     assert plan.meta["step_time"] <= start * (1 + 1e-12)
     with pytest.raises(ValueError, match="ilp: init puts node"):
         B.get("ilp")(g, c, sim, None, init=np.array([0, 1, 0, 0, 0, 0]))
+
+
+def test_canonical_order_meets_the_symmetry_rows_and_keeps_the_objective():
+    rng = np.random.default_rng(7)
+    g = dag_graph(rng, 8, 0.4, groups=False, explicit=False)
+    c = cluster_of(rng, 3, True, 1e9)
+    model = build_model(g, c)
+    T = model.comp  # one unit per node here
+    for _ in range(20):
+        up = rng.integers(0, 4, 8)
+        new = canonical_order(up, T, [[0, 1, 2]])
+        loads = [T[new == d, d].sum() for d in range(3)]
+        assert loads[0] >= loads[1] >= loads[2]
+        assert model.max_load(new) == pytest.approx(model.max_load(up), rel=1e-12)
+        assert (new[up == 3] == 3).all()  # the CPU is not in the group

@@ -150,3 +150,31 @@ def test_tracker_on_final_reward_sweep_keeps_a_true_pair():
     assert tracker.best_placement.tolist() == [0, 1, 0]
     truth = ToyOracle(chain3(), make_cluster(2)).evaluate(tracker.best_placement).step_time
     assert tracker.best_step_time == pytest.approx(truth) == pytest.approx(5.0)
+
+
+def test_ppo_search_curve_has_calls_and_seconds():
+    from agents.search import ppo_search
+    from placement_env.envs.base import SimulatorFactory
+
+    g, c = _chain(), load("cpu_2")
+    factory = SimulatorFactory(microbatches=8, schedule="1f1b")
+    t0 = __import__("time").perf_counter()
+    found = ppo_search(
+        "placement_env/Sweep-v0",
+        graph=g,
+        cluster=c,
+        oracle_factory=factory,
+        timesteps=32,
+        policy="placeto",
+        seed=1,
+        ppo_kwargs={"env_kwargs": {"generator": fixed(g, c)}, "n_steps": 16,
+                    "net_kwargs": {"hidden": 8}},
+    )  # fmt: skip
+    wall = __import__("time").perf_counter() - t0
+    assert len(found.curve) == len(found.history) > 0
+    for (t, n, s, b), (t2, n2, b2) in zip(found.curve, found.history):
+        assert (t, n, b) == (t2, n2, b2) and 0 <= s <= wall
+    secs = [s for _, _, s, _ in found.curve]
+    calls = [n for _, n, _, _ in found.curve]
+    assert secs == sorted(secs) and calls == sorted(calls) and calls[-1] <= found.oracle_calls
+    assert min(b for *_, b in found.curve) == pytest.approx(found.step_time)

@@ -84,6 +84,6 @@ def test_train_cli_refuses_misspelled_option(tmp_path: Path) -> None:
     )
     assert p.returncode != 0
     assert (
-        "baseline 'anneal' has no option(s) ['t_0']; valid options: ['init', 't0', 't_end']"
+        "baseline 'anneal' has no option(s) ['t_0']; valid options: ['init', 't0', 't_end', 'time_limit']"
         in p.stderr
     )
