@@ -58,7 +58,14 @@ def per_model_search(pb: G.Problem, names: list[str], anneal_calls: int) -> dict
     return out
 
 
-def zero_shot(pb: G.Problem, policy: Any, samples: int) -> dict[str, Any]:
+def zero_shot(
+    pb: G.Problem,
+    policy: Any,
+    samples: int,
+    *,
+    decode: str | None = None,
+    penalty: float | None = None,
+) -> dict[str, Any]:
     from agents.baselines import InfeasiblePlanError
 
     oracle = pb.oracle()
@@ -66,7 +73,7 @@ def zero_shot(pb: G.Problem, policy: Any, samples: int) -> dict[str, Any]:
     try:
         plan = policy.plan(
             pb.graph, pb.cluster, microbatches=pb.microbatches, schedule=pb.schedule,
-            samples=samples, oracle=oracle, seed=0,
+            samples=samples, oracle=oracle, seed=0, decode=decode, penalty=penalty,
         )  # fmt: skip
     except InfeasiblePlanError:
         return {"zs_ms": None, "oom": True, "plan_seconds": time.perf_counter() - t0}
