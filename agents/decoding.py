@@ -21,6 +21,8 @@ chosen. Everything is ``O(U * D^2)`` in numpy: about a millisecond for 300 units
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 #: Device-change penalty (nats) of :meth:`agents.export.ExportedPolicy.plan`'s chain decoding
@@ -123,4 +125,32 @@ def sample_chain(logp: np.ndarray, penalty: float, rng: np.random.Generator, n: 
     out[:, -1] = draw(np.broadcast_to(alpha[-1], (n, D)))
     for u in range(U - 2, -1, -1):
         out[:, u] = draw(alpha[u][None, :] + trans[:, out[:, u + 1]].T)
+    return out
+
+
+def candidates(
+    logp: np.ndarray,
+    penalties: float | Sequence[float],
+    samples: int,
+    *,
+    greedy: bool = True,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
+    """The ``samples`` placements chain decoding scores, in order.
+
+    With ``greedy``, first the Viterbi placement of each penalty (at most ``samples`` of
+    them, in the order given); the rest are chain samples, shared out over the penalties in
+    turn (the first penalties get one more when they do not divide evenly).
+    """
+    pens = [float(penalties)] if np.isscalar(penalties) else [float(p) for p in penalties]
+    if not pens:
+        raise ValueError("penalties must name at least one penalty")
+    out: list[np.ndarray] = []
+    if greedy:
+        out += [viterbi(logp, p)[0] for p in pens[:samples]]
+    rest = samples - len(out)
+    for i, p in enumerate(pens):
+        k = rest // len(pens) + (i < rest % len(pens))
+        if k > 0:
+            out += list(sample_chain(logp, p, rng, k))
     return out

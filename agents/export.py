@@ -8,7 +8,7 @@ import re
 import time
 import typing
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -471,7 +471,7 @@ class ExportedPolicy:
         oracle: Oracle | None = None,
         seed: int = 0,
         decode: str | None = None,
-        penalty: float | None = None,
+        penalty: float | Sequence[float] | None = None,
     ) -> Plan:
         """Place ``graph`` on ``cluster`` with no training: ``samples`` placements, the best kept.
 
@@ -494,7 +494,9 @@ class ExportedPolicy:
             seed: seeds the env (initial placements) and the sampling.
             decode: ``"chain"`` (default for per-unit policies) or ``"independent"``.
             penalty: chain decoding's device-change penalty (default: the file's
-                ``meta["decode_penalty"]``, else :data:`agents.decoding.DEFAULT_PENALTY`).
+                ``meta["decode_penalty"]``, else :data:`agents.decoding.DEFAULT_PENALTY`),
+                or a ladder of penalties: the Viterbi placement of each, then the samples
+                shared out over them (:func:`agents.decoding.candidates`).
 
         Raises:
             agents.baselines.InfeasiblePlanError: every evaluated placement ran out of memory.
@@ -559,13 +561,14 @@ class ExportedPolicy:
         greedy: bool,
         samples: int,
         seed: int,
-        penalty: float | None,
+        penalty: float | Sequence[float] | None,
     ) -> tuple[float, np.ndarray | None, dict[str, Any]]:
         """Chain decoding (see :meth:`plan`): ``(best step time, node placement, meta)``."""
         from agents import decoding
 
         if penalty is None:
-            penalty = float(self.meta.get("decode_penalty", decoding.DEFAULT_PENALTY))
+            penalty = self.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
+        penalty = float(penalty) if np.isscalar(penalty) else [float(p) for p in penalty]
         obs, _ = env.reset(seed=seed)
         enc = env.unwrapped.enc  # type: ignore[attr-defined]
         U, D = int(enc.num_units), int(enc.num_devices)
@@ -573,12 +576,9 @@ class ExportedPolicy:
         mask = env.unwrapped.action_masks().reshape(N, -1)  # type: ignore[attr-defined]
         logits = self.logits({k: v[None] for k, v in obs.items()}).view(N, -1).numpy()
         logp = decoding.masked_log_probs(logits[:U, :D], mask[:U, :D])
-        cands: list[np.ndarray] = []
-        if greedy:
-            cands.append(decoding.viterbi(logp, penalty)[0])
-        n = samples - len(cands)
-        if n > 0:
-            cands += list(decoding.sample_chain(logp, penalty, np.random.default_rng(seed), n))
+        cands = decoding.candidates(
+            logp, penalty, samples, greedy=greedy, rng=np.random.default_rng(seed)
+        )
         best_t, best_p, seen = float("inf"), None, set()
         for units in cands:
             key = units.tobytes()

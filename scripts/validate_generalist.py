@@ -28,6 +28,11 @@ from agents import generalist as G
 from scripts.eval_generalist import ONE_CALL, per_model_search, zero_shot
 
 
+def _penalty(s: str) -> float | list[float]:
+    vals = [float(v) for v in s.split(",")]
+    return vals[0] if len(vals) == 1 else vals
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", nargs="+", required=True)
@@ -35,7 +40,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--anneal-calls", type=int, default=1000)
-    ap.add_argument("--penalties", type=float, nargs="+", default=[None])
+    ap.add_argument(
+        "--penalties", type=_penalty, nargs="+", default=[None],
+        help="chain penalties to compare: a number, or a comma-separated ladder (1,2,4,8)",
+    )  # fmt: skip
     ap.add_argument("--decode", default=None, choices=[None, "chain", "independent"])
     ap.add_argument("--cache", type=Path, default=Path("runs/generalist/validation.json"))
     args = ap.parse_args(argv)

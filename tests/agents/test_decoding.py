@@ -117,6 +117,30 @@ def test_a_large_penalty_gives_one_device_change_at_most_where_it_pays() -> None
     assert ((s[:, 1:] != s[:, :-1]).sum(axis=1) <= 1).all()
 
 
+def test_candidates_with_a_penalty_ladder() -> None:
+    """candidates(): Viterbi of each penalty first, then samples shared out over the ladder."""
+    logp = decoding.masked_log_probs(np.random.default_rng(3).normal(size=(12, 4)))
+    pens = [0.0, 2.0, 50.0]
+    c = decoding.candidates(logp, pens, 10, rng=np.random.default_rng(5))
+    assert len(c) == 10
+    for i, p in enumerate(pens):
+        assert np.array_equal(c[i], decoding.viterbi(logp, p)[0])
+    # 7 samples over 3 penalties: 3, 2, 2 in ladder order, the same draws as sample_chain's
+    rng = np.random.default_rng(5)
+    want = [*decoding.sample_chain(logp, 0.0, rng, 3), *decoding.sample_chain(logp, 2.0, rng, 2)]
+    want += list(decoding.sample_chain(logp, 50.0, rng, 2))
+    assert all(np.array_equal(a, b) for a, b in zip(c[3:], want, strict=True))
+    # penalty 0's Viterbi is the per-unit argmax; at most `samples` Viterbi paths
+    assert np.array_equal(c[0], logp.argmax(axis=1))
+    assert len(decoding.candidates(logp, pens, 2, rng=np.random.default_rng(0))) == 2
+    only = decoding.candidates(logp, 2.0, 4, greedy=False, rng=np.random.default_rng(9))
+    assert np.array_equal(
+        np.stack(only), decoding.sample_chain(logp, 2.0, np.random.default_rng(9), 4)
+    )
+    with pytest.raises(ValueError, match="penalties"):
+        decoding.candidates(logp, [], 3, rng=np.random.default_rng(0))
+
+
 def test_bad_inputs_are_refused() -> None:
     with pytest.raises(ValueError, match="penalty"):
         decoding.viterbi(np.zeros((2, 2)), -1.0)
