@@ -25,11 +25,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-#: Device-change penalty (nats) of :meth:`agents.export.ExportedPolicy.plan`'s chain decoding
-#: when neither the call nor the policy file's ``meta["decode_penalty"]`` gives one. Chosen on
-#: the validation draw (corpus seed 1) of ``scripts/validate_generalist.py``, see
-#: ``docs/generalisation.md``.
-DEFAULT_PENALTY = 2.0
+#: Device-change penalties (nats) of :meth:`agents.export.ExportedPolicy.plan`'s chain decoding
+#: when neither the call nor the policy file's ``meta["decode_penalty"]`` gives one: a ladder
+#: (:func:`candidates`: the Viterbi placement of each, then samples shared out over them).
+#: Chosen on the validation draw (corpus seed 1) of ``scripts/validate_generalist.py`` against
+#: single penalties 0, 1, 2, 4 and the ladders 0.5-16 and 2-16, see ``docs/generalisation.md``.
+DEFAULT_PENALTY: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
 
 
 def masked_log_probs(logits: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:

@@ -179,6 +179,18 @@ def test_plan_chain_decoding_keeps_the_best_scored_placement() -> None:
     assert a.meta["step_time"] <= one.meta["step_time"] + 1e-15  # Viterbi is among the 12
     b = pol.plan(g, c, samples=12, seed=4, penalty=3.0)
     assert np.array_equal(a.placement, b.placement) and a.meta["step_time"] == b.meta["step_time"]
+    # default: the ladder of DEFAULT_PENALTY; with as many samples as rungs, exactly their
+    # Viterbi placements are scored and the fastest feasible one kept
+    lad = pol.plan(g, c, samples=len(decoding.DEFAULT_PENALTY), seed=0)
+    assert lad.meta["penalty"] == list(decoding.DEFAULT_PENALTY)
+    logp = decoding.masked_log_probs(logits[:U, :D], mask[:U, :D])
+    times = [
+        Simulator(g, c, microbatches=8, schedule="1f1b")
+        .evaluate(decoding.viterbi(logp, p)[0][unit_graph(g).node_unit])
+        .step_time
+        for p in decoding.DEFAULT_PENALTY
+    ]
+    assert lad.meta["step_time"] == pytest.approx(min(times), rel=1e-12)
     ind = pol.plan(g, c, samples=2, seed=0, decode="independent")
     assert ind.meta["decode"] == "independent"
     with pytest.raises(ValueError, match="decode"):
