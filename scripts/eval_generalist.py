@@ -64,7 +64,7 @@ def zero_shot(
     samples: int,
     *,
     decode: str | None = None,
-    penalty: float | None = None,
+    penalty: float | list[float] | None = None,
 ) -> dict[str, Any]:
     from agents.baselines import InfeasiblePlanError
 
@@ -136,6 +136,11 @@ def main(argv: list[str] | None = None) -> None:
         help="per-model search results by row (reused: they do not depend on the policy)",
     )  # fmt: skip
     ap.add_argument("--search-only", action="store_true", help="fill the search cache only")
+    ap.add_argument("--decode", default=None, choices=[None, "chain", "independent"])
+    ap.add_argument(
+        "--penalty", default=None, type=lambda s: [float(v) for v in s.split(",")],
+        help="chain penalty, or a comma-separated ladder (default: the policy's)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import agents
@@ -171,7 +176,8 @@ def main(argv: list[str] | None = None) -> None:
             "devices": pb.cluster.num_devices, "microbatches": pb.microbatches,
             "schedule": pb.schedule,
         }  # fmt: skip
-        r.update(zero_shot(pb, policy, args.samples))
+        pen = args.penalty[0] if args.penalty and len(args.penalty) == 1 else args.penalty
+        r.update(zero_shot(pb, policy, args.samples, decode=args.decode, penalty=pen))
         r.update(cache[key])
         r["ratio"] = (
             r["zs_ms"] / r["search_ms"]
@@ -184,7 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         args.json.write_text(json.dumps(rows, indent=1))
     if args.search_only:
         return
-    md = [f"policy {args.policy}, {args.samples} samples, anneal {args.anneal_calls} calls", ""]
+    md = [
+        f"policy {args.policy}, {args.samples} samples, decode {args.decode or 'default'}, "
+        f"penalty {args.penalty or 'default'}, anneal {args.anneal_calls} calls",
+        "",
+    ]
     for split in args.splits:
         md += [f"### {split}", "", table(rows, split), ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
