@@ -8,7 +8,7 @@ import re
 import time
 import typing
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -470,11 +470,19 @@ class ExportedPolicy:
         samples: int = 1,
         oracle: Oracle | None = None,
         seed: int = 0,
+        decode: str | None = None,
+        penalty: float | Sequence[float] | None = None,
     ) -> Plan:
-        """Place ``graph`` on ``cluster`` with no training: roll out ``samples`` episodes.
+        """Place ``graph`` on ``cluster`` with no training: ``samples`` placements, the best kept.
 
-        Episode ``k`` is greedy when ``greedy`` and ``k == 0``, sampled otherwise;
-        every placement the env evaluates is scored by the oracle and the
+        Per-unit policies (``mode == "per_node"``, the generalist) decode by default as a
+        **chain** (:mod:`agents.decoding`): the units, in topological order, with the network's
+        per-unit device distributions and a ``penalty`` (nats) per device change between
+        consecutive units. Placement 0 is the chain's most likely one (exact Viterbi) when
+        ``greedy``; the others are exact samples of the same chain model (distinct ones
+        only are scored). ``decode="independent"`` (and every other mode) rolls out
+        ``samples`` env episodes instead: episode ``k`` greedy when ``greedy`` and ``k ==
+        0``, sampled otherwise. Either way every placement is scored by the oracle and the
         fastest memory-feasible one is returned.
 
         Args:
@@ -484,6 +492,11 @@ class ExportedPolicy:
             samples: episodes to roll out (>= 1).
             oracle: scores placements (default: ``Simulator(graph, cluster, ...)``).
             seed: seeds the env (initial placements) and the sampling.
+            decode: ``"chain"`` (default for per-unit policies) or ``"independent"``.
+            penalty: chain decoding's device-change penalty (default: the file's
+                ``meta["decode_penalty"]``, else :data:`agents.decoding.DEFAULT_PENALTY`),
+                or a ladder of penalties: the Viterbi placement of each, then the samples
+                shared out over them (:func:`agents.decoding.candidates`).
 
         Raises:
             agents.baselines.InfeasiblePlanError: every evaluated placement ran out of memory.
@@ -494,9 +507,95 @@ class ExportedPolicy:
             from placement_env.oracles.simulator import Simulator
 
             oracle = Simulator(graph, cluster, microbatches=microbatches, schedule=schedule)
+        if decode is None:
+            decode = "chain" if self.mode == "per_node" else "independent"
+        if decode not in ("chain", "independent"):
+            raise ValueError(f"decode must be 'chain' or 'independent', got {decode!r}")
+        if decode == "chain" and self.mode != "per_node":
+            raise ValueError(f"chain decoding needs a per-unit policy, not mode {self.mode!r}")
         t0 = time.perf_counter()
         calls0 = int(getattr(oracle, "calls", 0))
         env = self.make_env(graph, cluster, oracle)
+        extra: dict[str, Any] = {}
+        if decode == "chain":
+            try:
+                best_t, best_p, extra = self._plan_chain(
+                    env, oracle, greedy=greedy, samples=samples, seed=seed, penalty=penalty
+                )
+            finally:
+                env.close()
+        else:
+            best_t, best_p = self._plan_episodes(env, greedy=greedy, samples=samples, seed=seed)
+        if best_p is None:
+            from agents.baselines import InfeasiblePlanError
+
+            raise InfeasiblePlanError(
+                f"policy {self.network!r} found no memory-feasible placement of "
+                f"{graph.meta.get('name', '?')!r} on {cluster.name!r} in {samples} "
+                f"{'placement' if decode == 'chain' else 'episode'}(s)"
+            )
+        return Plan.for_graph(
+            best_p,
+            graph,
+            cluster,
+            microbatches=int(getattr(oracle, "microbatches", microbatches)),
+            schedule=str(getattr(oracle, "schedule", schedule)),
+            meta={
+                "algorithm": f"ppo-{self.network}",
+                "step_time": best_t,
+                "oracle_calls": int(getattr(oracle, "calls", 0)) - calls0,
+                "search_seconds": time.perf_counter() - t0,
+                "greedy": greedy,
+                "samples": samples,
+                "decode": decode,
+                **extra,
+                "env_id": self.env_id,
+            },
+        )
+
+    def _plan_chain(
+        self,
+        env: gym.Env,
+        oracle: Oracle,
+        *,
+        greedy: bool,
+        samples: int,
+        seed: int,
+        penalty: float | Sequence[float] | None,
+    ) -> tuple[float, np.ndarray | None, dict[str, Any]]:
+        """Chain decoding (see :meth:`plan`): ``(best step time, node placement, meta)``."""
+        from agents import decoding
+
+        if penalty is None:
+            penalty = self.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
+        penalty = float(penalty) if np.isscalar(penalty) else [float(p) for p in penalty]
+        obs, _ = env.reset(seed=seed)
+        enc = env.unwrapped.enc  # type: ignore[attr-defined]
+        U, D = int(enc.num_units), int(enc.num_devices)
+        N = int(np.asarray(obs["node_mask"]).shape[-1])
+        mask = env.unwrapped.action_masks().reshape(N, -1)  # type: ignore[attr-defined]
+        logits = self.logits({k: v[None] for k, v in obs.items()}).view(N, -1).numpy()
+        logp = decoding.masked_log_probs(logits[:U, :D], mask[:U, :D])
+        cands = decoding.candidates(
+            logp, penalty, samples, greedy=greedy, rng=np.random.default_rng(seed)
+        )
+        best_t, best_p, seen = float("inf"), None, set()
+        for units in cands:
+            key = units.tobytes()
+            if key in seen:  # a repeated sample costs no oracle call
+                continue
+            seen.add(key)
+            node_pl = enc.units.node_placement(units)
+            res = oracle.evaluate(node_pl)
+            t = float(res.step_time)
+            if not res.oom and np.isfinite(t) and t < best_t:
+                best_t, best_p = t, np.asarray(node_pl, dtype=np.int64).copy()
+        return best_t, best_p, {"penalty": penalty, "distinct_placements": len(seen)}
+
+    def _plan_episodes(
+        self, env: gym.Env, *, greedy: bool, samples: int, seed: int
+    ) -> tuple[float, np.ndarray | None]:
+        """Env episodes (see :meth:`plan`): ``(best step time, node placement)``."""
         rng = torch.Generator().manual_seed(seed)
         best_t, best_p = float("inf"), None
         try:
@@ -521,29 +620,7 @@ class ExportedPolicy:
                     done = term or trunc
         finally:
             env.close()
-        if best_p is None:
-            from agents.baselines import InfeasiblePlanError
-
-            raise InfeasiblePlanError(
-                f"policy {self.network!r} found no memory-feasible placement of "
-                f"{graph.meta.get('name', '?')!r} on {cluster.name!r} in {samples} episode(s)"
-            )
-        return Plan.for_graph(
-            best_p,
-            graph,
-            cluster,
-            microbatches=int(getattr(oracle, "microbatches", microbatches)),
-            schedule=str(getattr(oracle, "schedule", schedule)),
-            meta={
-                "algorithm": f"ppo-{self.network}",
-                "step_time": best_t,
-                "oracle_calls": int(getattr(oracle, "calls", 0)) - calls0,
-                "search_seconds": time.perf_counter() - t0,
-                "greedy": greedy,
-                "samples": samples,
-                "env_id": self.env_id,
-            },
-        )
+        return best_t, best_p
 
     @property
     def proposes_moves(self) -> bool:

@@ -62,6 +62,8 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         "planning_seconds": seconds,
         "oracle_calls": int(oracle.calls),
         "samples": int(cfg.samples),
+        "decode": the_plan.meta.get("decode"),
+        "penalty": the_plan.meta.get("penalty"),
         "devices_used": the_plan.num_devices_used,
     }
     common.write_json(run_dir / "result.json", result)

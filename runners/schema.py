@@ -173,7 +173,7 @@ class PlanConfig:
     policy: str = "generalist"
     env: EnvConfig = MISSING
     greedy: bool = True
-    samples: int = 1
+    samples: int = 16
     seed: int = 0
     output_dir: str | None = None
 

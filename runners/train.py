@@ -321,6 +321,18 @@ def search_ppo(
         meta={"env": problem.spec.name, "policy": policy, "seed": seed, "timesteps": total},
     )
     meta: dict[str, Any] = {"policy": policy, "updates": cb.updates, "best_from": found.best_from}
+    # improvements with their wall time (seconds since this session's training started):
+    # what "time to reach a target" is read from (scripts/finetune_generalist.py)
+    meta["curve"] = [
+        [
+            int(h["timesteps"]),
+            int(h["oracle_calls"]),
+            float(h["wall_s"]),
+            float(h["best_step_time"]),
+        ]
+        for h in best.history
+        if h.get("event") == "improve"
+    ]
     if agent_cfg.get("init_policy"):
         meta["init_policy"] = str(agent_cfg["init_policy"])
     if found.best_from == "zero_shot":

@@ -58,7 +58,14 @@ def per_model_search(pb: G.Problem, names: list[str], anneal_calls: int) -> dict
     return out
 
 
-def zero_shot(pb: G.Problem, policy: Any, samples: int) -> dict[str, Any]:
+def zero_shot(
+    pb: G.Problem,
+    policy: Any,
+    samples: int,
+    *,
+    decode: str | None = None,
+    penalty: float | list[float] | None = None,
+) -> dict[str, Any]:
     from agents.baselines import InfeasiblePlanError
 
     oracle = pb.oracle()
@@ -66,7 +73,7 @@ def zero_shot(pb: G.Problem, policy: Any, samples: int) -> dict[str, Any]:
     try:
         plan = policy.plan(
             pb.graph, pb.cluster, microbatches=pb.microbatches, schedule=pb.schedule,
-            samples=samples, oracle=oracle, seed=0,
+            samples=samples, oracle=oracle, seed=0, decode=decode, penalty=penalty,
         )  # fmt: skip
     except InfeasiblePlanError:
         return {"zs_ms": None, "oom": True, "plan_seconds": time.perf_counter() - t0}
@@ -129,6 +136,11 @@ def main(argv: list[str] | None = None) -> None:
         help="per-model search results by row (reused: they do not depend on the policy)",
     )  # fmt: skip
     ap.add_argument("--search-only", action="store_true", help="fill the search cache only")
+    ap.add_argument("--decode", default=None, choices=[None, "chain", "independent"])
+    ap.add_argument(
+        "--penalty", default=None, type=lambda s: [float(v) for v in s.split(",")],
+        help="chain penalty, or a comma-separated ladder (default: the policy's)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import agents
@@ -164,7 +176,8 @@ def main(argv: list[str] | None = None) -> None:
             "devices": pb.cluster.num_devices, "microbatches": pb.microbatches,
             "schedule": pb.schedule,
         }  # fmt: skip
-        r.update(zero_shot(pb, policy, args.samples))
+        pen = args.penalty[0] if args.penalty and len(args.penalty) == 1 else args.penalty
+        r.update(zero_shot(pb, policy, args.samples, decode=args.decode, penalty=pen))
         r.update(cache[key])
         r["ratio"] = (
             r["zs_ms"] / r["search_ms"]
@@ -177,7 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         args.json.write_text(json.dumps(rows, indent=1))
     if args.search_only:
         return
-    md = [f"policy {args.policy}, {args.samples} samples, anneal {args.anneal_calls} calls", ""]
+    md = [
+        f"policy {args.policy}, {args.samples} samples, decode {args.decode or 'default'}, "
+        f"penalty {args.penalty or 'default'}, anneal {args.anneal_calls} calls",
+        "",
+    ]
     for split in args.splits:
         md += [f"### {split}", "", table(rows, split), ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)

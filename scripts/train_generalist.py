@@ -2,10 +2,11 @@
 
 Reproduce the shipped file (CPU, 1 torch thread; every stage resumes from WORK):
 
-    python scripts/train_generalist.py --work runs/generalist --steps 1500 \
+    python scripts/train_generalist.py --work runs/generalist --corpus-seeds 0 2 --steps 1500 \
         --out agents/pretrained/generalist.pt
 
-Stages: ``label`` (teacher plans of every training problem, ``WORK/labels.jsonl``),
+Stages: ``label`` (teacher plans of every training problem of every corpus draw,
+``WORK/labels.jsonl`` for corpus seed 0, ``WORK/labels.seedS.jsonl`` for seed S),
 ``train`` (behaviour cloning, ``WORK/bc.ckpt``), ``export`` (the policy file, with the
 corpus, config, git commit, steps and this command recorded in its ``meta``).
 """
@@ -13,6 +14,7 @@ corpus, config, git commit, steps and this command recorded in its ``meta``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import subprocess
 import sys
@@ -46,6 +48,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-minutes", type=float, default=None, help="stop training early")
     ap.add_argument("--stages", nargs="+", default=["label", "train", "export"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--corpus-seeds", type=int, nargs="+", default=[0, 2],
+        help="corpus draws to label and train on (seed 1 is the validation draw of "
+        "scripts/validate_generalist.py: keep it out)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     cmd = "python " + " ".join(shlex.quote(a) for a in sys.argv)
@@ -54,15 +61,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
 
     t0 = time.perf_counter()
-    problems = G.corpus_instances(G.CORPUS, split="train", log=log)
-    log(f"{len(problems)} training problems")
-    labels = G.label_corpus(
-        problems,
-        args.work / "labels.jsonl",
-        teachers=args.teachers,
-        anneal_calls=args.anneal_calls,
-        log=log,
-    )
+    problems: list[G.Problem] = []
+    labels: list[dict] = []
+    for cs in args.corpus_seeds:
+        corpus = dataclasses.replace(G.CORPUS, seed=cs)
+        draw = G.corpus_instances(corpus, split="train", log=log)
+        log(f"corpus seed {cs}: {len(draw)} training problems")
+        cache = args.work / ("labels.jsonl" if cs == 0 else f"labels.seed{cs}.jsonl")
+        labels += G.label_corpus(
+            draw, cache, teachers=args.teachers, anneal_calls=args.anneal_calls, log=log
+        )
+        problems += draw
     label_seconds = time.perf_counter() - t0
     if "train" not in args.stages:
         return
@@ -88,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         "name": "generalist",
         "training": "behaviour cloning of teacher plans (agents.generalist.train_bc)",
         "corpus": G.CORPUS.to_dict(),
+        "corpus_seeds": list(args.corpus_seeds),
         "problems": len(samples),
         "max_units": max(int(s.obs["node_mask"].sum()) for s in samples),
         "max_devices": max(int(s.obs["device_mask"].sum()) for s in samples),

@@ -1,6 +1,11 @@
 """Early-stopping check of generalist checkpoints on a validation split drawn like training.
 
     python scripts/validate_generalist.py --policies A.pt B.pt --rows 12
+    python scripts/validate_generalist.py --policies A.pt --penalties 0 1 2 4 8 16 --samples 16
+
+``--penalties``: chain decoding's device-change penalty (``ExportedPolicy.plan(penalty=...)``),
+one validation figure per value (how ``agents.decoding.DEFAULT_PENALTY`` was chosen);
+``--decode independent`` plans with the per-unit episodes instead.
 
 Validation problems: ``corpus_instances`` of the training corpus with another seed (same
 families, cluster kinds and sizes as training, different draws), every ``k``-th one, so no
@@ -23,6 +28,11 @@ from agents import generalist as G
 from scripts.eval_generalist import ONE_CALL, per_model_search, zero_shot
 
 
+def _penalty(s: str) -> float | list[float]:
+    vals = [float(v) for v in s.split(",")]
+    return vals[0] if len(vals) == 1 else vals
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", nargs="+", required=True)
@@ -30,6 +40,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--anneal-calls", type=int, default=1000)
+    ap.add_argument(
+        "--penalties", type=_penalty, nargs="+", default=[None],
+        help="chain penalties to compare: a number, or a comma-separated ladder (1,2,4,8)",
+    )  # fmt: skip
+    ap.add_argument("--decode", default=None, choices=[None, "chain", "independent"])
     ap.add_argument("--cache", type=Path, default=Path("runs/generalist/validation.json"))
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -46,16 +61,19 @@ def main(argv: list[str] | None = None) -> None:
             args.cache.write_text(json.dumps(cache, indent=1))
     for path in args.policies:
         pol = agents.load_policy(path)
-        ratios = []
-        for pb in probs:
-            z = zero_shot(pb, pol, args.samples)
-            s = cache[pb.name].get("search_ms")
-            if z["zs_ms"] is not None and s and not z["oom"]:
-                ratios.append(z["zs_ms"] / s)
-        geo = math.exp(float(np.mean(np.log(ratios))))
-        print(
-            f"{path}: validation rows {len(ratios)}/{len(probs)}, geo-mean {geo:.3f}, worst {max(ratios):.3f}"
-        )
+        for pen in args.penalties:
+            ratios = []
+            for pb in probs:
+                z = zero_shot(pb, pol, args.samples, decode=args.decode, penalty=pen)
+                s = cache[pb.name].get("search_ms")
+                if z["zs_ms"] is not None and s and not z["oom"]:
+                    ratios.append(z["zs_ms"] / s)
+            geo = math.exp(float(np.mean(np.log(ratios))))
+            print(
+                f"{path} decode={args.decode or 'default'} penalty={pen}: validation rows "
+                f"{len(ratios)}/{len(probs)}, geo-mean {geo:.3f}, worst {max(ratios):.3f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,243 @@
+"""Fine-tuning from the generalist vs annealing from its plan vs PPO from scratch (held-out rows).
+
+    python scripts/finetune_generalist.py --rows 2 5 8 --ppo-steps 512 --ppo-seconds 240 \
+        --anneal-calls 2000 --json runs/finetune/finetune.json --out runs/finetune/finetune.md
+
+For each held-out row of ``agents.generalist.CORPUS`` (model x held-out cluster, 8
+microbatches, 1F1B): the target is **within 1 % of per-model search's best** (the best
+one-call baseline, then ``--search-anneal-calls`` annealing from it, as in
+``scripts/eval_generalist.py``; read from its ``--search-cache`` when there). Then, each
+counting oracle calls and wall time until its best plan is at or under the target:
+
+- ``zero-shot``: ``load_policy("generalist").plan(..., samples=K)`` alone;
+- ``anneal from zero-shot``: that plan, then ``anneal(init=plan)`` for ``--anneal-calls``
+  calls (its calls and time include the zero-shot plan's);
+- ``anneal``: ``anneal`` alone from its own start (the pipeline DP's plan), the same
+  ``--anneal-calls`` budget;
+- ``PPO from generalist``: ``python -m runners.train`` on the row (``OneShot-v0``,
+  ``agent.init_policy=generalist``, no warm start, no baselines), ``--ppo-steps`` episodes
+  (one oracle call each) or ``--ppo-seconds``; read from ``result.json``'s ``meta.curve``;
+- ``PPO from scratch``: the same run with a freshly initialised GDP network of the
+  generalist's sizes.
+
+A method that does not reach the target within its budget is reported with its best ratio.
+The wall time of a PPO run counts from the start of its training (the run's setup, graph
+loading and the zero-shot plan of the initial policy excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents import generalist as G
+
+
+class RecordingOracle:
+    """An oracle proxy that records every evaluation: ``(seconds since start, step time | inf)``."""
+
+    def __init__(self, oracle: Any) -> None:
+        self._oracle = oracle
+        self.t0 = time.perf_counter()
+        self.log: list[tuple[float, float]] = []
+
+    def evaluate(self, placement: Any) -> Any:
+        res = self._oracle.evaluate(placement)
+        ok = not bool(res.oom) and math.isfinite(float(res.step_time))
+        self.log.append((time.perf_counter() - self.t0, float(res.step_time) if ok else math.inf))
+        return res
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._oracle, name)
+
+
+def first_hit(log: list[tuple[float, float]], target: float) -> tuple[int | None, float | None]:
+    """``(calls, seconds)`` at the first evaluation at or under ``target`` (``None`` if none)."""
+    for i, (sec, t) in enumerate(log):
+        if t <= target:
+            return i + 1, sec
+    return None, None
+
+
+def ppo_run(
+    pb: G.Problem,
+    work: Path,
+    *,
+    init: bool,
+    steps: int,
+    seconds: float,
+    seed: int,
+    n_steps: int,
+) -> dict[str, Any]:
+    """``python -m runners.train`` on this row; returns result.json's dict (plus wall time)."""
+    from graphs import io as gio
+
+    work.mkdir(parents=True, exist_ok=True)
+    gio.save(pb.graph, work / "graph.json")
+    gio.save_cluster(pb.cluster, work / "cluster.json")
+    net = G.NET_CONFIG
+    out = work / ("ppo_generalist" if init else "ppo_scratch")
+    cmd = [
+        sys.executable, "-m", "runners.train", "+env=bert_8gpu", "env.name=heldout_row",
+        "env.model=null", f"env.graph_file={work / 'graph.json'}", "env.max_groups=null",
+        f"env.cluster={work / 'cluster.json'}", "env.env_id=placement_env/OneShot-v0",
+        "env.policy=gdp", "env.baselines=[]", "run_baselines=false",
+        f"env.microbatches={pb.microbatches}", f"env.schedule={pb.schedule}",
+        "agent=ppo", "agent.warm_start=false", "logger=none", f"seed={seed}",
+        f"train.timesteps={steps}", f"train.seconds={seconds}", "train.progress=false",
+        "train.checkpoint_every=0", f"agent.ppo.n_steps={n_steps}",
+        f"agent.ppo.batch_size={n_steps}", f"output_dir={out}",
+    ]  # fmt: skip
+    if init:
+        cmd.append("agent.init_policy=generalist")
+    else:
+        cmd += ["agent.policy=gdp"] + [
+            f"+agent.ppo.extra.net_kwargs.{k}={v}" for k, v in net.items()
+        ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"runners.train failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    res = json.loads((out / "result.json").read_text())
+    res["process_seconds"] = wall
+    res["command"] = " ".join(cmd[1:])
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[2, 5, 8], help="held-out row indices")
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--anneal-calls", type=int, default=2000)
+    ap.add_argument("--search-anneal-calls", type=int, default=2000)
+    ap.add_argument("--ppo-steps", type=int, default=512)
+    ap.add_argument("--ppo-seconds", type=float, default=240.0)
+    ap.add_argument("--n-steps", type=int, default=64, help="PPO rollout length (= batch size)")
+    ap.add_argument("--tolerance", type=float, default=0.01)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work", type=Path, default=Path("runs/finetune"))
+    ap.add_argument("--search-cache", type=Path, default=Path("runs/generalist/search.json"))
+    ap.add_argument("--json", type=Path, default=Path("runs/finetune/finetune.json"))
+    ap.add_argument("--out", type=Path, default=Path("runs/finetune/finetune.md"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    import agents
+    from agents import baselines
+    from placement_env.encoding import unit_graph
+    from scripts.eval_generalist import ONE_CALL, per_model_search
+
+    policy = agents.load_policy("generalist")
+    heldout = G.corpus_instances(G.CORPUS, split="heldout")
+    cache = json.loads(args.search_cache.read_text()) if args.search_cache.exists() else {}
+    rows: list[dict[str, Any]] = []
+    for idx in args.rows:
+        pb = heldout[idx]
+        key = f"{pb.name} | M={pb.microbatches} {pb.schedule} | anneal={args.search_anneal_calls}"
+        if key not in cache:
+            cache[key] = per_model_search(pb, list(ONE_CALL), args.search_anneal_calls)
+            args.search_cache.parent.mkdir(parents=True, exist_ok=True)
+            args.search_cache.write_text(json.dumps(cache, indent=1))
+        search_s = cache[key]["search_ms"] / 1e3
+        target = search_s * (1 + args.tolerance)
+        r: dict[str, Any] = {
+            "row": idx, "name": pb.name, "units": unit_graph(pb.graph).num_units,
+            "devices": pb.cluster.num_devices, "search_ms": 1e3 * search_s,
+            "target_ms": 1e3 * target, "search_from": cache[key]["search_from"],
+        }  # fmt: skip
+        # zero-shot, then annealing from its plan (one recording oracle: calls add up)
+        rec = RecordingOracle(pb.oracle())
+        plan = policy.plan(
+            pb.graph, pb.cluster, microbatches=pb.microbatches, schedule=pb.schedule,
+            samples=args.samples, oracle=rec, seed=args.seed,
+        )  # fmt: skip
+        zs_calls, zs_sec = len(rec.log), rec.log[-1][0]
+        c, s = first_hit(rec.log, target)
+        r["zero_shot"] = {
+            "ms": 1e3 * plan.meta["step_time"], "calls": zs_calls, "seconds": zs_sec,
+            "hit_calls": c, "hit_seconds": s,
+        }  # fmt: skip
+        baselines.get("anneal")(
+            pb.graph, pb.cluster, rec, args.anneal_calls, init=plan.placement, seed=args.seed
+        )
+        c, s = first_hit(rec.log, target)
+        r["anneal_from_zero_shot"] = {
+            "ms": 1e3 * min(t for _, t in rec.log), "calls": len(rec.log),
+            "seconds": rec.log[-1][0], "hit_calls": c, "hit_seconds": s,
+        }  # fmt: skip
+        # annealing alone, from its own start (the pipeline DP's plan), the same call budget
+        rec = RecordingOracle(pb.oracle())
+        baselines.get("anneal")(pb.graph, pb.cluster, rec, args.anneal_calls, seed=args.seed)
+        c, s = first_hit(rec.log, target)
+        r["anneal"] = {
+            "ms": 1e3 * min(t for _, t in rec.log), "calls": len(rec.log),
+            "seconds": rec.log[-1][0], "hit_calls": c, "hit_seconds": s,
+        }  # fmt: skip
+        print(pb.name, r["zero_shot"], r["anneal_from_zero_shot"], r["anneal"], flush=True)
+        for init in (True, False):
+            res = ppo_run(
+                pb, args.work / f"row{idx}", init=init, steps=args.ppo_steps,
+                seconds=args.ppo_seconds, seed=args.seed, n_steps=args.n_steps,
+            )  # fmt: skip
+            hit = next((p for p in res["meta"]["curve"] if p[3] <= target), None)
+            best = res["best_step_time"]
+            r["ppo_generalist" if init else "ppo_scratch"] = {
+                "ms": None if best is None else 1e3 * best,
+                "calls": res["oracle_calls"], "timesteps": res["timesteps"],
+                "seconds": res["wall_seconds"], "process_seconds": res["process_seconds"],
+                "hit_calls": None if hit is None else hit[1],
+                "hit_seconds": None if hit is None else hit[2],
+                "command": res["command"],
+            }  # fmt: skip
+            print(
+                pb.name,
+                "init" if init else "scratch",
+                r["ppo_generalist" if init else "ppo_scratch"],
+                flush=True,
+            )
+        rows.append(r)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(table(rows, args))
+    print(table(rows, args))
+
+
+def _cell(m: dict[str, Any], search_ms: float) -> str:
+    if m["hit_calls"] is not None:
+        return f"{m['hit_calls']} calls, {m['hit_seconds']:.1f} s"
+    ratio = "-" if m["ms"] is None else f"{m['ms'] / search_ms:.3f}"
+    return f"not reached ({m['calls']} calls, {m['seconds']:.0f} s; best {ratio})"
+
+
+def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [
+        f"target: within {100 * args.tolerance:g} % of per-model search; zero-shot {args.samples} "
+        f"samples; anneal {args.anneal_calls} calls; PPO {args.ppo_steps} episodes or "
+        f"{args.ppo_seconds:g} s, n_steps {args.n_steps}",
+        "",
+        "| row | per-model search (ms) | zero-shot | anneal from zero-shot | anneal (DP start) "
+        "| PPO from generalist | PPO from scratch |",
+        "| --- | ---: | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        s = r["search_ms"]
+        lines.append(
+            f"| {r['name']} | {s:.2f} | {_cell(r['zero_shot'], s)} | "
+            f"{_cell(r['anneal_from_zero_shot'], s)} | {_cell(r['anneal'], s)} | "
+            f"{_cell(r['ppo_generalist'], s)} | "
+            f"{_cell(r['ppo_scratch'], s)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

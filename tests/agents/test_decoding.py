@@ -1,0 +1,197 @@
+"""Chain decoding (agents.decoding): Viterbi against brute force, exact samples, masks, plan()."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents import decoding
+
+
+def _brute(logp: np.ndarray, penalty: float) -> tuple[float, dict[tuple[int, ...], float]]:
+    """Best chain score and every path's score, by enumerating all D^U paths."""
+    U, D = logp.shape
+    scores = {
+        p: decoding.chain_score(logp, np.array(p), penalty)
+        for p in itertools.product(range(D), repeat=U)
+    }
+    return max(scores.values()), scores
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, float]:
+    U = draw(st.integers(1, 5))
+    D = draw(st.integers(1, 4))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 2, size=(U, D))
+    mask = rng.random((U, D)) < 0.7
+    penalty = draw(st.sampled_from([0.0, 0.3, 1.0, 2.5, 10.0]))
+    return logits, mask, penalty
+
+
+@settings(max_examples=150, deadline=None)
+@given(chains())
+def test_viterbi_equals_brute_force(case: tuple[np.ndarray, np.ndarray, float]) -> None:
+    logits, mask, penalty = case
+    logp = decoding.masked_log_probs(logits, mask)
+    path, score = decoding.viterbi(logp, penalty)
+    best, _ = _brute(logp, penalty)
+    assert score == pytest.approx(best, abs=1e-9)
+    assert decoding.chain_score(logp, path, penalty) == pytest.approx(score, abs=1e-9)
+    allowed = mask | ~mask.any(axis=1, keepdims=True)  # a fully masked unit keeps every device
+    assert allowed[np.arange(len(path)), path].all()
+
+
+def test_viterbi_by_hand() -> None:
+    # unit 1 slightly prefers device 1: with no penalty it moves, with penalty 1 it stays
+    logp = np.log(np.array([[0.9, 0.1], [0.4, 0.6], [0.9, 0.1]]))
+    assert decoding.viterbi(logp, 0.0)[0].tolist() == [0, 1, 0]
+    path, score = decoding.viterbi(logp, 1.0)
+    assert path.tolist() == [0, 0, 0]
+    assert score == pytest.approx(np.log(0.9 * 0.4 * 0.9))
+    # a long run on device 1 pays one change, not one per unit
+    logp = np.log(np.array([[0.9, 0.1]] + [[0.3, 0.7]] * 4))
+    assert decoding.viterbi(logp, 1.0)[0].tolist() == [0, 1, 1, 1, 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 30), st.integers(1, 9))
+def test_penalty_zero_is_the_per_unit_argmax(seed: int, U: int, D: int) -> None:
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(U, D))
+    mask = rng.random((U, D)) < 0.6
+    logp = decoding.masked_log_probs(logits, mask)
+    assert np.array_equal(decoding.viterbi(logp, 0.0)[0], logp.argmax(axis=1))
+
+
+def test_samples_follow_the_chain_distribution() -> None:
+    """Empirical frequencies of 40,000 samples against the exact chain probabilities."""
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0, 1, size=(3, 3))
+    mask = np.ones((3, 3), dtype=bool)
+    mask[1, 2] = False
+    logp = decoding.masked_log_probs(logits, mask)
+    for penalty in (0.0, 1.5):
+        _, scores = _brute(logp, penalty)
+        keys = list(scores)
+        w = np.exp(np.array([scores[k] for k in keys]))
+        exact = dict(zip(keys, w / w.sum()))
+        n = 40_000
+        s = decoding.sample_chain(logp, penalty, np.random.default_rng(0), n)
+        paths, counts = np.unique(s, axis=0, return_counts=True)
+        freq = {tuple(p): c / n for p, c in zip(paths.tolist(), counts)}
+        for k, p in exact.items():
+            # 5 standard errors; a masked path has p = 0 and must never be drawn
+            assert abs(freq.get(k, 0.0) - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12, (k, p)
+
+
+@settings(max_examples=60, deadline=None)
+@given(chains(), st.integers(0, 1000))
+def test_samples_respect_masks(case: tuple[np.ndarray, np.ndarray, float], seed: int) -> None:
+    logits, mask, penalty = case
+    logp = decoding.masked_log_probs(logits, mask)
+    s = decoding.sample_chain(logp, penalty, np.random.default_rng(seed), 50)
+    allowed = mask | ~mask.any(axis=1, keepdims=True)
+    assert s.shape == (50, logits.shape[0])
+    assert allowed[np.arange(logits.shape[0])[None, :], s].all()
+
+
+def test_sampling_is_deterministic_for_a_seed() -> None:
+    logp = decoding.masked_log_probs(np.random.default_rng(1).normal(size=(20, 4)))
+    a = decoding.sample_chain(logp, 2.0, np.random.default_rng(7), 8)
+    b = decoding.sample_chain(logp, 2.0, np.random.default_rng(7), 8)
+    assert np.array_equal(a, b)
+
+
+def test_a_large_penalty_gives_one_device_change_at_most_where_it_pays() -> None:
+    # two halves that prefer devices 0 and 1 strongly: even penalty 5 keeps one change,
+    # and sampling at a huge penalty draws (nearly) change-free placements
+    logp = np.log(np.array([[0.99, 0.01]] * 5 + [[0.01, 0.99]] * 5))
+    assert decoding.viterbi(logp, 5.0)[0].tolist() == [0] * 5 + [1] * 5
+    s = decoding.sample_chain(logp, 50.0, np.random.default_rng(0), 20)
+    assert ((s[:, 1:] != s[:, :-1]).sum(axis=1) <= 1).all()
+
+
+def test_candidates_with_a_penalty_ladder() -> None:
+    """candidates(): Viterbi of each penalty first, then samples shared out over the ladder."""
+    logp = decoding.masked_log_probs(np.random.default_rng(3).normal(size=(12, 4)))
+    pens = [0.0, 2.0, 50.0]
+    c = decoding.candidates(logp, pens, 10, rng=np.random.default_rng(5))
+    assert len(c) == 10
+    for i, p in enumerate(pens):
+        assert np.array_equal(c[i], decoding.viterbi(logp, p)[0])
+    # 7 samples over 3 penalties: 3, 2, 2 in ladder order, the same draws as sample_chain's
+    rng = np.random.default_rng(5)
+    want = [*decoding.sample_chain(logp, 0.0, rng, 3), *decoding.sample_chain(logp, 2.0, rng, 2)]
+    want += list(decoding.sample_chain(logp, 50.0, rng, 2))
+    assert all(np.array_equal(a, b) for a, b in zip(c[3:], want, strict=True))
+    # penalty 0's Viterbi is the per-unit argmax; at most `samples` Viterbi paths
+    assert np.array_equal(c[0], logp.argmax(axis=1))
+    assert len(decoding.candidates(logp, pens, 2, rng=np.random.default_rng(0))) == 2
+    only = decoding.candidates(logp, 2.0, 4, greedy=False, rng=np.random.default_rng(9))
+    assert np.array_equal(
+        np.stack(only), decoding.sample_chain(logp, 2.0, np.random.default_rng(9), 4)
+    )
+    with pytest.raises(ValueError, match="penalties"):
+        decoding.candidates(logp, [], 3, rng=np.random.default_rng(0))
+
+
+def test_bad_inputs_are_refused() -> None:
+    with pytest.raises(ValueError, match="penalty"):
+        decoding.viterbi(np.zeros((2, 2)), -1.0)
+    with pytest.raises(ValueError, match="penalty"):
+        decoding.sample_chain(np.zeros((2, 2)), -1.0, np.random.default_rng(0), 1)
+    with pytest.raises(ValueError, match="mask shape"):
+        decoding.masked_log_probs(np.zeros((2, 2)), np.ones((2, 3), dtype=bool))
+
+
+def test_plan_chain_decoding_keeps_the_best_scored_placement() -> None:
+    """plan(): placement 0 is the Viterbi one, at most K oracle calls, deterministic, best kept."""
+    from agents import generalist as G
+    from agents.export import load_policy
+    from graphs import synthetic
+    from placement_env.encoding import unit_graph
+    from placement_env.oracles.simulator import Simulator
+
+    g = synthetic.sample(np.random.default_rng(1), "layered", min_nodes=60, max_nodes=60)
+    c = G.sample_cluster(np.random.default_rng(1), "pcie", 4, hetero=True)
+    pol = load_policy("generalist")
+    one = pol.plan(g, c, samples=1, seed=0, penalty=3.0)
+    assert one.meta["decode"] == "chain" and one.meta["oracle_calls"] == 1
+    # the single placement is the chain's Viterbi path, read off the same scores
+    env = pol.make_env(g, c, Simulator(g, c, microbatches=8, schedule="1f1b"))
+    obs, _ = env.reset(seed=0)
+    enc = env.unwrapped.enc
+    N = obs["node_mask"].shape[-1]
+    logits = pol.logits({k: v[None] for k, v in obs.items()}).view(N, -1).numpy()
+    mask = env.unwrapped.action_masks().reshape(N, -1)
+    U, D = enc.num_units, enc.num_devices
+    path, _ = decoding.viterbi(decoding.masked_log_probs(logits[:U, :D], mask[:U, :D]), 3.0)
+    assert np.array_equal(one.placement, path[unit_graph(g).node_unit])
+    oracle = Simulator(g, c, microbatches=8, schedule="1f1b")  # plan()'s default oracle
+    a = pol.plan(g, c, samples=12, seed=4, penalty=3.0, oracle=oracle)
+    assert 1 <= oracle.calls == a.meta["oracle_calls"] <= 12
+    assert a.meta["step_time"] <= one.meta["step_time"] + 1e-15  # Viterbi is among the 12
+    b = pol.plan(g, c, samples=12, seed=4, penalty=3.0)
+    assert np.array_equal(a.placement, b.placement) and a.meta["step_time"] == b.meta["step_time"]
+    # default: the ladder of DEFAULT_PENALTY; with as many samples as rungs, exactly their
+    # Viterbi placements are scored and the fastest feasible one kept
+    lad = pol.plan(g, c, samples=len(decoding.DEFAULT_PENALTY), seed=0)
+    assert lad.meta["penalty"] == list(decoding.DEFAULT_PENALTY)
+    logp = decoding.masked_log_probs(logits[:U, :D], mask[:U, :D])
+    times = [
+        Simulator(g, c, microbatches=8, schedule="1f1b")
+        .evaluate(decoding.viterbi(logp, p)[0][unit_graph(g).node_unit])
+        .step_time
+        for p in decoding.DEFAULT_PENALTY
+    ]
+    assert lad.meta["step_time"] == pytest.approx(min(times), rel=1e-12)
+    ind = pol.plan(g, c, samples=2, seed=0, decode="independent")
+    assert ind.meta["decode"] == "independent"
+    with pytest.raises(ValueError, match="decode"):
+        pol.plan(g, c, decode="beam")
