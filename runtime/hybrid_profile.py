@@ -280,7 +280,7 @@ def measure_collectives(
     return out
 
 
-def measure_optimizer(params: int = 1 << 20, repeats: int = 5) -> float:
+def measure_optimizer(params: int = 1 << 22, repeats: int = 5) -> float:
     """CPU seconds per parameter of one ``torch.optim.Adam`` step (one thread)."""
     torch.set_num_threads(1)
     p = torch.nn.Parameter(torch.zeros(params))
@@ -295,6 +295,127 @@ def measure_optimizer(params: int = 1 << 20, repeats: int = 5) -> float:
     return best / params
 
 
+#: Probe plans of :func:`measure_runtime_overhead` (``dp, tp, pp, microbatch size, ZeRO``) and
+#: the overhead each one calibrates, in order: each is solved with the earlier ones applied.
+PROBES = (
+    ("microbatch", (1, 1, 1, 2, 0)),
+    ("p2p", (1, 1, 2, 2, 0)),
+    ("tp", (1, 2, 1, 4, 0)),
+    ("ddp", (2, 1, 1, 4, 0)),
+    ("fsdp", (2, 1, 1, 4, 3)),
+)
+
+
+def _solve(f: Any, target: float, lo: float = -0.01, hi: float = 0.5, iters: int = 40) -> float:
+    """``x`` in ``[lo, hi]`` with ``f(x) = target`` for increasing ``f`` (bisection, clipped)."""
+    if f(lo) >= target:
+        return lo
+    if f(hi) <= target:
+        return hi
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if f(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def measure_runtime_overhead(
+    model: dict[str, Any],
+    cal: dict[str, Any],
+    *,
+    global_batch: int = 8,
+    steps: int = 5,
+    warmup: int = 2,
+    launches: int = 2,
+    timeout_s: float = 900.0,
+) -> dict[str, Any]:
+    """The runtime's own per-step costs the segment / collective figures miss, from running it.
+
+    Runs the :data:`PROBES` plans (1 and 2 processes: the runtime's hybrid mode, Adam)
+    ``launches`` times through :func:`runtime.execute.run_specs` and takes each one's
+    median step time; then, in the order of :data:`PROBES`, finds the overhead that makes
+    :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel` (with ``cal``, the speed
+    measured now and the overheads found so far) predict that step time:
+    ``microbatch`` (CPU seconds per microbatch and rank: scheduling, timers, autograd
+    glue), ``p2p`` (per pipeline message), ``tp`` (per block and microbatch under tensor
+    parallelism), ``ddp`` (per model chunk and step under ZeRO-0 data parallelism),
+    ``fsdp`` (per ZeRO all-gather / reduce-scatter call). Each is clipped to
+    ``[-0.01, 0.5]`` s (negative: the segment figures overstate the runtime). Memory:
+    ``worker_base`` = the 1-process probe's resident set after its build
+    (:attr:`runtime.execute.ExecResult.base_memory`: process, torch, gloo, the model),
+    ``step_residue`` = its measured step memory minus the model's step terms (allocator
+    and optimizer temporaries). Returns ``{"overhead": {...}, "memory": {...}, "probes": raw}``.
+    """
+    from graphs.cpu_cluster import cpu_cluster
+    from graphs.plan import Plan
+    from placement_env.oracles.hybrid_cpu import CpuHybridModel
+    from runtime.execute import run_specs
+    from runtime.model import graph_for_model
+    from runtime.spec import make_run_spec
+
+    graph = graph_for_model(model)
+    plans: dict[str, Any] = {}
+    for name, (dp, tp, pp, b, z) in PROBES:
+        k = dp * tp * pp
+        plans[name] = Plan.hybrid(
+            graph, cpu_cluster(k), dp=dp, tp=tp, pp=pp, microbatch_size=b,
+            global_batch=global_batch, zero=z, meta={"model": model},
+        )  # fmt: skip
+    by_k: dict[int, list[str]] = {}
+    for name, plan in plans.items():
+        by_k.setdefault(plan.layout.world_size, []).append(name)
+    runs: dict[str, list[Any]] = {name: [] for name in plans}
+    for _ in range(launches):
+        for k, names in sorted(by_k.items()):
+            specs = [
+                make_run_spec(
+                    plans[n],
+                    graph,
+                    cpu_cluster(k),
+                    model,
+                    steps=steps,
+                    warmup=warmup,
+                    optimizer="adam",
+                )  # fmt: skip
+                for n in names
+            ]
+            for n, res in zip(names, run_specs(specs, timeout_s=timeout_s)):
+                runs[n].append(res)
+    measured = {n: float(np.median([r.step_time for r in rs])) for n, rs in runs.items()}
+    over: dict[str, float] = {}
+    for name, _ in PROBES:
+        plan = plans[name]
+        cl = cpu_cluster(plan.layout.world_size)
+
+        def predict(x: float, name: str = name, plan: Any = plan, cl: Any = cl) -> float:
+            c = dict(cal, runtime={**over, name: x})
+            return CpuHybridModel(graph, cl, c).evaluate(plan.layout).step_time
+
+        over[name] = _solve(predict, measured[name])
+    # memory, from the 1-process probe
+    single = runs["microbatch"]
+    lay = plans["microbatch"].layout
+    bd = CpuHybridModel(graph, cpu_cluster(1), dict(cal, runtime=over)).evaluate(lay).breakdown
+    base = float(np.median([r.base_memory[0] for r in single]))
+    step = float(np.median([r.step_memory[0] for r in single]))
+    terms = bd["memory_step"][0]
+    return {
+        "overhead": over,
+        "memory": {"worker_base": base, "step_residue": step - terms},
+        "probes": {
+            n: {
+                "measured": measured[n],
+                "runs": [r.step_time for r in rs],
+                "base_memory": [r.base_memory for r in rs],
+                "step_memory": [r.step_memory for r in rs],
+            }  # fmt: skip
+            for n, rs in runs.items()
+        },
+    }
+
+
 def calibrate_hybrid(
     model: dict[str, Any],
     *,
@@ -304,11 +425,14 @@ def calibrate_hybrid(
     worlds: Sequence[int] = (2, 4, 8),
     speed_counts: Sequence[int] = (1, 2, 4, 8),
     repeats: int = 3,
-    parts: Sequence[str] = ("segments", "collectives", "speed", "optimizer"),
+    parts: Sequence[str] = ("segments", "collectives", "speed", "optimizer", "runtime"),
 ) -> dict[str, Any]:
     """Measure what :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` needs (see the
     module docstring); ``parts`` picks what to measure (e.g. only ``("speed",
-    "collectives")`` to refresh the load-dependent figures between measurements)."""
+    "collectives")`` to refresh the load-dependent figures between measurements).
+    ``"runtime"`` (:func:`measure_runtime_overhead`, needs ``"segments"`` with tp 1 and 2,
+    microbatch sizes 2 and 4, recompute ``"none"``) runs the runtime on its probe plans and
+    adds ``runtime`` (the overheads) and ``memory.worker_base`` / ``memory.step_residue``."""
     from runtime.profile import measure_concurrent_speed
 
     cal: dict[str, Any] = {"model": model, "time": time.time()}
@@ -325,6 +449,16 @@ def calibrate_hybrid(
         }
     if "optimizer" in parts:
         cal["optimizer"] = {"adam_cpu_per_param": measure_optimizer()}
+    if "runtime" in parts:
+        now = dict(cal)  # the probes' own load: speed and collectives of 2 processes, now
+        now["speed"] = {
+            str(k): float(v) for k, v in measure_concurrent_speed((1, 2), seconds=1.0).items()
+        }
+        now["collectives"] = {**cal.get("collectives", {}), **measure_collectives((2,))}
+        rt = measure_runtime_overhead(model, now)
+        cal["runtime"] = rt["overhead"]
+        cal["memory"] = {**cal.get("memory", {}), **rt["memory"]}
+        cal["runtime_probes"] = rt["probes"]
     return cal
 
 
@@ -332,6 +466,7 @@ __all__ = [
     "calibrate_hybrid",
     "fit_line",
     "measure_collectives",
+    "measure_runtime_overhead",
     "measure_optimizer",
     "measure_segments",
 ]

@@ -381,12 +381,18 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
     if args.calibration:
         raw["calibration"] = json.loads(Path(args.calibration).read_text())
     else:
-        print("calibrating segments, optimizer, memory ...", flush=True)
+        print("calibrating segments, optimizer, runtime probes ...", flush=True)
         raw["calibration"] = calibrate_hybrid(
-            MODEL, tps=sorted({c.tp for c in cases}),
-            micro_sizes=sorted({c.microbatch_size for c in cases}),
-            recomputes=sorted({c.recompute for c in cases}), parts=("segments", "optimizer"),
+            MODEL, tps=sorted({1, 2} | {c.tp for c in cases}),
+            micro_sizes=sorted({2, 4} | {c.microbatch_size for c in cases}),
+            recomputes=sorted({"none"} | {c.recompute for c in cases}),
+            parts=("segments", "optimizer", "runtime"),
         )  # fmt: skip
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).with_suffix(".calibration.json").write_text(
+                json.dumps(raw["calibration"])
+            )
     by_world: dict[int, list[int]] = {}
     for i, (c, _) in enumerate(plans):
         by_world.setdefault(c.world, []).append(i)

@@ -154,6 +154,11 @@ class CpuHybridModel:
             chunk_params[0] -= d.vocab * d.hidden
         block_params = float(prm[1])
         nblocks = np.array([bb - aa for aa, bb in lay.stage_layers], dtype=np.float64)
+        rt = {k: float(x) for k, x in (self.cal.get("runtime") or {}).items()}
+        F = F + rt.get("microbatch", 0.0) / v  # the runtime's own per-microbatch cost, per rank
+        if tp > 1:
+            F = F + rt.get("tp", 0.0) * nblocks
+        F = np.maximum(F, 0.0)  # a negative correction never makes work negative
 
         # ---- data-parallel collectives per chunk and step (CPU and wall seconds per rank)
         dp_cpu, dp_wall = np.zeros(C), np.zeros(C)
@@ -163,6 +168,8 @@ class CpuHybridModel:
                 if lay.zero == 0:
                     dp_cpu[c] = self._coll("all_reduce", dp, full, "cpu")
                     dp_wall[c] = self._coll("all_reduce", dp, full, "wall")
+                    dp_cpu[c] += rt.get("ddp", 0.0)
+                    dp_wall[c] += rt.get("ddp", 0.0)
                     continue
                 blk = block_params * FP32
                 rest = full - nblocks[c] * blk  # the chunk's root (embeddings, head, norms)
@@ -173,10 +180,15 @@ class CpuHybridModel:
                     ag_r = self._coll("all_gather", dp, rest, kind)
                     rs_r = self._coll("reduce_scatter", dp, rest, kind)
                     arr[c] = nblocks[c] * (gathers * ag + rs) + gathers * ag_r + rs_r
+                    arr[c] += (nblocks[c] + 1) * (gathers + 1) * rt.get("fsdp", 0.0)
+        dp_cpu, dp_wall = np.maximum(dp_cpu, 0.0), np.maximum(dp_wall, 0.0)
         # ---- pipeline p2p per microbatch and boundary
         hid = FP32 * b * d.seq * d.hidden
         p2p_wall = self._coll("p2p", 2, hid, "wall") if C > 1 else 0.0
         p2p_cpu = self._coll("p2p", 2, hid, "cpu") if C > 1 else 0.0
+        if C > 1:
+            p2p_wall = max(0.0, p2p_wall + rt.get("p2p", 0.0))
+            p2p_cpu = max(0.0, p2p_cpu + rt.get("p2p", 0.0))
         # ---- optimizer
         shard = dp if (lay.zero >= 1 and dp > 1) else 1
         rank_params = np.zeros(P)
@@ -215,7 +227,10 @@ class CpuHybridModel:
         # ---- memory per pipeline rank
         mem = self.cal["memory"]
         total_params = self._model_params()
-        base = float(mem["process"]) + float(mem["build_extra"]) + FP32 * total_params
+        if "worker_base" in mem:  # measured in the runtime's own worker (1-process probe)
+            base = float(mem["worker_base"])
+        else:
+            base = float(mem["process"]) + float(mem["build_extra"]) + FP32 * total_params
         z = lay.zero
         grads = rank_params * FP32 / (dp if (z >= 2 and dp > 1) else 1)
         adam = rank_params * 2 * FP32 / shard
@@ -228,6 +243,7 @@ class CpuHybridModel:
             if full_kept is not None:
                 transient += full_kept
         step_mem = grads + adam + gathered + peak_act + transient
+        step_mem = step_mem + float(mem.get("step_residue", 0.0))
         peak_rank = base + step_mem
         D = self.cluster.num_devices
         per = dp * tp

@@ -1,0 +1,86 @@
+"""scripts/bench_fidelity.py --hybrid: argument parsing, the plan set (>= 16 distinct valid
+plans on 4-8 processes covering d, t, p, ZeRO 0 / 3 and recomputation), the summary figures."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location(
+        "fidelity_hybrid", ROOT / "scripts" / "fidelity_hybrid.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fidelity_hybrid"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fh = _load()
+
+
+def test_arguments():
+    a = fh.parse_args(["--hybrid", "--rounds", "3", "--steps", "4", "--nice", "-10"])
+    assert (a.rounds, a.steps, a.nice, a.warmup, a.limit) == (3, 4, -10, 2, None)
+    with pytest.raises(SystemExit):
+        fh.parse_args(["--rounds", "0"])
+
+
+def test_at_least_16_distinct_valid_plans_on_4_to_8_processes():
+    from runtime.model import graph_for_model
+    from runtime.spec import make_run_spec
+
+    graph = graph_for_model(fh.MODEL)
+    plans = fh.make_plans(graph)  # Plan.hybrid raises on an invalid layout
+    names = {c.name for c, _ in plans}
+    assert len(plans) >= 16 and len(names) == len(plans)
+    assert len({p.layout for _, p in plans}) == len(plans)
+    assert {c.world for c, _ in plans} <= {4, 5, 6, 7, 8} and {4, 8} <= {c.world for c, _ in plans}
+    for c, plan in plans:
+        assert (plan.layout.dp, plan.layout.tp, plan.layout.pp) == (c.dp, c.tp, c.pp)
+        assert plan.layout.num_microbatches * c.dp * c.microbatch_size == fh.GLOBAL_BATCH
+        make_run_spec(plan, graph, fh._cluster(c.world), fh.MODEL)  # the runtime can run it
+    cases = [c for c, _ in plans]
+    for attr in ("dp", "tp", "pp"):
+        assert len({getattr(c, attr) for c in cases}) >= 3
+    assert {c.zero for c in cases if c.dp > 1} == {0, 3}
+    assert {c.recompute for c in cases} == {"none", "full"}
+    assert fh.parse_args(["--limit", "4"]).limit == 4
+
+
+def test_summary_figures_on_a_hand_made_run(monkeypatch):
+    cases = fh.CASES[:3]
+    raw = {
+        "calibration": {},
+        "cases": {c.name: c.__dict__ for c in cases},
+        "measured": {},
+        "rounds": [{"speed": {}, "collectives": {}}, {"speed": {}, "collectives": {}}],
+    }
+    meas = [0.1, 0.2, 0.4]
+    for c, t in zip(cases, meas):
+        m = {"step_time": t, "run_peak": [100.0] * 4, "step_memory": [10.0] * 4}
+        raw["measured"][c.name] = [m, m]
+    preds = {cases[0]: 0.1, cases[1]: 0.3, cases[2]: 0.3}
+    mems = {cases[0]: 100.0, cases[1]: 110.0, cases[2]: 130.0}
+
+    def fake_predict(graph, case, cal):
+        return {
+            "step_time": preds[case], "peak": [mems[case]] * 4, "step_memory": [10.0] * 4,
+            "share_time": 0.0, "critical_path": 0.0, "cores": 2.0,
+        }  # fmt: skip
+
+    monkeypatch.setattr(fh, "predict", fake_predict)
+    s = fh.summarize(None, raw)
+    assert s["mape"] == pytest.approx((0 + 50 + 25) / 3)
+    assert s["spearman"] == pytest.approx(np.corrcoef([1, 2, 3], [1, 2.5, 2.5])[0, 1])
+    assert s["mem_mean_err"] == pytest.approx((0 + 10 + 30) / 3)
+    assert (s["mem_within"], s["mem_ranks"]) == (8, 12)
+    text = fh.markdown(raw, s, "cmd")
+    assert text.startswith(fh.START) and text.rstrip().endswith(fh.END)
