@@ -295,15 +295,30 @@ def measure_optimizer(params: int = 1 << 22, repeats: int = 5) -> float:
     return best / params
 
 
-#: Probe plans of :func:`measure_runtime_overhead` (``dp, tp, pp, microbatch size, ZeRO``) and
-#: the overhead each one calibrates, in order: each is solved with the earlier ones applied.
-PROBES = (
-    ("microbatch", (1, 1, 1, 2, 0)),
-    ("p2p", (1, 1, 2, 2, 0)),
-    ("tp", (1, 2, 1, 4, 0)),
-    ("ddp", (2, 1, 1, 4, 0)),
-    ("fsdp", (2, 1, 1, 4, 3)),
-)
+#: Probe plans of :func:`measure_runtime_overhead` by process count: ``(overhead, (dp, tp, pp,
+#: microbatch size, ZeRO))`` in the order they are solved (each with the earlier ones applied).
+#: None of them is a plan of ``scripts/fidelity_hybrid.py``'s benchmark.
+PROBES: dict[int, tuple[tuple[str, tuple[int, int, int, int, int]], ...]] = {
+    1: (("microbatch", (1, 1, 1, 2, 0)),),
+    2: (
+        ("p2p", (1, 1, 2, 2, 0)),
+        ("tp", (1, 2, 1, 4, 0)),
+        ("ddp", (2, 1, 1, 4, 0)),
+        ("fsdp", (2, 1, 1, 4, 3)),
+    ),
+    4: (
+        ("p2p", (1, 1, 4, 4, 0)),
+        ("tp", (1, 4, 1, 4, 0)),
+        ("ddp", (4, 1, 1, 1, 0)),
+        ("fsdp", (4, 1, 1, 1, 3)),
+    ),
+    8: (
+        ("p2p", (2, 1, 4, 2, 0)),
+        ("tp", (1, 4, 2, 4, 0)),
+        ("ddp", (8, 1, 1, 1, 0)),
+        ("fsdp", (4, 2, 1, 1, 3)),
+    ),
+}
 
 
 def _solve(f: Any, target: float, lo: float = -0.01, hi: float = 0.5, iters: int = 40) -> float:
@@ -324,6 +339,7 @@ def _solve(f: Any, target: float, lo: float = -0.01, hi: float = 0.5, iters: int
 def measure_runtime_overhead(
     model: dict[str, Any],
     cal: dict[str, Any],
+    worlds: Sequence[int] = (1, 4, 8),
     *,
     global_batch: int = 8,
     steps: int = 5,
@@ -331,22 +347,26 @@ def measure_runtime_overhead(
     launches: int = 2,
     timeout_s: float = 900.0,
 ) -> dict[str, Any]:
-    """The runtime's own per-step costs the segment / collective figures miss, from running it.
+    """The runtime's own per-step costs on ``k`` processes that the segment and collective
+    figures miss, from running it on the :data:`PROBES` plans of each ``k`` in ``worlds``.
 
-    Runs the :data:`PROBES` plans (1 and 2 processes: the runtime's hybrid mode, Adam)
-    ``launches`` times through :func:`runtime.execute.run_specs` and takes each one's
-    median step time; then, in the order of :data:`PROBES`, finds the overhead that makes
-    :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel` (with ``cal``, the speed
-    measured now and the overheads found so far) predict that step time:
-    ``microbatch`` (CPU seconds per microbatch and rank: scheduling, timers, autograd
-    glue), ``p2p`` (per pipeline message), ``tp`` (per block and microbatch under tensor
-    parallelism), ``ddp`` (per model chunk and step under ZeRO-0 data parallelism),
-    ``fsdp`` (per ZeRO all-gather / reduce-scatter call). Each is clipped to
-    ``[-0.01, 0.5]`` s (negative: the segment figures overstate the runtime). Memory:
-    ``worker_base`` = the 1-process probe's resident set after its build
-    (:attr:`runtime.execute.ExecResult.base_memory`: process, torch, gloo, the model),
-    ``step_residue`` = its measured step memory minus the model's step terms (allocator
-    and optimizer temporaries). Returns ``{"overhead": {...}, "memory": {...}, "probes": raw}``.
+    Each probe runs ``launches`` times (:func:`runtime.execute.run_specs`, the runtime's
+    hybrid mode, Adam); its median step time is the target. Then, per ``k`` and in the order
+    of :data:`PROBES`, the overhead is found (bisection) that makes
+    :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel` (with ``cal`` -- whose
+    ``speed`` and ``collectives`` should be measured now, and cover ``k`` -- and the
+    overheads found so far) predict that step time: ``microbatch`` (k = 1: CPU seconds per
+    microbatch and rank -- scheduling, timers, autograd glue -- used for every k), and for
+    each k > 1 ``p2p`` (per pipeline message), ``tp`` (per block and microbatch under tensor
+    parallelism), ``ddp`` (per model chunk and step under ZeRO-0 data parallelism) and
+    ``fsdp`` (per ZeRO all-gather / reduce-scatter call): what the runtime's synchronisation
+    costs when ``k`` processes time-share this machine's cores. Each is clipped to
+    ``[-0.01, 0.5]`` s (negative: the segment figures overstate the runtime). Memory, from
+    the 1-process probe: ``worker_base`` = its resident set after the build
+    (:attr:`runtime.execute.ExecResult.base_memory`: process, torch, gloo, the model) and
+    ``step_residue`` = its measured step memory minus the model's step terms (allocator and
+    optimizer temporaries). Returns ``{"overhead": {str(k): {...}}, "memory": {...},
+    "probes": raw}``.
     """
     from graphs.cpu_cluster import cpu_cluster
     from graphs.plan import Plan
@@ -355,23 +375,22 @@ def measure_runtime_overhead(
     from runtime.model import graph_for_model
     from runtime.spec import make_run_spec
 
+    worlds = sorted({1} | {int(k) for k in worlds})
     graph = graph_for_model(model)
-    plans: dict[str, Any] = {}
-    for name, (dp, tp, pp, b, z) in PROBES:
-        k = dp * tp * pp
-        plans[name] = Plan.hybrid(
-            graph, cpu_cluster(k), dp=dp, tp=tp, pp=pp, microbatch_size=b,
-            global_batch=global_batch, zero=z, meta={"model": model},
-        )  # fmt: skip
-    by_k: dict[int, list[str]] = {}
-    for name, plan in plans.items():
-        by_k.setdefault(plan.layout.world_size, []).append(name)
-    runs: dict[str, list[Any]] = {name: [] for name in plans}
+    plans: dict[tuple[int, str], Any] = {}
+    for k in worlds:
+        for name, (dp, tp, pp, b, z) in PROBES[k]:
+            plans[(k, name)] = Plan.hybrid(
+                graph, cpu_cluster(k), dp=dp, tp=tp, pp=pp, microbatch_size=b,
+                global_batch=global_batch, zero=z, meta={"model": model},
+            )  # fmt: skip
+    runs: dict[tuple[int, str], list[Any]] = {key: [] for key in plans}
     for _ in range(launches):
-        for k, names in sorted(by_k.items()):
+        for k in worlds:
+            keys = [key for key in plans if key[0] == k]
             specs = [
                 make_run_spec(
-                    plans[n],
+                    plans[key],
                     graph,
                     cpu_cluster(k),
                     model,
@@ -379,39 +398,43 @@ def measure_runtime_overhead(
                     warmup=warmup,
                     optimizer="adam",
                 )  # fmt: skip
-                for n in names
+                for key in keys
             ]
-            for n, res in zip(names, run_specs(specs, timeout_s=timeout_s)):
-                runs[n].append(res)
-    measured = {n: float(np.median([r.step_time for r in rs])) for n, rs in runs.items()}
-    over: dict[str, float] = {}
-    for name, _ in PROBES:
-        plan = plans[name]
-        cl = cpu_cluster(plan.layout.world_size)
+            for key, res in zip(keys, run_specs(specs, timeout_s=timeout_s)):
+                runs[key].append(res)
+    measured = {key: float(np.median([r.step_time for r in rs])) for key, rs in runs.items()}
+    over: dict[str, dict[str, float]] = {}
+    for k in worlds:
+        found: dict[str, float] = {}
+        over[str(k)] = found
+        for name, _ in PROBES[k]:
+            plan = plans[(k, name)]
+            cl = cpu_cluster(k)
 
-        def predict(x: float, name: str = name, plan: Any = plan, cl: Any = cl) -> float:
-            c = dict(cal, runtime={**over, name: x})
-            return CpuHybridModel(graph, cl, c).evaluate(plan.layout).step_time
+            def predict(
+                x: float, name: str = name, plan: Any = plan, cl: Any = cl, found: Any = found
+            ) -> float:
+                c = dict(cal, runtime={**over, str(plan.layout.world_size): {**found, name: x}})
+                return CpuHybridModel(graph, cl, c).evaluate(plan.layout).step_time
 
-        over[name] = _solve(predict, measured[name])
-    # memory, from the 1-process probe
-    single = runs["microbatch"]
-    lay = plans["microbatch"].layout
+            found[name] = _solve(predict, measured[(k, name)])
+    single = runs[(1, "microbatch")]
+    lay = plans[(1, "microbatch")].layout
     bd = CpuHybridModel(graph, cpu_cluster(1), dict(cal, runtime=over)).evaluate(lay).breakdown
     base = float(np.median([r.base_memory[0] for r in single]))
     step = float(np.median([r.step_memory[0] for r in single]))
-    terms = bd["memory_step"][0]
     return {
         "overhead": over,
-        "memory": {"worker_base": base, "step_residue": step - terms},
+        "memory": {"worker_base": base, "step_residue": step - bd["memory_step"][0]},
         "probes": {
-            n: {
-                "measured": measured[n],
+            f"{k}/{name}": {
+                "layout": list(PROBES[k][[n for n, _ in PROBES[k]].index(name)][1]),
+                "measured": measured[(k, name)],
                 "runs": [r.step_time for r in rs],
                 "base_memory": [r.base_memory for r in rs],
                 "step_memory": [r.step_memory for r in rs],
             }  # fmt: skip
-            for n, rs in runs.items()
+            for (k, name), rs in runs.items()
         },
     }
 
@@ -430,9 +453,10 @@ def calibrate_hybrid(
     """Measure what :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` needs (see the
     module docstring); ``parts`` picks what to measure (e.g. only ``("speed",
     "collectives")`` to refresh the load-dependent figures between measurements).
-    ``"runtime"`` (:func:`measure_runtime_overhead`, needs ``"segments"`` with tp 1 and 2,
-    microbatch sizes 2 and 4, recompute ``"none"``) runs the runtime on its probe plans and
-    adds ``runtime`` (the overheads) and ``memory.worker_base`` / ``memory.step_residue``."""
+    ``"runtime"`` (:func:`measure_runtime_overhead` on 1 and each of ``worlds`` processes,
+    needs the ``"segments"`` of its :data:`PROBES`) runs the runtime on its probe plans and
+    adds ``runtime`` (the overheads by process count) and ``memory.worker_base`` /
+    ``memory.step_residue``."""
     from runtime.profile import measure_concurrent_speed
 
     cal: dict[str, Any] = {"model": model, "time": time.time()}
@@ -450,12 +474,15 @@ def calibrate_hybrid(
     if "optimizer" in parts:
         cal["optimizer"] = {"adam_cpu_per_param": measure_optimizer()}
     if "runtime" in parts:
-        now = dict(cal)  # the probes' own load: speed and collectives of 2 processes, now
+        now = dict(cal)  # the probes' own load: speed and collectives measured now
+        ks = sorted({1} | {int(k) for k in worlds})
         now["speed"] = {
-            str(k): float(v) for k, v in measure_concurrent_speed((1, 2), seconds=1.0).items()
+            str(k): float(v) for k, v in measure_concurrent_speed(tuple(ks), seconds=1.0).items()
         }
-        now["collectives"] = {**cal.get("collectives", {}), **measure_collectives((2,))}
-        rt = measure_runtime_overhead(model, now)
+        groups = sorted({2} | {g for k in ks for g in (2, 4, 8) if g <= k})
+        now["collectives"] = {**cal.get("collectives", {}), **measure_collectives(groups)}
+        rt = measure_runtime_overhead(model, now, ks)
+        cal["runtime_speed"] = now["speed"]
         cal["runtime"] = rt["overhead"]
         cal["memory"] = {**cal.get("memory", {}), **rt["memory"]}
         cal["runtime_probes"] = rt["probes"]

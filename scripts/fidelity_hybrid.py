@@ -386,7 +386,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
             MODEL, tps=sorted({1, 2} | {c.tp for c in cases}),
             micro_sizes=sorted({2, 4} | {c.microbatch_size for c in cases}),
             recomputes=sorted({"none"} | {c.recompute for c in cases}),
-            parts=("segments", "optimizer", "runtime"),
+            worlds=sorted({c.world for c in cases}), parts=("segments", "optimizer", "runtime"),
         )  # fmt: skip
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -127,6 +127,19 @@ class CpuHybridModel:
             out.append(ks)
         return out
 
+    def overheads(self, k: int) -> dict[str, float]:
+        """The runtime overheads for ``k`` processes (``calibration["runtime"]``, by process
+        count; ``microbatch`` from 1 process, the rest from ``k`` or the nearest measured
+        count above it, else the largest); empty without a ``runtime`` section."""
+        rt = self.cal.get("runtime") or {}
+        out = {"microbatch": float((rt.get("1") or {}).get("microbatch", 0.0))}
+        counts = sorted(int(c) for c in rt if int(c) > 1)
+        if k > 1 and counts:
+            above = [c for c in counts if c >= k]
+            c = min(above) if above else max(counts)
+            out.update({n: float(x) for n, x in rt[str(c)].items()})
+        return out
+
     def _coll(self, name: str, group: int, nbytes: float, kind: str) -> float:
         """Per-rank ``kind`` ("cpu" or "wall") seconds of one collective over ``group`` ranks."""
         if group <= 1 or nbytes <= 0:
@@ -154,7 +167,7 @@ class CpuHybridModel:
             chunk_params[0] -= d.vocab * d.hidden
         block_params = float(prm[1])
         nblocks = np.array([bb - aa for aa, bb in lay.stage_layers], dtype=np.float64)
-        rt = {k: float(x) for k, x in (self.cal.get("runtime") or {}).items()}
+        rt = self.overheads(k)
         F = F + rt.get("microbatch", 0.0) / v  # the runtime's own per-microbatch cost, per rank
         if tp > 1:
             F = F + rt.get("tp", 0.0) * nblocks

@@ -154,3 +154,19 @@ def test_uncalibrated_cpu_cluster_keeps_the_gpu_model(graph):
     # the calibration does not change the cluster's content hash: plans stay valid
     calibrated = cpu_cluster(1, calibration={"hybrid": calibration()})
     assert np.isfinite(Simulator(graph, calibrated).evaluate(plan).step_time)
+
+
+def test_runtime_overheads_by_process_count(graph):
+    cal = calibration()
+    cal["runtime"] = {"1": {"microbatch": 0.001}, "4": {"ddp": 0.01}, "8": {"ddp": 0.02}}
+    model = CpuHybridModel(graph, cpu_cluster(4), cal)
+    assert model.overheads(1) == {"microbatch": 0.001}
+    assert model.overheads(2) == {"microbatch": 0.001, "ddp": 0.01}  # the next count above
+    assert model.overheads(8)["ddp"] == 0.02 and model.overheads(16)["ddp"] == 0.02
+    cl = cpu_cluster(4, calibration={"hybrid": cal})
+    plan = Plan.hybrid(graph, cl, dp=4, tp=1, pp=1, microbatch_size=2, global_batch=8)
+    with_rt = Simulator(graph, cl).evaluate(plan).breakdown
+    without = _evaluate(graph, 4, dp=4, tp=1, pp=1, microbatch_size=2).breakdown
+    # ZeRO-0: one chunk, its all-reduce + 10 ms; one microbatch + 1 ms
+    assert with_rt["dp_cpu"][0] == pytest.approx(without["dp_cpu"][0] + 0.01)
+    assert with_rt["chunk_fwd"][0] == pytest.approx(without["chunk_fwd"][0] + 0.001)

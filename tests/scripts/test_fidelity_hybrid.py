@@ -84,3 +84,19 @@ def test_summary_figures_on_a_hand_made_run(monkeypatch):
     assert (s["mem_within"], s["mem_ranks"]) == (8, 12)
     text = fh.markdown(raw, s, "cmd")
     assert text.startswith(fh.START) and text.rstrip().endswith(fh.END)
+
+
+def test_runtime_probes_are_valid_and_not_benchmark_plans():
+    """The runtime-overhead probes (runtime.hybrid_profile.PROBES) calibrate the model; none of
+    them may be one of the plans the benchmark evaluates."""
+    from runtime.hybrid_profile import PROBES
+    from runtime.model import graph_for_model
+    from runtime.spec import make_run_spec
+
+    graph = graph_for_model(fh.MODEL)
+    bench = {(c.dp, c.tp, c.pp, c.microbatch_size, c.zero if c.dp > 1 else 0) for c in fh.CASES}
+    for k, probes in PROBES.items():
+        for _, (dp, tp, pp, b, z) in probes:
+            assert dp * tp * pp == k and (dp, tp, pp, b, z) not in bench
+            case = fh.HybridCase(dp, tp, pp, b, z)
+            make_run_spec(case.plan(graph, fh._cluster(k)), graph, fh._cluster(k), fh.MODEL)
