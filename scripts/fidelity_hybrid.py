@@ -7,7 +7,9 @@ Usage: python scripts/bench_fidelity.py --hybrid [--rounds 6] [--steps 5] [--nic
 
 Once: ``runtime.hybrid_profile.calibrate_hybrid`` measures every segment's forward /
 backward CPU seconds (tp 1, 2, 4; microbatch 1, 2, 4, 8; recompute none / full), the
-optimizer's cost and the process memory baseline. Then, in each round: the gloo
+optimizer's cost, and runs the runtime on its probe plans (``runtime.hybrid_profile.PROBES``
+at 1, 4 and 8 processes, none of them a benchmark plan) to solve the runtime's overheads per
+process count and measure the worker's memory base. Then, in each round: the gloo
 collectives are re-measured, the plans are shuffled, and for each process count (in
 shuffled order) the per-process speed with k processes is measured, the plans of that
 count run one after another in one torchrun launch (``runtime.execute.run_specs``: each
@@ -272,9 +274,13 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], command: str) -> str:
         "median over rounds of the slowest rank's median step. Predicted = "
         "`Simulator(graph, cpu_cluster(k, calibration={'hybrid': cal})).evaluate(plan)` "
         "(`placement_env.oracles.hybrid_cpu.CpuHybridModel`), median over rounds of the "
-        "prediction with that round's calibration (segment CPU times, optimizer and memory "
-        "baseline measured once at the start; gloo collectives and per-process speed with k "
-        "processes re-measured every round, the speed right before and after each launch).",
+        "prediction with that round's calibration: segment CPU times, optimizer, runtime "
+        "overheads and memory base measured once at the start "
+        "(`runtime.hybrid_profile.calibrate_hybrid`; the overheads and the memory base from "
+        "running the runtime on the probe plans of `runtime.hybrid_profile.PROBES` at 1, 4 and "
+        "8 processes, none of them a benchmark plan); gloo collectives and per-process speed "
+        "with k processes re-measured every round, the speed right before and after each "
+        "launch.",
         "",
     ]
     if "spearman" in summary:
@@ -315,13 +321,31 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], command: str) -> str:
         )
     base = raw["calibration"]
     mem = base.get("memory", {})
+    rt = base.get("runtime") or {}
+    probes = base.get("runtime_probes") or {}
     lines += [
         "",
-        f"Calibration: process baseline {mem.get('process', 0) / mib:.0f} MiB (a spawned worker "
-        f"after importing the runtime and joining the process group), model build beyond its "
-        f"weights {mem.get('build_extra', 0) / mib:.0f} MiB, Adam "
+        "Calibration (once, at the start): worker memory base "
+        f"{mem.get('worker_base', 0) / mib:.0f} MiB (the 1-process probe's resident set after "
+        f"its build), step residue {mem.get('step_residue', 0) / mib:.0f} MiB (its measured "
+        "step memory minus the model's gradient + Adam + activation terms), Adam "
         f"{base.get('optimizer', {}).get('adam_cpu_per_param', 0) * 1e9:.2f} ns CPU per "
-        "parameter; per-process speed with k processes per round: "
+        "parameter. Runtime overheads solved from the probes (ms): "
+        + "; ".join(
+            f"k={k}: " + ", ".join(f"{n} {x * 1e3:.2f}" for n, x in v.items())
+            for k, v in sorted(rt.items(), key=lambda kv: int(kv[0]))
+        )
+        + ". Probe step times (ms, median of "
+        + f"{len(next(iter(probes.values()))['runs']) if probes else 0} launches): "
+        + ", ".join(
+            f"{key} d{p['layout'][0]} t{p['layout'][1]} p{p['layout'][2]} b{p['layout'][3]}"
+            f" z{p['layout'][4]} {p['measured'] * 1e3:.0f}"
+            for key, p in probes.items()
+        )
+        + ".",
+        "",
+        "Per-process speed with k processes, per round (mean of the figures before and after "
+        "each launch): "
         + "; ".join(
             ", ".join(f"k={k}: {np.mean(v):.2f}" for k, v in sorted(rd["speed"].items()))
             for rd in raw["rounds"]

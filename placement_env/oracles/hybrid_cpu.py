@@ -27,15 +27,25 @@ processes and ``m = global_batch / (dp b)`` microbatches per replica:
   critical path at one process's full speed: the pipeline schedule
   (:func:`simulate_pipeline`) of the per-microbatch chunk times and p2p latencies, plus
   the data-parallel collectives' wall time and the optimizer step.
-* **Memory per rank** (CPU resident bytes): the measured process baseline (Python,
-  torch, gloo, the runtime imported and the process group formed) + what building and
-  exporting the model adds (measured) + the whole model's fp32 weights (every rank
-  builds it before it is cut and sharded) = ``base``; plus, over the steps, fp32
+* **Runtime overheads** (``calibration["runtime"]``, by process count, from
+  ``runtime.hybrid_profile.measure_runtime_overhead``: solved so that the model predicts
+  the runtime's measured step time of probe plans that are not the plans being scored):
+  CPU seconds per microbatch and rank (from 1 process), and for ``k`` processes per
+  pipeline message (added to p2p), per block and microbatch under tensor parallelism, per
+  chunk and step under ZeRO-0 and per ZeRO all-gather / reduce-scatter call (added to the
+  data-parallel cost) -- what synchronising ``k`` processes that time-share the cores
+  costs beyond the idle collective figures.
+* **Memory per rank** (CPU resident bytes): ``base`` = the runtime worker's measured
+  resident set after its model build (``memory.worker_base``, the 1-process probe:
+  Python, torch, gloo, the whole model built before it is cut and sharded); without it,
+  the process baseline of a spawned worker + the build's extra + the model's fp32
+  weights. Plus, over the steps, fp32
   gradients (sharded by ZeRO >= 2), Adam's two fp32 moments (sharded by ZeRO >= 1), ZeRO-3's
   gathered weights of one block, the activations in flight (each segment's measured
   saved-tensor bytes per microbatch, times the microbatches the schedule holds at its
-  peak) and, under full recomputation, one block's recomputed activations = ``step``.
-  ``peak = base + step``.
+  peak), under full recomputation one block's recomputed activations, and the measured
+  ``memory.step_residue`` (the 1-process probe's step memory beyond these terms: allocator
+  and optimizer temporaries) = ``step``. ``peak = base + step``.
 """
 
 from __future__ import annotations
@@ -79,7 +89,8 @@ class CpuHybridModel:
     """Step time and per-rank memory of hybrid layouts on gloo CPU processes, calibrated.
 
     ``calibration`` is what :func:`runtime.hybrid_profile.calibrate_hybrid` returns (keys
-    ``segments``, ``collectives``, ``speed``, ``optimizer``, ``memory``); see the module
+    ``segments``, ``collectives``, ``speed``, ``optimizer``, ``memory``, optionally
+    ``runtime``); see the module
     docstring for the model. Layouts need a measured ``(tp, microbatch size,
     recompute)``; others raise ``ValueError`` naming what to calibrate.
     """
