@@ -307,14 +307,14 @@ PROBES: dict[int, tuple[tuple[str, tuple[int, int, int, int, int]], ...]] = {
         ("fsdp", (2, 1, 1, 4, 3)),
     ),
     4: (
-        ("p2p", (1, 1, 4, 4, 0)),
+        ("p2p", (1, 1, 4, 1, 0)),
         ("tp", (1, 4, 1, 4, 0)),
         ("ddp", (4, 1, 1, 1, 0)),
         ("fsdp", (4, 1, 1, 1, 3)),
     ),
     8: (
-        ("p2p", (2, 1, 4, 2, 0)),
         ("tp", (1, 4, 2, 4, 0)),
+        ("p2p", (1, 2, 4, 1, 0)),
         ("ddp", (8, 1, 1, 1, 0)),
         ("fsdp", (4, 2, 1, 1, 3)),
     ),
@@ -352,7 +352,8 @@ def measure_runtime_overhead(
 
     Each probe runs ``launches`` times (:func:`runtime.execute.run_specs`, the runtime's
     hybrid mode, Adam); its median step time is the target. Then, per ``k`` and in the order
-    of :data:`PROBES`, the overhead is found (bisection) that makes
+    of :data:`PROBES` (twice over, so each sees the others' figures), the overhead is found
+    (bisection) that makes
     :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel` (with ``cal`` -- whose
     ``speed`` and ``collectives`` should be measured now, and cover ``k`` -- and the
     overheads found so far) predict that step time: ``microbatch`` (k = 1: CPU seconds per
@@ -407,7 +408,8 @@ def measure_runtime_overhead(
     for k in worlds:
         found: dict[str, float] = {}
         over[str(k)] = found
-        for name, _ in PROBES[k]:
+        # two sweeps: a probe solved early (p2p under tp, say) sees the later ones' figures
+        for name, _ in PROBES[k] * 2:
             plan = plans[(k, name)]
             cl = cpu_cluster(k)
 
@@ -449,6 +451,7 @@ def calibrate_hybrid(
     speed_counts: Sequence[int] = (1, 2, 4, 8),
     repeats: int = 3,
     parts: Sequence[str] = ("segments", "collectives", "speed", "optimizer", "runtime"),
+    base: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Measure what :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` needs (see the
     module docstring); ``parts`` picks what to measure (e.g. only ``("speed",
@@ -456,10 +459,10 @@ def calibrate_hybrid(
     ``"runtime"`` (:func:`measure_runtime_overhead` on 1 and each of ``worlds`` processes,
     needs the ``"segments"`` of its :data:`PROBES`) runs the runtime on its probe plans and
     adds ``runtime`` (the overheads by process count) and ``memory.worker_base`` /
-    ``memory.step_residue``."""
+    ``memory.step_residue``. ``base``: an earlier calibration to add the measured parts to."""
     from runtime.profile import measure_concurrent_speed
 
-    cal: dict[str, Any] = {"model": model, "time": time.time()}
+    cal: dict[str, Any] = {**(base or {}), "model": model, "time": time.time()}
     if "segments" in parts:
         cal["segments"] = measure_segments(model, tps, micro_sizes, recomputes, repeats=repeats)
         one = cal["segments"][str(min(tps))]

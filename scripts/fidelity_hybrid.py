@@ -405,18 +405,21 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
     if args.calibration:
         raw["calibration"] = json.loads(Path(args.calibration).read_text())
     else:
-        print("calibrating segments, optimizer, runtime probes ...", flush=True)
+        print("calibrating segments, optimizer ...", flush=True)
         raw["calibration"] = calibrate_hybrid(
             MODEL, tps=sorted({1, 2} | {c.tp for c in cases}),
-            micro_sizes=sorted({2, 4} | {c.microbatch_size for c in cases}),
+            micro_sizes=sorted({1, 2, 4} | {c.microbatch_size for c in cases}),
             recomputes=sorted({"none"} | {c.recompute for c in cases}),
-            worlds=sorted({c.world for c in cases}), parts=("segments", "optimizer", "runtime"),
+            parts=("segments", "optimizer"),
         )  # fmt: skip
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).with_suffix(".calibration.json").write_text(
-                json.dumps(raw["calibration"])
-            )
+        _save_calibration(args, raw["calibration"])
+    if "runtime" not in raw["calibration"]:
+        print("runtime probes ...", flush=True)
+        raw["calibration"] = calibrate_hybrid(
+            MODEL, worlds=sorted({c.world for c in cases}), parts=("runtime",),
+            base=raw["calibration"],
+        )  # fmt: skip
+        _save_calibration(args, raw["calibration"])
     by_world: dict[int, list[int]] = {}
     for i, (c, _) in enumerate(plans):
         by_world.setdefault(c.world, []).append(i)
@@ -474,6 +477,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
         summary = summarize(graph, raw)
         write_section(out, markdown(raw, summary, command))
         _print(summary)
+
+
+def _save_calibration(args: argparse.Namespace, cal: dict[str, Any]) -> None:
+    """Keep what was measured (``--calibration`` reads it back) next to ``--json``."""
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).with_suffix(".calibration.json").write_text(json.dumps(cal))
 
 
 def _cluster(k: int) -> Any:

@@ -47,6 +47,7 @@ def test_at_least_16_distinct_valid_plans_on_4_to_8_processes():
         assert (plan.layout.dp, plan.layout.tp, plan.layout.pp) == (c.dp, c.tp, c.pp)
         assert plan.layout.num_microbatches * c.dp * c.microbatch_size == fh.GLOBAL_BATCH
         make_run_spec(plan, graph, fh._cluster(c.world), fh.MODEL)  # the runtime can run it
+        assert plan.layout.num_microbatches >= c.pp  # torch.distributed.pipelining needs it
     cases = [c for c, _ in plans]
     for attr in ("dp", "tp", "pp"):
         assert len({getattr(c, attr) for c in cases}) >= 3
@@ -99,4 +100,6 @@ def test_runtime_probes_are_valid_and_not_benchmark_plans():
         for _, (dp, tp, pp, b, z) in probes:
             assert dp * tp * pp == k and (dp, tp, pp, b, z) not in bench
             case = fh.HybridCase(dp, tp, pp, b, z)
-            make_run_spec(case.plan(graph, fh._cluster(k)), graph, fh._cluster(k), fh.MODEL)
+            plan = case.plan(graph, fh._cluster(k))
+            make_run_spec(plan, graph, fh._cluster(k), fh.MODEL)
+            assert plan.layout.num_microbatches >= pp  # torch.distributed.pipelining needs it
