@@ -336,6 +336,40 @@ def _solve(f: Any, target: float, lo: float = -0.01, hi: float = 0.5, iters: int
     return 0.5 * (lo + hi)
 
 
+def solve_runtime_overhead(
+    graph: Any, cal: dict[str, Any], measured: dict[str, float], *, global_batch: int = 8
+) -> dict[str, dict[str, float]]:
+    """The overheads by process count that make
+    :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel` with ``cal`` predict each probe's
+    measured step time (``measured``: ``"k/name"`` -> seconds, the :data:`PROBES` keys), in
+    the order of :data:`PROBES`, twice over (a probe solved early -- p2p under tp, say --
+    then sees the later ones' figures). :func:`measure_runtime_overhead` uses it on what it
+    measured; ``scripts/fidelity_hybrid.py --resimulate`` re-solves under other speeds."""
+    from graphs.cpu_cluster import cpu_cluster
+    from graphs.plan import Plan
+    from placement_env.oracles.hybrid_cpu import CpuHybridModel
+
+    over: dict[str, dict[str, float]] = {}
+    for k in sorted({int(key.split("/")[0]) for key in measured}):
+        found: dict[str, float] = {}
+        over[str(k)] = found
+        cl = cpu_cluster(k)
+        for name, (dp, tp, pp, b, z) in PROBES[k] * 2:
+            lay = Plan.hybrid(
+                graph, cl, dp=dp, tp=tp, pp=pp, microbatch_size=b, global_batch=global_batch,
+                zero=z,
+            ).layout  # fmt: skip
+
+            def predict(
+                x: float, name: str = name, lay: Any = lay, cl: Any = cl, found: Any = found
+            ) -> float:
+                c = dict(cal, runtime={**over, str(lay.world_size): {**found, name: x}})
+                return CpuHybridModel(graph, cl, c).evaluate(lay).step_time
+
+            found[name] = _solve(predict, measured[f"{k}/{name}"])
+    return over
+
+
 def measure_runtime_overhead(
     model: dict[str, Any],
     cal: dict[str, Any],
@@ -404,22 +438,7 @@ def measure_runtime_overhead(
             for key, res in zip(keys, run_specs(specs, timeout_s=timeout_s)):
                 runs[key].append(res)
     measured = {key: float(np.median([r.step_time for r in rs])) for key, rs in runs.items()}
-    over: dict[str, dict[str, float]] = {}
-    for k in worlds:
-        found: dict[str, float] = {}
-        over[str(k)] = found
-        # two sweeps: a probe solved early (p2p under tp, say) sees the later ones' figures
-        for name, _ in PROBES[k] * 2:
-            plan = plans[(k, name)]
-            cl = cpu_cluster(k)
-
-            def predict(
-                x: float, name: str = name, plan: Any = plan, cl: Any = cl, found: Any = found
-            ) -> float:
-                c = dict(cal, runtime={**over, str(plan.layout.world_size): {**found, name: x}})
-                return CpuHybridModel(graph, cl, c).evaluate(plan.layout).step_time
-
-            found[name] = _solve(predict, measured[(k, name)])
+    over = solve_runtime_overhead(graph, cal, {f"{k}/{n}": t for (k, n), t in measured.items()})
     single = runs[(1, "microbatch")]
     lay = plans[(1, "microbatch")].layout
     bd = CpuHybridModel(graph, cpu_cluster(1), dict(cal, runtime=over)).evaluate(lay).breakdown
@@ -486,6 +505,7 @@ def calibrate_hybrid(
         now["collectives"] = {**cal.get("collectives", {}), **measure_collectives(groups)}
         rt = measure_runtime_overhead(model, now, ks)
         cal["runtime_speed"] = now["speed"]
+        cal["runtime_collectives"] = now["collectives"]
         cal["runtime"] = rt["overhead"]
         cal["memory"] = {**cal.get("memory", {}), **rt["memory"]}
         cal["runtime_probes"] = rt["probes"]
@@ -497,6 +517,7 @@ __all__ = [
     "fit_line",
     "measure_collectives",
     "measure_runtime_overhead",
+    "solve_runtime_overhead",
     "measure_optimizer",
     "measure_segments",
 ]

@@ -139,6 +139,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="JSON of calibrate_hybrid's once-measured parts to reuse (else measured at the start)",
     )  # fmt: skip
     ap.add_argument(
+        "--speed", choices=("round", "median", "probes"), default="round",
+        help="with --resimulate: each round's measured speed (default); the median over "
+        "rounds, the runtime overheads re-solved under it; or the speed fitted to the runtime "
+        "probes of each k (no k-process overheads)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--overheads", choices=("all", "single"), default="all",
+        help="with --resimulate: use every solved runtime overhead (default) or only the "
+        "1-process one (microbatch), dropping those solved from the k-process probes",
+    )  # fmt: skip
+    ap.add_argument(
         "--deadline", type=float, default=None, help="stop starting rounds after this many minutes"
     )
     args = ap.parse_args(argv)
@@ -158,6 +169,83 @@ def round_calibration(base: dict[str, Any], rnd: dict[str, Any]) -> dict[str, An
         speed[k] = float(np.mean(vals))
     cal["speed"] = speed
     return cal
+
+
+def median_speed(graph: Any, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with every round's per-process speed replaced by the median over all rounds of
+    the figures measured around the launches (per k), and the runtime overheads re-solved
+    from the same probe step times under those speeds (``--speed median``: a robust
+    alternative to one round's two 1-second speed samples on a machine whose other jobs
+    come and go)."""
+    from runtime.hybrid_profile import solve_runtime_overhead
+
+    vals: dict[str, list[float]] = {}
+    for rnd in raw["rounds"]:
+        for k, v in rnd["speed"].items():
+            vals.setdefault(k, []).extend(v)
+    med = {k: float(np.median(v)) for k, v in vals.items()}
+    base = dict(raw["calibration"])
+    speed = {"1": 1.0, **med}
+    probes = base.get("runtime_probes") or {}
+    if raw.get("overheads_mode") == "single":
+        probes = {key: p for key, p in probes.items() if key.startswith("1/")}
+    if probes:
+        colls = base.get("runtime_collectives") or raw["rounds"][0]["collectives"]
+        now = dict(base, speed=speed, collectives=colls)
+        base["runtime"] = solve_runtime_overhead(
+            graph, now, {key: p["measured"] for key, p in probes.items()}
+        )
+    out = dict(raw, calibration=base, speed_mode="median")
+    out["rounds"] = [dict(rnd, speed={k: [med[k]] for k in rnd["speed"]}) for rnd in raw["rounds"]]
+    return out
+
+
+def probe_speed(graph: Any, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the per-process speed of each k fitted to the runtime's own probe plans of
+    k processes (``--speed probes``): the one factor that minimises the squared log error of
+    the model's step time over those probes (golden-section search in [0.05, 1]), with the
+    1-process ``microbatch`` overhead kept and no k-process overheads. The matmul speed
+    measured per round says how many cores the processes get for dense arithmetic; this
+    says it for the runtime's own mix of dispatch, autograd and gloo."""
+    from graphs.cpu_cluster import cpu_cluster
+    from graphs.plan import Plan
+    from placement_env.oracles.hybrid_cpu import CpuHybridModel
+    from runtime.hybrid_profile import PROBES
+
+    base = dict(raw["calibration"])
+    probes = base.get("runtime_probes") or {}
+    colls = base.get("runtime_collectives") or raw["rounds"][0]["collectives"]
+    base["runtime"] = {"1": dict((base.get("runtime") or {}).get("1") or {})}
+    speed: dict[str, float] = {"1": 1.0}
+    for k in sorted({int(key.split("/")[0]) for key in probes} - {1}):
+        lays = []
+        for name, (dp, tp, pp, b, z) in PROBES[k]:
+            lay = Plan.hybrid(
+                graph, cpu_cluster(k), dp=dp, tp=tp, pp=pp, microbatch_size=b,
+                global_batch=GLOBAL_BATCH, zero=z,
+            ).layout  # fmt: skip
+            lays.append((lay, probes[f"{k}/{name}"]["measured"]))
+
+        def loss(x: float, k: int = k, lays: Any = lays) -> float:
+            cal = dict(base, speed={**speed, str(k): x}, collectives=colls)
+            model = CpuHybridModel(graph, cpu_cluster(k), cal)
+            return sum(np.log(model.evaluate(lay).step_time / t) ** 2 for lay, t in lays)
+
+        lo, hi = 0.05, 1.0
+        g = (np.sqrt(5) - 1) / 2
+        for _ in range(40):
+            a, b2 = hi - g * (hi - lo), lo + g * (hi - lo)
+            if loss(a) < loss(b2):
+                hi = b2
+            else:
+                lo = a
+        speed[str(k)] = 0.5 * (lo + hi)
+    base["probe_speed"] = speed
+    out = dict(raw, calibration=base, speed_mode="probes")
+    out["rounds"] = [
+        dict(rnd, speed={k: [speed[k]] for k in rnd["speed"]}) for rnd in raw["rounds"]
+    ]
+    return out
 
 
 def predict(graph: Any, case: HybridCase, cal: dict[str, Any]) -> dict[str, Any]:
@@ -283,6 +371,31 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], command: str) -> str:
         "launch.",
         "",
     ]
+    if raw.get("overheads_mode") == "single":
+        lines += [
+            "Predicted here with `--overheads single` (a revision made after seeing the "
+            "figures): only the 1-process runtime overhead (per microbatch) is used; the "
+            "overheads solved from the k-process probes are dropped.",
+            "",
+        ]
+    if raw.get("speed_mode") == "median":
+        lines += [
+            "Predicted here with `--speed median`: every round's per-process speed replaced by "
+            "the median over all rounds (per k) and the runtime overheads re-solved from the "
+            "same probe step times under it.",
+            "",
+        ]
+    if raw.get("speed_mode") == "probes":
+        sp = raw["calibration"].get("probe_speed", {})
+        lines += [
+            "Predicted here with `--speed probes` (a revision made after seeing the figures "
+            "above): the per-process speed of each k fitted to the runtime's own probe plans of "
+            "k processes (none a benchmark plan) instead of the matmul speed measured per round, "
+            "no k-process overheads: "
+            + ", ".join(f"k={k}: {v:.2f}" for k, v in sorted(sp.items(), key=lambda kv: int(kv[0])))
+            + ".",
+            "",
+        ]
     if "spearman" in summary:
         s = summary
         lines += [
@@ -384,6 +497,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
     out = Path(args.out)
     if args.resimulate:
         raw = json.loads(Path(args.resimulate).read_text())
+        if args.overheads == "single":  # keep the 1-process overhead only
+            cal = dict(raw["calibration"])
+            cal["runtime"] = {"1": dict((cal.get("runtime") or {}).get("1") or {})}
+            raw = dict(raw, calibration=cal, overheads_mode="single")
+        if args.speed == "median":
+            raw = median_speed(graph, raw)
+        elif args.speed == "probes":
+            raw = probe_speed(graph, raw)
         summary = summarize(graph, raw)
         write_section(out, markdown(raw, summary, raw.get("command", command)))
         _print(summary)
