@@ -471,14 +471,17 @@ def calibrate_hybrid(
     repeats: int = 3,
     parts: Sequence[str] = ("segments", "collectives", "speed", "optimizer", "runtime"),
     base: dict[str, Any] | None = None,
+    probe_worlds: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Measure what :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` needs (see the
     module docstring); ``parts`` picks what to measure (e.g. only ``("speed",
     "collectives")`` to refresh the load-dependent figures between measurements).
-    ``"runtime"`` (:func:`measure_runtime_overhead` on 1 and each of ``worlds`` processes,
-    needs the ``"segments"`` of its :data:`PROBES`) runs the runtime on its probe plans and
-    adds ``runtime`` (the overheads by process count) and ``memory.worker_base`` /
-    ``memory.step_residue``. ``base``: an earlier calibration to add the measured parts to."""
+    ``"runtime"`` (:func:`measure_runtime_overhead`, needs the ``"segments"`` of its
+    :data:`PROBES`) runs the runtime on its 1-process probe and, for each ``k`` in
+    ``probe_worlds``, on its k-process probes, and adds ``runtime`` (the overheads by process
+    count) and ``memory.worker_base`` / ``memory.step_residue``. The k-process probes are
+    off by default: solved under a per-process speed sampled while other jobs come and go,
+    their overheads made the fidelity benchmark worse (``docs/fidelity.md``). ``base``: an earlier calibration to add the measured parts to."""
     from runtime.profile import measure_concurrent_speed
 
     cal: dict[str, Any] = {**(base or {}), "model": model, "time": time.time()}
@@ -497,12 +500,13 @@ def calibrate_hybrid(
         cal["optimizer"] = {"adam_cpu_per_param": measure_optimizer()}
     if "runtime" in parts:
         now = dict(cal)  # the probes' own load: speed and collectives measured now
-        ks = sorted({1} | {int(k) for k in worlds})
+        ks = sorted({1} | {int(k) for k in probe_worlds})
         now["speed"] = {
             str(k): float(v) for k, v in measure_concurrent_speed(tuple(ks), seconds=1.0).items()
         }
-        groups = sorted({2} | {g for k in ks for g in (2, 4, 8) if g <= k})
-        now["collectives"] = {**cal.get("collectives", {}), **measure_collectives(groups)}
+        groups = sorted({g for k in ks for g in (2, 4, 8) if g <= k})
+        if groups:
+            now["collectives"] = {**cal.get("collectives", {}), **measure_collectives(groups)}
         rt = measure_runtime_overhead(model, now, ks)
         cal["runtime_speed"] = now["speed"]
         cal["runtime_collectives"] = now["collectives"]

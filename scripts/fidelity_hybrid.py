@@ -537,7 +537,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
     if "runtime" not in raw["calibration"]:
         print("runtime probes ...", flush=True)
         raw["calibration"] = calibrate_hybrid(
-            MODEL, worlds=sorted({c.world for c in cases}), parts=("runtime",),
+            MODEL, probe_worlds=sorted({c.world for c in cases}), parts=("runtime",),
             base=raw["calibration"],
         )  # fmt: skip
         _save_calibration(args, raw["calibration"])
