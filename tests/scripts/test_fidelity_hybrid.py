@@ -66,14 +66,14 @@ def test_summary_figures_on_a_hand_made_run(monkeypatch):
     }
     meas = [0.1, 0.2, 0.4]
     for c, t in zip(cases, meas):
-        m = {"step_time": t, "run_peak": [100.0] * 4, "step_memory": [10.0] * 4}
+        m = {"step_time": t, "run_peak": [100.0] * 4, "step_memory": [100 * t] * 4}
         raw["measured"][c.name] = [m, m]
     preds = {cases[0]: 0.1, cases[1]: 0.3, cases[2]: 0.3}
     mems = {cases[0]: 100.0, cases[1]: 110.0, cases[2]: 130.0}
 
     def fake_predict(graph, case, cal):
         return {
-            "step_time": preds[case], "peak": [mems[case]] * 4, "step_memory": [10.0] * 4,
+            "step_time": preds[case], "peak": [mems[case]] * 4, "step_memory": [mems[case] / 10] * 4,
             "share_time": 0.0, "critical_path": 0.0, "cores": 2.0,
         }  # fmt: skip
 
