@@ -103,3 +103,65 @@ def test_runtime_probes_are_valid_and_not_benchmark_plans():
             plan = case.plan(graph, fh._cluster(k))
             make_run_spec(plan, graph, fh._cluster(k), fh.MODEL)
             assert plan.layout.num_microbatches >= pp  # torch.distributed.pipelining needs it
+
+
+def _synthetic_calibration():
+    """A hand-made hybrid calibration of the benchmark's model (6 segments: embeddings, 4
+    blocks, head), every (tp, microbatch) the benchmark and its probes use."""
+    coll = {
+        "wall": {"latency": 1e-3, "per_byte": 1e-9},
+        "cpu": {"latency": 5e-4, "per_byte": 5e-10},
+    }
+    colls = {n: coll for n in ("all_reduce", "all_gather", "reduce_scatter", "p2p")}
+    segs = {}
+    for t in (1, 2, 4):
+        by = {}
+        for b in (1, 2, 4, 8):
+            for rc in ("none", "full"):
+                by[f"{b}/{rc}"] = {
+                    "fwd": [b * 1e-4] + [b * 2e-3 / t] * 4 + [b * 5e-4],
+                    "bwd": [b * 1e-4] + [b * 4e-3 / t * (1.3 if rc == "full" else 1)] * 4
+                    + [b * 1e-3],
+                    "kept": [1e3] + [b * 1e6 / t] * 4 + [b * 1e5],
+                    "params": [150_000] + [790_000 // t] * 4 + [132_000],
+                }  # fmt: skip
+        segs[str(t)] = {"segments": by}
+    return {
+        "segments": segs,
+        "collectives": {"2": colls, "4": colls, "8": colls},
+        "speed": {"1": 1.0},
+        "optimizer": {"adam_cpu_per_param": 2e-9},
+        "memory": {"worker_base": 360 * 2**20, "step_residue": 0.0},
+        "runtime": {"1": {"microbatch": 0.003}},
+    }
+
+
+def test_probe_speed_recovers_the_speed_that_produced_the_probe_times():
+    """--speed probes: probe step times made by the model at speed 0.3 (k = 4) and 0.15
+    (k = 8) give back those speeds; --speed median takes the median of the rounds' samples."""
+    from graphs.cpu_cluster import cpu_cluster
+    from placement_env.oracles.hybrid_cpu import CpuHybridModel
+    from runtime.hybrid_profile import PROBES
+    from runtime.model import graph_for_model
+
+    graph = graph_for_model(fh.MODEL)
+    cal = _synthetic_calibration()
+    truth = {"4": 0.3, "8": 0.15}
+    probes = {}
+    for k in (4, 8):
+        model = CpuHybridModel(graph, cpu_cluster(k), dict(cal, speed={"1": 1.0, **truth}))
+        for name, (dp, tp, pp, b, z) in PROBES[k]:
+            plan = fh.HybridCase(dp, tp, pp, b, z).plan(graph, fh._cluster(k))
+            probes[f"{k}/{name}"] = {"measured": model.evaluate(plan.layout).step_time}
+    cal["runtime_probes"] = probes
+    rounds = [
+        {"speed": {"4": [0.2, 0.4], "8": [0.1]}, "collectives": cal["collectives"]},
+        {"speed": {"4": [0.5], "8": [0.3, 0.2]}, "collectives": cal["collectives"]},
+    ]
+    raw = {"calibration": cal, "rounds": rounds}
+    fitted = fh.probe_speed(graph, raw)
+    assert fitted["calibration"]["probe_speed"]["4"] == pytest.approx(0.3, rel=1e-3)
+    assert fitted["calibration"]["probe_speed"]["8"] == pytest.approx(0.15, rel=1e-3)
+    assert fitted["rounds"][1]["speed"]["4"] == pytest.approx([0.3], rel=1e-3)
+    med = fh.median_speed(graph, dict(raw, calibration={**cal, "runtime_probes": {}}))
+    assert med["rounds"][0]["speed"] == {"4": [0.4], "8": [0.2]}
