@@ -49,7 +49,7 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
     link = f.obj(cal.get("link") or {}, "link", optional=("bandwidth", "latency"))
     for k, v in link.items():
         f.number(v, f"link.{k}", lo=0)
-    for k in ("concurrency", "runtime"):
+    for k in ("concurrency", "runtime", "hybrid"):
         f.obj(cal.get(k) or {}, k, free=True)
     return cal
 
@@ -117,6 +117,10 @@ def cpu_cluster(
     ``runtime.profile.measure_transfer_overhead``) is divided by it too, unless the
     calibration has the runtime's own fit for that many processes (:func:`runtime_fit`),
     whose fitted ``transfer_overhead`` is used as it is.
+    A calibration's ``hybrid`` section (``runtime.hybrid_profile.calibrate_hybrid``) goes
+    to ``meta["hybrid_calibration"]``: the simulator then scores hybrid plans with the
+    calibrated ``CpuHybridModel`` (meta is not part of the cluster's content hash, so plans
+    made on the uncalibrated ``cpu_N`` stay valid).
     """
     if n < 1:
         raise ValueError(f"cpu_N needs N >= 1, got {n}")
@@ -155,6 +159,8 @@ def cpu_cluster(
     }
     if cal is not None:
         meta["calibration_sha256"] = calibration_digest(cal)
+        if (cal or {}).get("hybrid"):
+            meta["hybrid_calibration"] = cal["hybrid"]
     if processes is not None:
         meta["processes"] = int(processes)
     return Cluster(name, devices, links, (), meta)

@@ -44,6 +44,15 @@ class ExecResult:
             whole process, Python and torch included; CUDA: peak allocation); empty for
             results saved before it was measured. Under ``run_specs`` a process's peak
             covers the specs it ran before too.
+        base_memory: per rank, bytes resident once this run's model, runner and optimizer
+            were built, before the first step (CPU: ``VmRSS``, the process baseline --
+            Python, torch, gloo -- included; CUDA: allocated bytes).
+        step_memory: per rank, bytes the steps add: this run's peak (CPU: ``VmHWM``, reset
+            when the run starts, so not covering earlier specs of a ``run_specs`` launch)
+            minus ``base_memory`` -- gradients, optimizer state, activations,
+            communication buffers and allocator slack (``runtime.worker.StepMemory``).
+        run_peak: per rank, this run's own peak (``base_memory + step_memory`` when the
+            build itself peaks lower than the steps). Empty where not measured.
     """
 
     step_time: float
@@ -60,6 +69,9 @@ class ExecResult:
     plan_hash: str
     extra: dict[str, Any] = field(default_factory=dict)
     peak_memory: list[float] = field(default_factory=list)
+    base_memory: list[float] = field(default_factory=list)
+    step_memory: list[float] = field(default_factory=list)
+    run_peak: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,6 +113,9 @@ class ExecResult:
             plan_hash=spec.plan_hash,
             extra=extra,
             peak_memory=[float(r.get("peak_memory", 0.0)) for r in records],
+            base_memory=[float(r.get("base_memory", 0.0)) for r in records],
+            step_memory=[float(r.get("step_memory", 0.0)) for r in records],
+            run_peak=[float(r.get("run_peak", 0.0)) for r in records],
         )
 
 

@@ -664,3 +664,13 @@ def calibrate_runtime(
         fit = fit_runtime_runs(runs, timed, cluster, microbatches, overhead)
         out[str(n)] = dict(fit, model=dict(model), microbatches=int(microbatches))
     return out
+
+
+def calibrate_hybrid(model: dict, **options: Any) -> dict[str, Any]:
+    """The hybrid cost model's calibration of this machine: see
+    :func:`runtime.hybrid_profile.calibrate_hybrid` (``cpu_cluster(n, calibration={"hybrid":
+    ...})`` then scores hybrid plans with
+    :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel`)."""
+    from runtime.hybrid_profile import calibrate_hybrid as calibrate
+
+    return calibrate(model, **options)

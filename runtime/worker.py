@@ -150,6 +150,87 @@ def peak_memory(device: torch.device) -> float:
     return rss if sys.platform == "darwin" else rss * 1024.0
 
 
+def _proc_status(field: str) -> float | None:
+    """``/proc/self/status``'s ``field`` (e.g. ``VmRSS``, ``VmHWM``) in bytes; None off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    return None
+
+
+def _malloc_trim() -> None:
+    """glibc's ``malloc_trim(0)`` (returns free heap pages to the system); no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak resident set (``VmHWM``) to its current size (Linux:
+    ``/proc/self/clear_refs`` <- 5); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class StepMemory:
+    """The memory a run's steps add on this rank, measured apart from the process and model build.
+
+    CPU (Linux): :meth:`start` collects garbage, returns free heap pages to the system
+    (``malloc_trim``), resets the peak resident set (``VmHWM``) and reads the
+    resident set (``VmRSS``) before the model is built; :meth:`built` reads it again once
+    the runner and the optimizer exist (the process baseline -- Python, torch, gloo --
+    plus the model build: weights, exported program, wrappers); :meth:`finish` reads the
+    peak since :meth:`start`. ``step`` = peak - built: the gradients, optimizer state,
+    activations, communication buffers and allocator slack the warm-up and timed steps
+    add. CUDA: the same from ``torch.cuda`` allocation counters (``start`` resets the peak).
+    Every figure is 0.0 where the platform gives none.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.before = self.after_build = 0.0
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            return float(torch.cuda.memory_allocated(self.device))
+        return _proc_status("VmRSS") or 0.0
+
+    def start(self) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            _malloc_trim()  # hand freed heap (an earlier spec's) back before the baseline
+            reset_peak_rss()
+        self.before = self._now()
+
+    def built(self) -> None:
+        self.after_build = self._now()
+
+    def finish(self) -> dict[str, float]:
+        if self.device.type == "cuda":
+            peak = float(torch.cuda.max_memory_allocated(self.device))
+        else:
+            peak = _proc_status("VmHWM") or 0.0
+        return {
+            "rss_before_build": self.before,
+            "base_memory": self.after_build,
+            "run_peak": peak,
+            "step_memory": max(0.0, peak - self.after_build) if peak else 0.0,
+        }
+
+
 def run_steps(
     spec: RunSpec,
     rank: int,
@@ -162,13 +243,17 @@ def run_steps(
     Each step starts after a barrier; its time is this rank's wall time to finish
     forward, backward and optimizer step. With ``capture_grads`` the gradients of
     the first step (before the optimizer) are included; ``peak_memory`` is this
-    process's peak so far (:func:`peak_memory`). A ``watchdog`` is armed during
+    process's peak so far (:func:`peak_memory`), ``base_memory`` / ``step_memory`` /
+    ``run_peak`` this spec's own figures (:class:`StepMemory`). A ``watchdog`` is armed during
     the steps: every timed block and step phase counts as progress.
     """
     timer = StepTimer(device, on_progress=watchdog.beat if watchdog else None)
+    mem = StepMemory(device)
+    mem.start()
     runner, inputs = build_runner(spec, rank, device, timer)
     params = runner.parameters()
     opt = OPTIMIZERS[spec.optimizer](params, lr=spec.lr) if params else None
+    mem.built()
     rec: dict[str, Any] = {"rank": rank, "device": spec.devices[rank], "steps": []}
     if watchdog is not None:
         watchdog.arm()
@@ -206,6 +291,7 @@ def run_steps(
         watchdog.beat(spec.warmup + spec.steps, "final barrier")
     dist.barrier()
     rec["peak_memory"] = peak_memory(device)
+    rec.update(mem.finish())
     if watchdog is not None:
         watchdog.disarm()
     return rec

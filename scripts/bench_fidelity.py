@@ -1,5 +1,7 @@
 """Simulator fidelity: measured (runtime.execute) vs simulated step time of many plans of a small GPT-2 on cpu_N.
 
+Hybrid plans (dp x tp x pp, ZeRO, recomputation): ``--hybrid``, see scripts/fidelity_hybrid.py.
+
 Usage: python scripts/bench_fidelity.py [--devices 2] [--random 14] [--rounds 2]
        [--microbatches 4] [--nice -10] [--seed 0] [--json RAW.json] [--resimulate RAW.json]
        [--out docs/fidelity.md]
@@ -186,6 +188,17 @@ COLUMNS = {
 
 
 def main() -> None:
+    if "--hybrid" in sys.argv[1:]:  # hybrid plans: scripts/fidelity_hybrid.py
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            "fidelity_hybrid", Path(__file__).with_name("fidelity_hybrid.py")
+        )
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["fidelity_hybrid"] = mod
+        spec.loader.exec_module(mod)
+        mod.main()
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "fidelity.md"))
     ap.add_argument("--devices", type=int, nargs="+", default=[2])

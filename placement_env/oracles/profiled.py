@@ -52,6 +52,13 @@ class ProfiledOracle:
     included), ``extra["measured"]`` the full :class:`ExecResult`, ``events`` ``None``
     (the runtime measures per-rank totals, not a timeline).
 
+    Hybrid plans (``Plan.hybrid``) run in the runtime's hybrid mode; their OOM pre-check is
+    the simulator's hybrid model on this cluster, which on a ``cpu_N`` calibrated with a
+    ``hybrid`` section is the measured :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel`
+    (process baseline + build + weights, gradients, optimizer state per ZeRO stage and
+    activations); ``extra["step_memory"]`` holds each rank's measured step memory
+    (:attr:`runtime.execute.ExecResult.step_memory`).
+
     Memory: each device's ``memory`` is the per-process cap. A plan is ``oom`` when
     its measured peak exceeds the cap of its device, when a rank failed allocating
     (``MemoryError``, "out of memory"), or, with ``predict_oom``, when the simulator
@@ -179,7 +186,12 @@ class ProfiledOracle:
         if not self.predict_oom:
             return None
         sim = self._simulator(plan.microbatches, plan.schedule)
-        pred = sim.evaluate(np.asarray(plan.placement, dtype=np.int64))
+        if plan.layout is not None:  # the hybrid step model (calibrated on a calibrated cpu_N)
+            pred = sim.evaluate(plan)
+            what = f"the hybrid model ({type(sim._hybrid).__name__})"
+        else:
+            pred = sim.evaluate(np.asarray(plan.placement, dtype=np.int64))
+            what = "the simulator"
         if not pred.oom:
             return None
         caps = self._caps()
@@ -189,7 +201,7 @@ class ProfiledOracle:
             oom=True,
             peak=np.asarray(pred.peak_memory, dtype=np.float64),
             extra={
-                "oom": f"predicted: the simulator puts {self.cluster.devices[d].name} at "
+                "oom": f"predicted: {what} puts {self.cluster.devices[d].name} at "
                 f"{pred.peak_memory[d] / 2**20:.1f} MiB, over its {caps[d] / 2**20:.1f} MiB cap; "
                 "not run"
             },
@@ -215,6 +227,8 @@ class ProfiledOracle:
         caps = self._caps()
         over = np.flatnonzero(peak > caps)
         extra: dict[str, Any] = {"measured": ex.to_dict()}
+        if ex.step_memory:
+            extra["step_memory"] = list(ex.step_memory)  # per rank: what the steps add
         if len(over):
             d = int(over[0])
             extra["oom"] = (

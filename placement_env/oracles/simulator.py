@@ -344,13 +344,24 @@ class Simulator:
 
     def evaluate_layout(self, layout: Any, *, plan: Plan | None = None) -> Any:
         """Score a :class:`graphs.layout.HybridLayout` of this graph on this cluster (the
-        hybrid step model; counts as one call). ``plan``, when given, is checked first."""
+        hybrid step model; counts as one call). ``plan``, when given, is checked first.
+
+        A ``cpu_N`` cluster whose calibration has a ``hybrid`` section
+        (``cluster.meta["hybrid_calibration"]``, from
+        ``runtime.hybrid_profile.calibrate_hybrid``) is scored by the calibrated
+        :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` (this machine's gloo
+        processes), every other cluster by :class:`placement_env.oracles.hybrid.HybridModel`."""
         from placement_env.oracles.hybrid import HybridModel
+        from placement_env.oracles.hybrid_cpu import CpuHybridModel
 
         if plan is not None:
             plan.check(self.graph, self.cluster)
         if self._hybrid is None:
-            self._hybrid = HybridModel(self.graph, self.cluster)
+            hcal = self.cluster.meta.get("hybrid_calibration")
+            if hcal:
+                self._hybrid = CpuHybridModel(self.graph, self.cluster, hcal)
+            else:
+                self._hybrid = HybridModel(self.graph, self.cluster)
         self.calls += 1
         return self._hybrid.evaluate(layout)
 

@@ -103,6 +103,10 @@ def test_execute_with_torchrun(graph, cluster, tmp_path):
     assert res.step_time > 0 and all(c > 0 for c in res.compute) and all(c > 0 for c in res.comm)
     for r in range(2):
         assert res.compute[r] + res.comm[r] + res.idle[r] <= max(res.step_times) * 1.001
+        # step memory: this run's peak RSS minus the RSS once the model was built
+        assert res.base_memory[r] > 50 * 2**20  # Python + torch + gloo + the model
+        assert res.run_peak[r] >= res.base_memory[r]
+        assert res.step_memory[r] == pytest.approx(res.run_peak[r] - res.base_memory[r])
     seed_everything(0)
     zm = branchy(batch=8)
     with torch.no_grad():
@@ -180,3 +184,24 @@ def test_check_machine_refuses_or_rehearses_a_gpu_plan(monkeypatch):
     assert ex.check_machine(spec, gpus, rehearse=False) is None
     # a plan for CPU processes is never refused
     assert ex.check_machine(spec, load("cpu_2"), rehearse=False) is None
+
+
+def test_step_memory_counts_what_the_steps_allocate():
+    """StepMemory (CPU, Linux): an allocation kept after ``built`` shows up in ``step``; one
+    made and freed before ``start`` does not."""
+    import sys
+
+    from runtime.worker import StepMemory
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc/self/status")
+    junk = torch.ones(40 * 2**20 // 4)  # 40 MiB, freed before start
+    del junk
+    mem = StepMemory(torch.device("cpu"))
+    mem.start()
+    mem.built()
+    kept = torch.ones(64 * 2**20 // 4)  # 64 MiB touched during the "step"
+    out = mem.finish()
+    assert out["base_memory"] > 0 and out["run_peak"] >= out["base_memory"]
+    assert 60 * 2**20 <= out["step_memory"] <= 80 * 2**20
+    assert float(kept[0]) == 1.0

@@ -180,3 +180,43 @@ def test_a_real_run_over_its_memory_cap_is_reported_oom():
     assert oracle.runs == 1 and res.oom and res.extra["oom"].startswith("measured")
     assert np.isfinite(res.step_time) and (res.peak_memory > 32 * 2**20).all()
     assert res.extra["measured"]["peak_memory"] == res.peak_memory.tolist()
+
+
+def _hybrid_setup(cap_mib: float):
+    from runtime.model import graph_for_model
+    from tests.placement_env.test_hybrid_cpu import MODEL, calibration
+
+    g = graph_for_model(MODEL)
+    c = cpu_cluster(2, calibration={"device": {"memory": cap_mib * 2**20}, "hybrid": calibration()})
+    oracle = ProfiledOracle(g, c, model=MODEL)
+    plan = Plan.hybrid(
+        g, c, dp=2, tp=1, pp=1, microbatch_size=4, global_batch=8, meta={"model": MODEL}
+    )
+    return oracle, plan
+
+
+def test_hybrid_plan_over_the_calibrated_model_cap_is_refused_without_running(monkeypatch):
+    oracle, plan = _hybrid_setup(200)  # the calibrated base alone is 340 MiB
+    monkeypatch.setattr(profiled, "execute", _must_not_run)
+    res = oracle.evaluate(plan)
+    assert res.oom and math.isinf(res.step_time) and oracle.runs == 0
+    assert "CpuHybridModel" in res.extra["oom"] and res.extra["oom"].endswith("not run")
+    assert res.peak_memory.min() > 340 * 2**20
+
+
+def test_hybrid_plan_that_fits_is_executed_and_reports_step_memory(monkeypatch):
+    oracle, plan = _hybrid_setup(4096)
+    seen = []
+
+    def fake_execute(p, graph, cluster, **kw):
+        seen.append(p)
+        ex = fake_result(plan_hash(p))
+        ex.mode, ex.peak_memory = "hybrid", [400 * 2**20, 410 * 2**20]
+        ex.base_memory, ex.step_memory = [350 * 2**20] * 2, [50 * 2**20, 60 * 2**20]
+        return ex
+
+    monkeypatch.setattr(profiled, "execute", fake_execute)
+    res = oracle.evaluate(plan)
+    assert seen == [plan] and oracle.runs == 1 and not res.oom and res.step_time == 0.25
+    assert res.extra["step_memory"] == [50 * 2**20, 60 * 2**20]
+    assert res.peak_memory.tolist() == [400 * 2**20, 410 * 2**20]

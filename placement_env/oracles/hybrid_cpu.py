@@ -1,0 +1,333 @@
+"""Hybrid step model of gloo CPU processes on this machine, from ``runtime.hybrid_profile.calibrate_hybrid``.
+
+Used instead of :class:`placement_env.oracles.hybrid.HybridModel` for ``cpu_N`` clusters
+whose calibration holds a ``hybrid`` section (``cluster.meta["hybrid_calibration"]``):
+the GPU model's roofline (peak FLOP/s, HBM bandwidth, NVLink rings) says nothing useful
+about a handful of single-threaded CPU processes time-sharing two cores, where the
+program's per-op overheads (DTensor dispatch, autograd, gloo) dominate.
+
+The model, per layout ``(dp, tp, pp, microbatch b, recompute, ZeRO)`` with ``k = dp tp pp``
+processes and ``m = global_batch / (dp b)`` microbatches per replica:
+
+* **Work.** Each chunk's forward / backward per microbatch is the sum of its segments'
+  measured CPU seconds at ``(tp, b, recompute)`` (embeddings on the first chunk, head +
+  loss on the last; tensor-parallel collectives and DTensor overhead are inside these
+  figures, and a recomputed block's backward includes its second forward). Data
+  parallelism adds per step, on each rank: ZeRO-0 (``replicate``) an all-reduce of each
+  chunk's gradients; ZeRO-3 (``fully_shard`` per block) an all-gather of each block's
+  parameters in every microbatch's forward and again in its backward and one
+  reduce-scatter of its gradients (at the last microbatch); ZeRO 1-2 one all-gather and
+  one reduce-scatter per block per step. Each collective costs its measured per-rank CPU
+  seconds (``latency + bytes x per_byte`` fitted by message size for ``dp`` processes);
+  pipeline p2p sends / receives the ``b s h`` fp32 hidden state per microbatch and
+  boundary. The optimizer (Adam) costs its measured CPU seconds per local parameter.
+* **Time.** The processes share ``cores = k x speed[k]`` cores, where ``speed[k]`` is the
+  per-process speed measured with ``k`` processes computing at once (so other jobs on the
+  machine lower it). The step takes the larger of the total work over ``cores`` and the
+  critical path at one process's full speed: the pipeline schedule
+  (:func:`simulate_pipeline`) of the per-microbatch chunk times and p2p latencies, plus
+  the data-parallel collectives' wall time and the optimizer step.
+* **Runtime overheads** (``calibration["runtime"]``, by process count, from
+  ``runtime.hybrid_profile.measure_runtime_overhead``: solved so that the model predicts
+  the runtime's measured step time of probe plans that are not the plans being scored):
+  CPU seconds per microbatch and rank (from 1 process), and for ``k`` processes per
+  pipeline message (added to p2p), per block and microbatch under tensor parallelism, per
+  chunk and step under ZeRO-0 and per ZeRO all-gather / reduce-scatter call (added to the
+  data-parallel cost) -- what synchronising ``k`` processes that time-share the cores
+  costs beyond the idle collective figures.
+* **Memory per rank** (CPU resident bytes): ``base`` = the runtime worker's measured
+  resident set after its model build (``memory.worker_base``, the 1-process probe:
+  Python, torch, gloo, the whole model built before it is cut and sharded); without it,
+  the process baseline of a spawned worker + the build's extra + the model's fp32
+  weights. Plus, over the steps, fp32
+  gradients (sharded by ZeRO >= 2), Adam's two fp32 moments (sharded by ZeRO >= 1), ZeRO-3's
+  gathered weights of one block, the activations in flight (each segment's measured
+  saved-tensor bytes per microbatch, times the microbatches the schedule holds at its
+  peak), under full recomputation one block's recomputed activations, and the measured
+  ``memory.step_residue`` (the 1-process probe's step memory beyond these terms: allocator
+  and optimizer temporaries) = ``step``. ``peak = base + step``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+from graphs.layout import HybridLayout, model_dims
+from placement_env.oracles.hybrid import HybridResult
+from placement_env.oracles.pipeline import PIPELINE_SCHEDULES, simulate_pipeline
+
+#: fp32 bytes per parameter / gradient / Adam moment on CPU.
+FP32 = 4.0
+
+
+def speed_at(speed: Mapping[str, float], k: int) -> float:
+    """Per-process speed with ``k`` processes (measured counts; beyond the largest measured
+    count its total throughput is shared; between counts the next larger one)."""
+    s = {int(a): float(b) for a, b in speed.items()}
+    if not s:
+        return 1.0
+    if k in s:
+        return min(1.0, s[k])
+    larger = [c for c in s if c > k]
+    if larger:
+        return min(1.0, s[min(larger)])
+    c = max(s)
+    return min(1.0, s[c] * c / k)
+
+
+def collective_cost(fit: Mapping[str, float], nbytes: float) -> float:
+    """``latency + nbytes x per_byte`` of a fitted collective."""
+    return float(fit["latency"]) + float(nbytes) * float(fit["per_byte"])
+
+
+class CpuHybridModel:
+    """Step time and per-rank memory of hybrid layouts on gloo CPU processes, calibrated.
+
+    ``calibration`` is what :func:`runtime.hybrid_profile.calibrate_hybrid` returns (keys
+    ``segments``, ``collectives``, ``speed``, ``optimizer``, ``memory``, optionally
+    ``runtime``); see the module
+    docstring for the model. Layouts need a measured ``(tp, microbatch size,
+    recompute)``; others raise ``ValueError`` naming what to calibrate.
+    """
+
+    def __init__(self, graph: CompGraph, cluster: Cluster, calibration: Mapping[str, Any]) -> None:
+        self.graph = graph
+        self.cluster = cluster
+        self.dims = model_dims(graph)
+        for key in ("segments", "collectives", "speed", "optimizer", "memory"):
+            if key not in calibration:
+                raise ValueError(
+                    f"CpuHybridModel: the hybrid calibration has no {key!r}; measure it with "
+                    "runtime.hybrid_profile.calibrate_hybrid"
+                )
+        self.cal = calibration
+
+    # ------------------------------------------------------------------ pieces
+    def segments(self, layout: HybridLayout) -> dict[str, np.ndarray]:
+        """The measured per-segment figures for the layout's ``(tp, b, recompute)``:
+        ``fwd``, ``bwd`` (CPU s per microbatch), ``kept`` (bytes), ``params`` (per rank)."""
+        by_tp = self.cal["segments"].get(str(layout.tp))
+        rc = layout.recompute
+        key = f"{layout.microbatch_size}/{rc}"
+        if by_tp is None or key not in by_tp["segments"]:
+            have = sorted(
+                f"tp={t} {k}" for t, v in self.cal["segments"].items() for k in v["segments"]
+            )
+            raise ValueError(
+                f"CpuHybridModel: no calibrated segment times for tp={layout.tp}, microbatch "
+                f"size {layout.microbatch_size}, recompute {rc!r} (have: {', '.join(have)})"
+            )
+        s = by_tp["segments"][key]
+        return {f: np.asarray(s[f], dtype=np.float64) for f in ("fwd", "bwd", "kept", "params")}
+
+    def chunk_segments(self, layout: HybridLayout) -> list[list[int]]:
+        """Segment indices of each chunk: 0 = embeddings, 1..L = blocks, L + 1 = head + loss."""
+        n = self.dims.layers
+        out = []
+        for c, (a, b) in enumerate(layout.stage_layers):
+            ks = list(range(1 + a, 1 + b))
+            if c == 0:
+                ks.insert(0, 0)
+            if c == layout.num_chunks - 1:
+                ks.append(n + 1)
+            out.append(ks)
+        return out
+
+    def overheads(self, k: int) -> dict[str, float]:
+        """The runtime overheads for ``k`` processes (``calibration["runtime"]``, by process
+        count; ``microbatch`` from 1 process, the rest from ``k`` or the nearest measured
+        count above it, else the largest); empty without a ``runtime`` section."""
+        rt = self.cal.get("runtime") or {}
+        out = {"microbatch": float((rt.get("1") or {}).get("microbatch", 0.0))}
+        counts = sorted(int(c) for c in rt if int(c) > 1)
+        if k > 1 and counts:
+            above = [c for c in counts if c >= k]
+            c = min(above) if above else max(counts)
+            out.update({n: float(x) for n, x in rt[str(c)].items()})
+        return out
+
+    def _coll(self, name: str, group: int, nbytes: float, kind: str) -> float:
+        """Per-rank ``kind`` ("cpu" or "wall") seconds of one collective over ``group`` ranks."""
+        if group <= 1 or nbytes <= 0:
+            return 0.0
+        by_k = self.cal["collectives"]
+        k = str(group) if str(group) in by_k else str(max(int(x) for x in by_k))
+        return collective_cost(by_k[k][name][kind], nbytes)
+
+    # ------------------------------------------------------------------ API
+    def evaluate(self, layout: HybridLayout) -> HybridResult:
+        d = self.dims
+        lay = layout
+        layout.validate(d.layers, d.heads, self.cluster.num_devices)
+        P, v, dp, tp = lay.pp, lay.virtual_stages, lay.dp, lay.tp
+        C, m, b = P * v, lay.num_microbatches, lay.microbatch_size
+        k = lay.world_size
+        seg = self.segments(lay)
+        chunks = self.chunk_segments(lay)
+        F = np.array([seg["fwd"][ks].sum() for ks in chunks])
+        B = np.array([seg["bwd"][ks].sum() for ks in chunks])
+        kept = np.array([seg["kept"][ks].sum() for ks in chunks])
+        prm = seg["params"]
+        chunk_params = np.array([prm[ks].sum() for ks in chunks])  # one tp rank's, before ZeRO
+        if d.tied and C == 1:  # the embedding and the head share one matrix in one chunk
+            chunk_params[0] -= d.vocab * d.hidden
+        block_params = float(prm[1])
+        nblocks = np.array([bb - aa for aa, bb in lay.stage_layers], dtype=np.float64)
+        rt = self.overheads(k)
+        F = F + rt.get("microbatch", 0.0) / v  # the runtime's own per-microbatch cost, per rank
+        if tp > 1:
+            F = F + rt.get("tp", 0.0) * nblocks
+        F = np.maximum(F, 0.0)  # a negative correction never makes work negative
+
+        # ---- data-parallel collectives per chunk and step (CPU and wall seconds per rank)
+        dp_cpu, dp_wall = np.zeros(C), np.zeros(C)
+        if dp > 1:
+            for c in range(C):
+                full = chunk_params[c] * FP32
+                if lay.zero == 0:
+                    dp_cpu[c] = self._coll("all_reduce", dp, full, "cpu")
+                    dp_wall[c] = self._coll("all_reduce", dp, full, "wall")
+                    dp_cpu[c] += rt.get("ddp", 0.0)
+                    dp_wall[c] += rt.get("ddp", 0.0)
+                    continue
+                blk = block_params * FP32
+                rest = full - nblocks[c] * blk  # the chunk's root (embeddings, head, norms)
+                gathers = 2 * m if lay.zero >= 3 else 1
+                for kind, arr in (("cpu", dp_cpu), ("wall", dp_wall)):
+                    ag = self._coll("all_gather", dp, blk, kind)
+                    rs = self._coll("reduce_scatter", dp, blk, kind)
+                    ag_r = self._coll("all_gather", dp, rest, kind)
+                    rs_r = self._coll("reduce_scatter", dp, rest, kind)
+                    arr[c] = nblocks[c] * (gathers * ag + rs) + gathers * ag_r + rs_r
+                    arr[c] += (nblocks[c] + 1) * (gathers + 1) * rt.get("fsdp", 0.0)
+        dp_cpu, dp_wall = np.maximum(dp_cpu, 0.0), np.maximum(dp_wall, 0.0)
+        # ---- pipeline p2p per microbatch and boundary
+        hid = FP32 * b * d.seq * d.hidden
+        p2p_wall = self._coll("p2p", 2, hid, "wall") if C > 1 else 0.0
+        p2p_cpu = self._coll("p2p", 2, hid, "cpu") if C > 1 else 0.0
+        if C > 1:
+            p2p_wall = max(0.0, p2p_wall + rt.get("p2p", 0.0))
+            p2p_cpu = max(0.0, p2p_cpu + rt.get("p2p", 0.0))
+        # ---- optimizer
+        shard = dp if (lay.zero >= 1 and dp > 1) else 1
+        rank_params = np.zeros(P)
+        for c in range(C):
+            rank_params[c % P] += chunk_params[c]
+        opt = rank_params / shard * float(self.cal["optimizer"]["adam_cpu_per_param"])
+
+        # ---- work per pipeline rank (every dp x tp rank of a stage alike)
+        work = np.zeros(P)
+        for c in range(C):
+            r = c % P
+            boundaries = (c > 0) + (c < C - 1)
+            work[r] += m * (F[c] + B[c]) + dp_cpu[c] + 2 * m * boundaries * p2p_cpu
+        work += opt
+        total_work = float(work.sum() * dp * tp)
+        speed = speed_at(self.cal["speed"], k)
+        cores = k * speed
+        share_time = total_work / cores
+
+        # ---- critical path at one process's full speed: the schedule, then sync + step.
+        # (Slowing it by k / cores when all k processes compute would give the work bound
+        # again; where fewer compute -- pipeline fill and drain -- they run at full speed.)
+        p2p = np.full(C, p2p_wall)
+        act = kept.copy()
+        makespan, rank_end, busy, last_b, peak_act = simulate_pipeline(
+            PIPELINE_SCHEDULES[lay.schedule], P, v, m, F, B, p2p, p2p, act
+        )
+        if makespan < 0:
+            raise RuntimeError("CpuHybridModel: pipeline schedule deadlocked")
+        sync = np.zeros(P)
+        for c in range(C):
+            sync[c % P] += dp_wall[c]
+        path = float((rank_end + sync + opt).max())
+        step = max(share_time, path)
+
+        # ---- memory per pipeline rank
+        mem = self.cal["memory"]
+        total_params = self._model_params()
+        if "worker_base" in mem:  # measured in the runtime's own worker (1-process probe)
+            base = float(mem["worker_base"])
+        else:
+            base = float(mem["process"]) + float(mem["build_extra"]) + FP32 * total_params
+        z = lay.zero
+        grads = rank_params * FP32 / (dp if (z >= 2 and dp > 1) else 1)
+        adam = rank_params * 2 * FP32 / shard
+        gathered = np.zeros(P)
+        if z >= 3 and dp > 1:
+            gathered += block_params * FP32
+        transient = np.zeros(P)
+        if lay.recompute == "full":
+            full_kept = self._kept_without_recompute(lay)
+            if full_kept is not None:
+                transient += full_kept
+        step_mem = grads + adam + gathered + peak_act + transient
+        step_mem = step_mem + float(mem.get("step_residue", 0.0))
+        peak_rank = base + step_mem
+        D = self.cluster.num_devices
+        per = dp * tp
+        peak_mem = np.repeat(peak_rank, per)
+        oom = bool((peak_rank > np.array([dv.memory for dv in self.cluster.devices]).min()).any())
+        mf = d.model_flops(lay.global_batch)
+        return HybridResult(
+            step_time=float(step),
+            lower_bound=0.0,
+            oom=oom,
+            device_busy=np.repeat(busy, per),
+            peak_memory=peak_mem,
+            link_bytes=np.zeros(len(self.cluster.links)),
+            objective="makespan",
+            extra={"pipeline_makespan": float(makespan), "model": "cpu_hybrid"},
+            model_flops_per_device=mf / step / D,
+            hardware_flops_per_device=mf / step / D,
+            mfu=0.0,
+            layout=lay,
+            breakdown={
+                "work_per_rank": work.tolist(),
+                "total_work": total_work,
+                "cores": float(cores),
+                "share_time": float(share_time),
+                "critical_path": float(path),
+                "chunk_fwd": F.tolist(),
+                "chunk_bwd": B.tolist(),
+                "dp_cpu": dp_cpu.tolist(),
+                "dp_wall": dp_wall.tolist(),
+                "p2p": float(p2p_wall),
+                "optimizer": opt.tolist(),
+                "memory_base": base,
+                "memory_grads": grads.tolist(),
+                "memory_optimizer": adam.tolist(),
+                "memory_gathered": gathered.tolist(),
+                "memory_activations": peak_act.tolist(),
+                "memory_transient": transient.tolist(),
+                "memory_step": step_mem.tolist(),
+                "memory_per_rank": peak_rank.tolist(),
+                "rank_params": rank_params.tolist(),
+            },
+        )
+
+    def _model_params(self) -> float:
+        """The whole model's parameters (tp = 1 figures; the tied embedding once)."""
+        one = self.cal["segments"].get("1")
+        if one is not None:
+            s = next(iter(one["segments"].values()))
+            prm = np.asarray(s["params"], dtype=np.float64)
+            if self.dims.tied:
+                return float(prm.sum() - self.dims.vocab * self.dims.hidden)
+            return float(prm.sum())
+        raise ValueError("CpuHybridModel: the hybrid calibration has no tp = 1 segment figures")
+
+    def _kept_without_recompute(self, lay: HybridLayout) -> float | None:
+        """One block's saved bytes per microbatch without recomputation (what recomputing
+        it in the backward holds at once), when calibrated."""
+        by_tp = self.cal["segments"].get(str(lay.tp), {}).get("segments", {})
+        s = by_tp.get(f"{lay.microbatch_size}/none")
+        return None if s is None else float(s["kept"][1])
+
+
+__all__ = ["CpuHybridModel", "collective_cost", "speed_at"]

@@ -1,0 +1,527 @@
+"""Calibrate the hybrid cost model to this CPU: what ``CpuHybridModel`` needs, measured on gloo processes.
+
+:func:`calibrate_hybrid` measures, on this machine and under its present load:
+
+* ``segments``: CPU seconds (``time.process_time``: every thread of the process, so
+  independent of how many processes share the cores) of the forward and of the backward
+  of each program segment of the model -- embeddings, each transformer block, head + loss
+  -- at each microbatch size, tensor-parallel degree and recomputation mode, run by the
+  runtime's own code (``export_with_loss``, ``parallelize_program``, ``stage_modules``,
+  :class:`runtime.hybrid.HybridChunk`) in ``t`` gloo processes; a block's backward under
+  recomputation includes its recomputed forward. Also the bytes each segment keeps for
+  its backward (saved-tensor hooks) and the parameters of each segment on one rank.
+* ``collectives``: gloo all-reduce, all-gather, reduce-scatter (over ``k`` processes) and
+  p2p (2 processes) wall and CPU seconds per call by message size, fitted as
+  ``latency + bytes / bandwidth``.
+* ``speed``: per-process speed with ``k`` single-threaded processes computing at once
+  (:func:`runtime.profile.measure_concurrent_speed`): ``k x speed`` is how many cores the
+  processes get now (2 at most here, less when other jobs run).
+* ``optimizer``: CPU seconds per parameter of an Adam step.
+* ``memory``: resident bytes of a worker process after importing the runtime and joining
+  the process group (``process``), and what building the model and exporting its program
+  adds beyond the model's own weights (``build_extra``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from runtime.dist import init_distributed, teardown
+from runtime.launch import spawn
+
+#: Message sizes (bytes) of the collective measurements.
+COLLECTIVE_SIZES = (4096, 65536, 524288, 2097152, 8388608)
+
+
+def _rss() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return float(line.split()[1]) * 1024.0
+    return 0.0
+
+
+def _saved_bytes() -> tuple[Any, list[int]]:
+    """A saved-tensors hook context counting the bytes of distinct storages kept for backward."""
+    seen: set[int] = set()
+    total = [0]
+
+    def pack(x: torch.Tensor) -> torch.Tensor:
+        t = x.to_local() if hasattr(x, "to_local") else x
+        try:
+            st = t.untyped_storage()
+            key = st.data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total[0] += st.nbytes()
+        except (RuntimeError, NotImplementedError):
+            total[0] += t.numel() * t.element_size()
+        return x
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), total
+
+
+def _time_chain(
+    chunks: Sequence[Any], mb: tuple[Any, ...], mesh: Any, fwd: Any, bwd: Any, kept: Any
+) -> None:
+    """Forward each chunk on what the previous returned, then backward them in reverse,
+    writing each one's CPU seconds into ``fwd`` / ``bwd`` and its saved bytes into ``kept``."""
+    ins: tuple[Any, ...] = mb
+    saved = []
+    for k, ch in enumerate(chunks):
+        xs = tuple(
+            x.detach().requires_grad_(x.is_floating_point()) if isinstance(x, torch.Tensor) else x
+            for x in ins
+        )
+        hooks, total = _saved_bytes()
+        if mesh is not None:
+            dist.barrier()
+        c0 = time.process_time()
+        with hooks:
+            outs = ch(*xs)
+        fwd[k] = time.process_time() - c0
+        kept[k] = total[0]
+        saved.append((xs, outs))
+        ins = outs
+    grads: list[Any] | None = None
+    for k in reversed(range(len(chunks))):
+        xs, outs = saved[k]
+        if mesh is not None:
+            dist.barrier()
+        c0 = time.process_time()
+        if grads is None:
+            outs[0].backward()
+        else:
+            pairs = [
+                (o, g)
+                for o, g in zip(outs, grads)
+                if isinstance(o, torch.Tensor) and o.requires_grad and g is not None
+            ]
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        bwd[k] = time.process_time() - c0
+        grads = [x.grad if isinstance(x, torch.Tensor) else None for x in xs]
+
+
+def _segment_worker(
+    model: dict[str, Any], micro_sizes: Sequence[int], recomputes: Sequence[str], repeats: int
+) -> dict[str, Any]:
+    """One of ``t`` ranks: time each segment's forward / backward (CPU seconds, median)."""
+    import runtime.worker  # noqa: F401 - the worker's imports count in the process baseline
+    from runtime.dist import seed_everything
+    from runtime.hybrid import HybridChunk, block_list, segment_of_nodes
+    from runtime.model import load_model
+    from runtime.pipeline import stage_modules
+    from runtime.program import export_with_loss
+    from runtime.tensor_parallel import implicit_replication, parallelize_program
+
+    torch.set_num_threads(1)
+    info = init_distributed("gloo")
+    t = info.world_size
+    try:
+        base = _rss()
+        seed_everything(0)
+        zm = load_model(model)
+        weights = sum(p.numel() * p.element_size() for p in zm.module.parameters())
+        mesh = None
+        if t > 1:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh("cpu", (t,))
+        out: dict[str, Any] = {"process": base, "segments": {}}
+        for b in micro_sizes:
+            mb = tuple(x[:b] for x in zm.example_inputs)
+            gm = export_with_loss(zm.module, mb, zm.loss_fn)
+            if b == micro_sizes[0]:
+                out["build_extra"] = max(0.0, _rss() - base - weights)
+            blocks, n_layer = block_list(gm)
+            seg = segment_of_nodes(gm, blocks, n_layer)
+            if mesh is not None:
+                _, renamed = parallelize_program(gm, mesh, [blocks])
+                seg.update({new: seg[old] for new, old in renamed.items() if old in seg})
+            segments = stage_modules(gm, seg, n_layer + 2)
+            for rc in recomputes:
+                chunks = [
+                    HybridChunk([s], [0 < k <= n_layer], tp_mesh=mesh, recompute=rc)
+                    for k, s in enumerate(segments)
+                ]
+                params = [
+                    sum(
+                        (p.to_local() if hasattr(p, "to_local") else p).numel()
+                        for p in ch.parameters()
+                    )
+                    for ch in chunks
+                ]
+                fwd = np.zeros((repeats + 1, len(chunks)))
+                bwd = np.zeros_like(fwd)
+                kept = np.zeros(len(chunks))
+                for rep in range(repeats + 1):
+                    ctx: Any = implicit_replication() if mesh is not None else nullcontext()
+                    with ctx:
+                        _time_chain(chunks, mb, mesh, fwd[rep], bwd[rep], kept)
+                    for ch in chunks:
+                        ch.zero_grad(set_to_none=True)
+                out["segments"][f"{b}/{rc}"] = {
+                    "fwd": np.median(fwd[1:], axis=0).tolist(),
+                    "bwd": np.median(bwd[1:], axis=0).tolist(),
+                    "kept": kept.tolist(),
+                    "params": params,
+                }
+        out["n_layer"] = n_layer
+        return out
+    finally:
+        teardown()
+
+
+def measure_segments(
+    model: dict[str, Any],
+    tps: Sequence[int],
+    micro_sizes: Sequence[int],
+    recomputes: Sequence[str] = ("none", "full"),
+    *,
+    repeats: int = 3,
+    timeout_s: float = 300.0,
+) -> dict[str, Any]:
+    """Per-segment forward / backward CPU seconds for each tensor-parallel degree in ``tps``
+    (``str(t) -> {"b/recompute" -> {"fwd", "bwd", "kept", "params"}}``, rank 0's figures,
+    the ranks' CPU seconds averaged), plus the process baseline and build residue."""
+    out: dict[str, Any] = {}
+    for t in tps:
+        ranks = spawn(
+            _segment_worker, t, (model, list(micro_sizes), list(recomputes), repeats),
+            timeout_s=timeout_s,
+        )  # fmt: skip
+        res = ranks[0]
+        for key, seg in res["segments"].items():
+            for f in ("fwd", "bwd"):
+                seg[f] = np.mean([r["segments"][key][f] for r in ranks], axis=0).tolist()
+        res["process"] = float(np.median([r["process"] for r in ranks]))
+        res["build_extra"] = float(np.median([r["build_extra"] for r in ranks]))
+        out[str(t)] = res
+    return out
+
+
+def _collective_worker(sizes: Sequence[int], repeats: int) -> dict[str, Any]:
+    """Wall and CPU seconds (median) per gloo collective over the whole world, by size."""
+    torch.set_num_threads(1)
+    info = init_distributed("gloo")
+    k = info.world_size
+    try:
+        res: dict[str, Any] = {}
+        for name in ("all_reduce", "all_gather", "reduce_scatter", "p2p"):
+            if name == "p2p" and k != 2:
+                continue
+            walls, cpus = [], []
+            for size in sizes:
+                n = max(k, size // 4 // k * k)
+                full = torch.ones(n)
+                part = torch.ones(n // k)
+                w, c = [], []
+                for _ in range(repeats + 1):
+                    dist.barrier()
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    if name == "all_reduce":
+                        dist.all_reduce(full)
+                    elif name == "all_gather":
+                        dist.all_gather_into_tensor(full, part)
+                    elif name == "reduce_scatter":
+                        dist.reduce_scatter_tensor(part, full)
+                    elif info.rank == 0:
+                        dist.send(full, 1)
+                    else:
+                        dist.recv(full, 0)
+                    w.append(time.perf_counter() - t0)
+                    c.append(time.process_time() - c0)
+                walls.append(float(np.median(w[1:])))
+                cpus.append(float(np.median(c[1:])))
+            res[name] = {"wall": walls, "cpu": cpus}
+        return res
+    finally:
+        teardown()
+
+
+def fit_line(sizes: Sequence[float], times: Sequence[float]) -> dict[str, float]:
+    """Least-squares ``time = latency + bytes * per_byte`` (both clipped at 0)."""
+    x, y = np.asarray(sizes, dtype=np.float64), np.asarray(times, dtype=np.float64)
+    A = np.stack([np.ones_like(x), x], axis=1)
+    (lat, per), *_ = np.linalg.lstsq(A, y, rcond=None)
+    return {"latency": float(max(lat, 0.0)), "per_byte": float(max(per, 0.0))}
+
+
+def measure_collectives(
+    worlds: Sequence[int] = (2, 4, 8),
+    sizes: Sequence[int] = COLLECTIVE_SIZES,
+    *,
+    repeats: int = 5,
+    timeout_s: float = 300.0,
+) -> dict[str, Any]:
+    """``str(k) -> {collective -> {"wall": fit, "cpu": fit, "sizes", raw}}`` for each world size."""
+    out: dict[str, Any] = {}
+    for k in worlds:
+        ranks = spawn(_collective_worker, k, (list(sizes), repeats), timeout_s=timeout_s)
+        per: dict[str, Any] = {}
+        for name in ranks[0]:
+            wall = np.max([r[name]["wall"] for r in ranks], axis=0)  # the slowest rank
+            cpu = np.mean([r[name]["cpu"] for r in ranks], axis=0)
+            per[name] = {
+                "sizes": list(sizes),
+                "wall_raw": wall.tolist(),
+                "cpu_raw": cpu.tolist(),
+                "wall": fit_line(sizes, wall),
+                "cpu": fit_line(sizes, cpu),
+            }
+        out[str(k)] = per
+    return out
+
+
+def measure_optimizer(params: int = 1 << 22, repeats: int = 5) -> float:
+    """CPU seconds per parameter of one ``torch.optim.Adam`` step (one thread)."""
+    torch.set_num_threads(1)
+    p = torch.nn.Parameter(torch.zeros(params))
+    opt = torch.optim.Adam([p], lr=1e-3)
+    p.grad = torch.ones_like(p)
+    opt.step()
+    best = float("inf")
+    for _ in range(repeats):
+        c0 = time.process_time()
+        opt.step()
+        best = min(best, time.process_time() - c0)
+    return best / params
+
+
+#: Probe plans of :func:`measure_runtime_overhead` by process count: ``(overhead, (dp, tp, pp,
+#: microbatch size, ZeRO))`` in the order they are solved (each with the earlier ones applied).
+#: None of them is a plan of ``scripts/fidelity_hybrid.py``'s benchmark.
+PROBES: dict[int, tuple[tuple[str, tuple[int, int, int, int, int]], ...]] = {
+    1: (("microbatch", (1, 1, 1, 2, 0)),),
+    2: (
+        ("p2p", (1, 1, 2, 2, 0)),
+        ("tp", (1, 2, 1, 4, 0)),
+        ("ddp", (2, 1, 1, 4, 0)),
+        ("fsdp", (2, 1, 1, 4, 3)),
+    ),
+    4: (
+        ("p2p", (1, 1, 4, 1, 0)),
+        ("tp", (1, 4, 1, 4, 0)),
+        ("ddp", (4, 1, 1, 1, 0)),
+        ("fsdp", (4, 1, 1, 1, 3)),
+    ),
+    8: (
+        ("tp", (1, 4, 2, 4, 0)),
+        ("p2p", (1, 2, 4, 1, 0)),
+        ("ddp", (8, 1, 1, 1, 0)),
+        ("fsdp", (4, 2, 1, 1, 3)),
+    ),
+}
+
+
+def _solve(f: Any, target: float, lo: float = -0.01, hi: float = 0.5, iters: int = 40) -> float:
+    """``x`` in ``[lo, hi]`` with ``f(x) = target`` for increasing ``f`` (bisection, clipped)."""
+    if f(lo) >= target:
+        return lo
+    if f(hi) <= target:
+        return hi
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        if f(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def solve_runtime_overhead(
+    graph: Any, cal: dict[str, Any], measured: dict[str, float], *, global_batch: int = 8
+) -> dict[str, dict[str, float]]:
+    """The overheads by process count that make
+    :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel` with ``cal`` predict each probe's
+    measured step time (``measured``: ``"k/name"`` -> seconds, the :data:`PROBES` keys), in
+    the order of :data:`PROBES`, twice over (a probe solved early -- p2p under tp, say --
+    then sees the later ones' figures). :func:`measure_runtime_overhead` uses it on what it
+    measured; ``scripts/fidelity_hybrid.py --resimulate`` re-solves under other speeds."""
+    from graphs.cpu_cluster import cpu_cluster
+    from graphs.plan import Plan
+    from placement_env.oracles.hybrid_cpu import CpuHybridModel
+
+    over: dict[str, dict[str, float]] = {}
+    for k in sorted({int(key.split("/")[0]) for key in measured}):
+        found: dict[str, float] = {}
+        over[str(k)] = found
+        cl = cpu_cluster(k)
+        for name, (dp, tp, pp, b, z) in PROBES[k] * 2:
+            lay = Plan.hybrid(
+                graph, cl, dp=dp, tp=tp, pp=pp, microbatch_size=b, global_batch=global_batch,
+                zero=z,
+            ).layout  # fmt: skip
+
+            def predict(
+                x: float, name: str = name, lay: Any = lay, cl: Any = cl, found: Any = found
+            ) -> float:
+                c = dict(cal, runtime={**over, str(lay.world_size): {**found, name: x}})
+                return CpuHybridModel(graph, cl, c).evaluate(lay).step_time
+
+            found[name] = _solve(predict, measured[f"{k}/{name}"])
+    return over
+
+
+def measure_runtime_overhead(
+    model: dict[str, Any],
+    cal: dict[str, Any],
+    worlds: Sequence[int] = (1, 4, 8),
+    *,
+    global_batch: int = 8,
+    steps: int = 5,
+    warmup: int = 2,
+    launches: int = 2,
+    timeout_s: float = 900.0,
+) -> dict[str, Any]:
+    """The runtime's own per-step costs on ``k`` processes that the segment and collective
+    figures miss, from running it on the :data:`PROBES` plans of each ``k`` in ``worlds``.
+
+    Each probe runs ``launches`` times (:func:`runtime.execute.run_specs`, the runtime's
+    hybrid mode, Adam); its median step time is the target. Then, per ``k`` and in the order
+    of :data:`PROBES` (twice over, so each sees the others' figures), the overhead is found
+    (bisection) that makes
+    :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel` (with ``cal`` -- whose
+    ``speed`` and ``collectives`` should be measured now, and cover ``k`` -- and the
+    overheads found so far) predict that step time: ``microbatch`` (k = 1: CPU seconds per
+    microbatch and rank -- scheduling, timers, autograd glue -- used for every k), and for
+    each k > 1 ``p2p`` (per pipeline message), ``tp`` (per block and microbatch under tensor
+    parallelism), ``ddp`` (per model chunk and step under ZeRO-0 data parallelism) and
+    ``fsdp`` (per ZeRO all-gather / reduce-scatter call): what the runtime's synchronisation
+    costs when ``k`` processes time-share this machine's cores. Each is clipped to
+    ``[-0.01, 0.5]`` s (negative: the segment figures overstate the runtime). Memory, from
+    the 1-process probe: ``worker_base`` = its resident set after the build
+    (:attr:`runtime.execute.ExecResult.base_memory`: process, torch, gloo, the model) and
+    ``step_residue`` = its measured step memory minus the model's step terms (allocator and
+    optimizer temporaries). Returns ``{"overhead": {str(k): {...}}, "memory": {...},
+    "probes": raw}``.
+    """
+    from graphs.cpu_cluster import cpu_cluster
+    from graphs.plan import Plan
+    from placement_env.oracles.hybrid_cpu import CpuHybridModel
+    from runtime.execute import run_specs
+    from runtime.model import graph_for_model
+    from runtime.spec import make_run_spec
+
+    worlds = sorted({1} | {int(k) for k in worlds})
+    graph = graph_for_model(model)
+    plans: dict[tuple[int, str], Any] = {}
+    for k in worlds:
+        for name, (dp, tp, pp, b, z) in PROBES[k]:
+            plans[(k, name)] = Plan.hybrid(
+                graph, cpu_cluster(k), dp=dp, tp=tp, pp=pp, microbatch_size=b,
+                global_batch=global_batch, zero=z, meta={"model": model},
+            )  # fmt: skip
+    runs: dict[tuple[int, str], list[Any]] = {key: [] for key in plans}
+    for _ in range(launches):
+        for k in worlds:
+            keys = [key for key in plans if key[0] == k]
+            specs = [
+                make_run_spec(
+                    plans[key],
+                    graph,
+                    cpu_cluster(k),
+                    model,
+                    steps=steps,
+                    warmup=warmup,
+                    optimizer="adam",
+                )  # fmt: skip
+                for key in keys
+            ]
+            for key, res in zip(keys, run_specs(specs, timeout_s=timeout_s)):
+                runs[key].append(res)
+    measured = {key: float(np.median([r.step_time for r in rs])) for key, rs in runs.items()}
+    over = solve_runtime_overhead(graph, cal, {f"{k}/{n}": t for (k, n), t in measured.items()})
+    single = runs[(1, "microbatch")]
+    lay = plans[(1, "microbatch")].layout
+    bd = CpuHybridModel(graph, cpu_cluster(1), dict(cal, runtime=over)).evaluate(lay).breakdown
+    base = float(np.median([r.base_memory[0] for r in single]))
+    step = float(np.median([r.step_memory[0] for r in single]))
+    return {
+        "overhead": over,
+        "memory": {"worker_base": base, "step_residue": step - bd["memory_step"][0]},
+        "probes": {
+            f"{k}/{name}": {
+                "layout": list(PROBES[k][[n for n, _ in PROBES[k]].index(name)][1]),
+                "measured": measured[(k, name)],
+                "runs": [r.step_time for r in rs],
+                "base_memory": [r.base_memory for r in rs],
+                "step_memory": [r.step_memory for r in rs],
+            }  # fmt: skip
+            for (k, name), rs in runs.items()
+        },
+    }
+
+
+def calibrate_hybrid(
+    model: dict[str, Any],
+    *,
+    tps: Sequence[int] = (1, 2, 4),
+    micro_sizes: Sequence[int] = (1, 2, 4, 8),
+    recomputes: Sequence[str] = ("none", "full"),
+    worlds: Sequence[int] = (2, 4, 8),
+    speed_counts: Sequence[int] = (1, 2, 4, 8),
+    repeats: int = 3,
+    parts: Sequence[str] = ("segments", "collectives", "speed", "optimizer", "runtime"),
+    base: dict[str, Any] | None = None,
+    probe_worlds: Sequence[int] = (),
+) -> dict[str, Any]:
+    """Measure what :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` needs (see the
+    module docstring); ``parts`` picks what to measure (e.g. only ``("speed",
+    "collectives")`` to refresh the load-dependent figures between measurements).
+    ``"runtime"`` (:func:`measure_runtime_overhead`, needs the ``"segments"`` of its
+    :data:`PROBES`) runs the runtime on its 1-process probe and, for each ``k`` in
+    ``probe_worlds``, on its k-process probes, and adds ``runtime`` (the overheads by process
+    count) and ``memory.worker_base`` / ``memory.step_residue``. The k-process probes are
+    off by default: solved under a per-process speed sampled while other jobs come and go,
+    their overheads made the fidelity benchmark worse (``docs/fidelity.md``). ``base``: an earlier calibration to add the measured parts to."""
+    from runtime.profile import measure_concurrent_speed
+
+    cal: dict[str, Any] = {**(base or {}), "model": model, "time": time.time()}
+    if "segments" in parts:
+        cal["segments"] = measure_segments(model, tps, micro_sizes, recomputes, repeats=repeats)
+        one = cal["segments"][str(min(tps))]
+        cal["memory"] = {"process": one["process"], "build_extra": one["build_extra"]}
+    if "collectives" in parts:
+        cal["collectives"] = measure_collectives(worlds)
+    if "speed" in parts:
+        cal["speed"] = {
+            str(k): float(v)
+            for k, v in measure_concurrent_speed(tuple(speed_counts), seconds=1.0).items()
+        }
+    if "optimizer" in parts:
+        cal["optimizer"] = {"adam_cpu_per_param": measure_optimizer()}
+    if "runtime" in parts:
+        now = dict(cal)  # the probes' own load: speed and collectives measured now
+        ks = sorted({1} | {int(k) for k in probe_worlds})
+        now["speed"] = {
+            str(k): float(v) for k, v in measure_concurrent_speed(tuple(ks), seconds=1.0).items()
+        }
+        groups = sorted({g for k in ks for g in (2, 4, 8) if g <= k})
+        if groups:
+            now["collectives"] = {**cal.get("collectives", {}), **measure_collectives(groups)}
+        rt = measure_runtime_overhead(model, now, ks)
+        cal["runtime_speed"] = now["speed"]
+        cal["runtime_collectives"] = now["collectives"]
+        cal["runtime"] = rt["overhead"]
+        cal["memory"] = {**cal.get("memory", {}), **rt["memory"]}
+        cal["runtime_probes"] = rt["probes"]
+    return cal
+
+
+__all__ = [
+    "calibrate_hybrid",
+    "fit_line",
+    "measure_collectives",
+    "measure_runtime_overhead",
+    "solve_runtime_overhead",
+    "measure_optimizer",
+    "measure_segments",
+]

@@ -1,0 +1,172 @@
+"""CpuHybridModel (the hybrid step model calibrated to gloo CPU processes): hand-computed
+step time and memory terms on a tiny GPT with a hand-written calibration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphs.cpu_cluster import cpu_cluster
+from graphs.plan import Plan
+from placement_env.oracles.hybrid_cpu import CpuHybridModel, collective_cost, speed_at
+from placement_env.oracles.simulator import Simulator
+from runtime.model import graph_for_model
+
+MODEL = {
+    "name": "gpt2",
+    "config": dict(batch=8, seq=16, n_layer=2, d_model=32, n_head=2, vocab=64, n_ctx=16),
+}
+VH = 64 * 32  # the tied embedding / head matrix
+# segments: 0 = embeddings, 1..2 = blocks, 3 = head + loss
+FWD = [0.001, 0.010, 0.010, 0.002]
+BWD = [0.001, 0.020, 0.020, 0.004]
+KEPT = [1000.0, 50_000.0, 50_000.0, 8000.0]
+PARAMS = [VH + 512, 12_000, 12_000, VH + 64]
+MIB = 2.0**20
+
+
+def _fit(lat, per):
+    return {"latency": lat, "per_byte": per}
+
+
+def calibration(speed4=0.5):
+    seg = {"fwd": FWD, "bwd": BWD, "kept": KEPT, "params": PARAMS}
+    full = {"fwd": FWD, "bwd": [b * 1.5 for b in BWD], "kept": [1000.0, 4000, 4000, 8000]}
+    full["params"] = PARAMS
+    coll = {n: {"wall": _fit(1e-3, 1e-9), "cpu": _fit(5e-4, 5e-10)} for n in
+            ("all_reduce", "all_gather", "reduce_scatter", "p2p")}  # fmt: skip
+    return {
+        "segments": {"1": {"segments": {"2/none": seg, "2/full": full, "4/none": seg}}},
+        "collectives": {"2": coll, "4": coll},
+        "speed": {"1": 1.0, "2": 1.0, "4": speed4},
+        "optimizer": {"adam_cpu_per_param": 1e-8},
+        "memory": {"process": 300 * MIB, "build_extra": 40 * MIB},
+    }
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return graph_for_model(MODEL)
+
+
+def _evaluate(graph, k, **kw):
+    cl = cpu_cluster(k, calibration={"hybrid": calibration()})
+    plan = Plan.hybrid(graph, cl, global_batch=8, **kw)
+    sim = Simulator(graph, cl)
+    res = sim.evaluate(plan)
+    assert isinstance(sim._hybrid, CpuHybridModel)  # a calibrated cpu_N gets the CPU model
+    return res
+
+
+def test_speed_and_collective_cost():
+    s = {"1": 1.0, "2": 0.9, "4": 0.5}
+    assert speed_at(s, 2) == 0.9 and speed_at(s, 3) == 0.5  # between counts: the next larger
+    assert speed_at(s, 8) == pytest.approx(0.25)  # beyond: 4 x 0.5 cores shared by 8
+    assert speed_at({"2": 1.3}, 2) == 1.0  # sharing never speeds up
+    assert collective_cost(_fit(1e-3, 1e-9), 1e6) == pytest.approx(2e-3)
+
+
+def test_single_process_step_is_the_sum_of_segments(graph):
+    res = _evaluate(graph, 1, dp=1, tp=1, pp=1, microbatch_size=2)
+    m = 4  # 8 samples / microbatch 2
+    params = sum(PARAMS) - VH  # tied matrix counted once
+    want = m * (sum(FWD) + sum(BWD)) + params * 1e-8
+    assert res.step_time == pytest.approx(want)
+    bd = res.breakdown
+    assert bd["share_time"] == pytest.approx(want) and bd["critical_path"] == pytest.approx(want)
+    base = 340 * MIB + 4 * params
+    # 1F1B on one stage holds one microbatch's activations
+    step = 4 * params + 8 * params + sum(KEPT)
+    assert bd["memory_base"] == pytest.approx(base)
+    assert bd["memory_step"][0] == pytest.approx(step)
+    assert res.peak_memory.tolist() == pytest.approx([base + step])
+
+
+def test_zero3_shards_grads_and_adam_and_gathers_a_block(graph):
+    z0 = _evaluate(graph, 2, dp=2, tp=1, pp=1, microbatch_size=4, zero=0).breakdown
+    z3 = _evaluate(graph, 2, dp=2, tp=1, pp=1, microbatch_size=4, zero=3).breakdown
+    params = sum(PARAMS) - VH
+    assert z0["memory_grads"][0] == pytest.approx(4 * params)
+    assert z0["memory_optimizer"][0] == pytest.approx(8 * params)
+    assert z3["memory_grads"][0] == pytest.approx(4 * params / 2)
+    assert z3["memory_optimizer"][0] == pytest.approx(8 * params / 2)
+    assert z3["memory_gathered"][0] == pytest.approx(4 * 12_000)
+    assert z0["memory_gathered"][0] == 0.0
+    # ZeRO-0: one all-reduce of the whole model's gradients per step (CPU seconds per rank)
+    assert z0["dp_cpu"][0] == pytest.approx(5e-4 + 4 * params * 5e-10)
+    # ZeRO-3, m = 1: each block gathered in forward and backward and reduce-scattered once,
+    # the root (embeddings, head) the same
+    blk, rest = 4 * 12_000, 4 * params - 2 * 4 * 12_000
+    one = 5e-4
+    want = 2 * (3 * one + 3 * blk * 5e-10) + (3 * one + 3 * rest * 5e-10)
+    assert z3["dp_cpu"][0] == pytest.approx(want)
+
+
+def test_time_sharing_slows_total_work(graph):
+    # 4 single-stage replicas at speed 0.5: 2 cores for 4 ranks' work
+    res = _evaluate(graph, 4, dp=4, tp=1, pp=1, microbatch_size=2, zero=0)
+    bd = res.breakdown
+    assert bd["cores"] == pytest.approx(2.0)
+    assert bd["share_time"] == pytest.approx(bd["total_work"] / 2.0)
+    assert bd["total_work"] == pytest.approx(4 * bd["work_per_rank"][0])
+    assert res.step_time == pytest.approx(max(bd["share_time"], bd["critical_path"]))
+
+
+def test_recompute_trades_activations_for_backward_time(graph):
+    none = _evaluate(graph, 1, dp=1, tp=1, pp=1, microbatch_size=2).breakdown
+    full = _evaluate(graph, 1, dp=1, tp=1, pp=1, microbatch_size=2, recompute="full")
+    bd = full.breakdown
+    assert bd["memory_activations"][0] == pytest.approx(1000 + 4000 + 4000 + 8000)
+    assert bd["memory_transient"][0] == pytest.approx(50_000)  # one block's, recomputed
+    assert bd["chunk_bwd"][0] == pytest.approx(1.5 * none["chunk_bwd"][0])
+
+
+def test_pipeline_splits_work_and_memory_by_stage(graph):
+    res = _evaluate(graph, 2, dp=1, tp=1, pp=2, microbatch_size=2)
+    bd = res.breakdown
+    assert bd["chunk_fwd"] == pytest.approx([FWD[0] + FWD[1], FWD[2] + FWD[3]])
+    assert bd["rank_params"] == pytest.approx([PARAMS[0] + PARAMS[1], PARAMS[2] + PARAMS[3]])
+    # the first stage holds more microbatches in flight under 1F1B (2 vs 1)
+    assert bd["memory_activations"][0] == pytest.approx(2 * (KEPT[0] + KEPT[1]))
+    assert bd["memory_activations"][1] == pytest.approx(KEPT[2] + KEPT[3])
+    assert len(res.peak_memory) == 2 and bd["critical_path"] > m_work_one_rank(bd)
+
+
+def m_work_one_rank(bd):
+    return min(bd["work_per_rank"])
+
+
+def test_uncalibrated_layouts_are_refused_naming_what_to_measure(graph):
+    with pytest.raises(ValueError, match="tp=2, microbatch size 2"):
+        _evaluate(graph, 2, dp=1, tp=2, pp=1, microbatch_size=2)
+    cal = calibration()
+    del cal["speed"]
+    with pytest.raises(ValueError, match="no 'speed'"):
+        CpuHybridModel(graph, cpu_cluster(1), cal)
+
+
+def test_uncalibrated_cpu_cluster_keeps_the_gpu_model(graph):
+    cl = cpu_cluster(1)
+    plan = Plan.hybrid(graph, cl, dp=1, tp=1, pp=1, microbatch_size=2, global_batch=8)
+    sim = Simulator(graph, cl)
+    sim.evaluate(plan)
+    assert not isinstance(sim._hybrid, CpuHybridModel)
+    # the calibration does not change the cluster's content hash: plans stay valid
+    calibrated = cpu_cluster(1, calibration={"hybrid": calibration()})
+    assert np.isfinite(Simulator(graph, calibrated).evaluate(plan).step_time)
+
+
+def test_runtime_overheads_by_process_count(graph):
+    cal = calibration()
+    cal["runtime"] = {"1": {"microbatch": 0.001}, "4": {"ddp": 0.01}, "8": {"ddp": 0.02}}
+    model = CpuHybridModel(graph, cpu_cluster(4), cal)
+    assert model.overheads(1) == {"microbatch": 0.001}
+    assert model.overheads(2) == {"microbatch": 0.001, "ddp": 0.01}  # the next count above
+    assert model.overheads(8)["ddp"] == 0.02 and model.overheads(16)["ddp"] == 0.02
+    cl = cpu_cluster(4, calibration={"hybrid": cal})
+    plan = Plan.hybrid(graph, cl, dp=4, tp=1, pp=1, microbatch_size=2, global_batch=8)
+    with_rt = Simulator(graph, cl).evaluate(plan).breakdown
+    without = _evaluate(graph, 4, dp=4, tp=1, pp=1, microbatch_size=2).breakdown
+    # ZeRO-0: one chunk, its all-reduce + 10 ms; one microbatch + 1 ms
+    assert with_rt["dp_cpu"][0] == pytest.approx(without["dp_cpu"][0] + 0.01)
+    assert with_rt["chunk_fwd"][0] == pytest.approx(without["chunk_fwd"][0] + 0.001)
