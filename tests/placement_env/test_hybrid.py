@@ -200,6 +200,38 @@ def test_one_replica_equals_the_plan_without_dp():
     assert extra == pytest.approx(max(two.breakdown["dp_exposed"]), rel=1e-3)
 
 
+def test_gradient_allreduce_after_the_backward_when_not_overlapped():
+    import dataclasses
+
+    g = _gpt(layers=8, hidden=1024, heads=16, seq=512)
+    node = clusters.load("dgx_a100_80g")
+    plan = Plan.hybrid(g, node, dp=4, tp=1, pp=2, microbatch_size=1, global_batch=16)
+    on = Simulator(g, node).evaluate(plan)
+    late = dataclasses.replace(node, meta={**node.meta, "overlap_grad_reduce": False})
+    sim = Simulator(g, late)
+    off = sim.evaluate(Plan.hybrid(g, late, dp=4, tp=1, pp=2, microbatch_size=1, global_batch=16))
+    assert sim._hybrid.overlap_grad_reduce is False
+    # same pipeline and the same collectives; every rank waits for all of its chunk
+    # all-reduces after its last backward: exposed = their sum
+    assert off.breakdown["pipeline"] == pytest.approx(on.breakdown["pipeline"], rel=1e-12)
+    assert off.breakdown["dp_comm"] == pytest.approx(on.breakdown["dp_comm"], rel=1e-12)
+    assert off.breakdown["dp_exposed"] == pytest.approx(off.breakdown["dp_comm"], rel=1e-12)
+    # rank 0 holds the embedding and 4 layers: one all-reduce of their fp16 gradients
+    topo = Topology.from_cluster(node)
+    d = sim._hybrid.dims
+    nbytes = (d.embedding_params() + 4 * d.layer_params()) * 2.0
+    assert off.breakdown["dp_comm"][0] == pytest.approx(
+        topo.allreduce(nbytes, np.arange(4)), rel=1e-9
+    )
+    assert max(on.breakdown["dp_exposed"]) < max(off.breakdown["dp_exposed"])
+    assert off.step_time > on.step_time
+    # the constructor's argument wins over the cluster's meta
+    assert HybridModel(g, late, overlap_grad_reduce=True).overlap_grad_reduce is True
+    bad = dataclasses.replace(node, meta={**node.meta, "overlap_grad_reduce": "no"})
+    with pytest.raises(ValueError, match=r"meta\.overlap_grad_reduce.*'no'"):
+        HybridModel(g, bad)
+
+
 # ------------------------------------------------------------------ scale and dispatch
 def test_trillion_parameter_plan_on_3072_gpus_scores_fast():
     g = zoo.build("gpt", hidden=25600, layers=128, heads=160, vocab=51200, seq=2048)

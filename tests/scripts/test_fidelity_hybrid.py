@@ -3,27 +3,12 @@ plans on 4-8 processes covering d, t, p, ZeRO 0 / 3 and recomputation), the summ
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "fidelity_hybrid", ROOT / "scripts" / "fidelity_hybrid.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fidelity_hybrid"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fh = _load()
+fh = load_script("fidelity_hybrid")
 
 
 def test_arguments():

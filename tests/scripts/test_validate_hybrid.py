@@ -1,0 +1,51 @@
+"""scripts/validate_hybrid.py: the published Megatron-LM rows it checks, and its one fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from placement_env.oracles.hybrid import DEFAULT_GEMM_EFFICIENCY
+from tests.scripts import load_script
+
+
+@pytest.fixture(scope="module")
+def vh():
+    return load_script("validate_hybrid")
+
+
+def test_the_default_efficiency_is_the_fit_on_the_trillion_parameter_row(vh):
+    fit = vh.fit_gemm_efficiency(tol=1e-4)
+    assert fit == pytest.approx(DEFAULT_GEMM_EFFICIENCY, abs=1e-3)
+    hw, _ = vh.narayanan_tflops(vh.NARAYANAN[-1], fit)
+    assert hw == pytest.approx(163, rel=1e-3)
+
+
+def test_narayanan_table1_rows_are_predicted_within_ten_percent(vh):
+    errors = {}
+    for row in vh.NARAYANAN[:-1]:  # the 1T row is the fitted one
+        hw, res = vh.narayanan_tflops(row)
+        errors[row[0]] = hw / row[-1] - 1
+        assert not res.oom
+        assert res.layout.dp == row[6] // (row[4] * row[5])
+    assert max(abs(e) for e in errors.values()) <= 0.10, errors
+
+
+def test_megatron_rows_reduce_gradients_after_the_backward(vh):
+    cl = vh.megatron_cluster(2)
+    assert cl.meta["overlap_grad_reduce"] is False and cl.num_devices == 16
+    _, res = vh.narayanan_tflops(vh.NARAYANAN[0])
+    # 1.7B on 32 GPUs, t = p = 1: the whole all-reduce is exposed
+    assert res.breakdown["dp_exposed"] == pytest.approx(res.breakdown["dp_comm"], rel=1e-12)
+
+
+def test_korthikanti_table5_iteration_times_within_ten_percent(vh):
+    rows = vh.korthikanti_table5_rows()
+    assert len(rows) == 8
+    for name, mode, pub, res in rows:
+        assert not res.oom, (name, mode)
+        assert res.layout.dp == 1 and res.layout.tp == 8
+        assert abs(res.step_time / pub - 1) <= 0.10, (name, mode, res.step_time, pub)
+    # selective recomputation with SP is faster than full recomputation for every model
+    by = {(n, m): r.step_time for n, m, _, r in rows}
+    for name, *_ in vh.KORTHIKANTI_TAB5:
+        assert by[(name, "SP + selective")] < by[(name, "full recompute")]
