@@ -344,8 +344,9 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], command: str) -> str:
         "## Hybrid plans (dp x tp x pp, ZeRO, recomputation): `bench_fidelity.py --hybrid`",
         "",
         f"Produced by `{command}`: {n_rounds} round(s) completed, "
-        f"{raw.get('seconds', float('nan')) / 60:.1f} min. Machine: 2 logical CPUs shared with "
-        "other engineers' jobs and CI; load average (1/5/15 min) before "
+        f"{raw.get('seconds', float('nan')) / 60:.1f} min. Machine: "
+        f"{os.cpu_count()} logical CPUs; load average (1/5/15 min; the benchmark's own 4-8 "
+        "processes count) before "
         f"{_load(loads.get('before', []))}, after {_load(loads.get('after', []))}"
         + (
             f"; per round: {', '.join(_load(x[:1]) for x in loads.get('rounds', []))}"
