@@ -46,6 +46,12 @@ MAX_CONFIG_INT = 2**20
 ENV_OPTIONS = ("init", "order", "horizon", "oom_penalty", "accept", "restart")
 #: Where a policy trained from a per-node warm-start placement starts its episodes instead.
 WARM_START_INIT = "balanced"
+#: Placements ``python -m runners.plan`` scores when ``samples`` is not given, by decoding:
+#: chain decoding (per-unit policies such as the generalist) samples cheaply, so the
+#: largest power of two that planned every training row of ``docs/generalisation.md`` in
+#: under 1 s on the 2-core reference machine (1024: at most 0.66 s; 2048 took 1.35 s);
+#: episode rollouts cost an env step per unit, so 16.
+DEFAULT_SAMPLES = {"chain": 1024, "independent": 16}
 
 
 def _encoding_spec() -> dict[str, list[str]]:
@@ -458,6 +464,11 @@ class ExportedPolicy:
             **kw,
             disable_env_checker=True,
         )
+
+    def default_samples(self) -> int:
+        """How many placements to score when the caller does not say
+        (:data:`DEFAULT_SAMPLES` of this policy's default decoding)."""
+        return DEFAULT_SAMPLES["chain" if self.mode == "per_node" else "independent"]
 
     def plan(
         self,

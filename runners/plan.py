@@ -38,6 +38,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
     problem = common.build_problem(spec)
     policy = agents.load_policy(policy_path)
     oracle = problem.oracle()
+    samples = int(cfg.samples) if cfg.samples is not None else policy.default_samples()
     t0 = time.perf_counter()
     the_plan = policy.plan(
         problem.graph,
@@ -45,7 +46,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         microbatches=spec.microbatches,
         schedule=spec.schedule,
         greedy=bool(cfg.greedy),
-        samples=int(cfg.samples),
+        samples=samples,
         oracle=oracle,
         seed=int(cfg.seed),
     )
@@ -61,7 +62,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         "oom": bool(res.oom),
         "planning_seconds": seconds,
         "oracle_calls": int(oracle.calls),
-        "samples": int(cfg.samples),
+        "samples": samples,
         "decode": the_plan.meta.get("decode"),
         "penalty": the_plan.meta.get("penalty"),
         "devices_used": the_plan.num_devices_used,

@@ -173,7 +173,7 @@ class PlanConfig:
     policy: str = "generalist"
     env: EnvConfig = MISSING
     greedy: bool = True
-    samples: int = 16
+    samples: int | None = None  # None: the policy's default (agents.export.DEFAULT_SAMPLES)
     seed: int = 0
     output_dir: str | None = None
 
@@ -337,7 +337,7 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (TrainConfig, "seed"): _SEED,
     (TrainConfig, "torch_threads"): _int(1, 4096, none=True),
     (EvaluateConfig, "seeds"): _ints(0),
-    (PlanConfig, "samples"): _int(1, 2**20),
+    (PlanConfig, "samples"): _int(1, 2**20, none=True),
     (PlanConfig, "seed"): _SEED,
 }
 

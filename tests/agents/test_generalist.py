@@ -151,8 +151,8 @@ def test_runners_plan_without_policy_uses_the_generalist(tmp_path: Path) -> None
         config="plan",
     )
     res = plan(cfg, tmp_path / "plan", echo=lambda s: None)
-    assert Path(res["policy"]) == SHIPPED and res["samples"] == 16 and not res["oom"]
-    assert res["decode"] == "chain" and res["oracle_calls"] <= 16
+    assert Path(res["policy"]) == SHIPPED and res["samples"] == 1024 and not res["oom"]
+    assert res["decode"] == "chain" and res["oracle_calls"] <= 1024
     saved = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert saved["meta"]["policy"] == str(SHIPPED)
 

@@ -90,7 +90,7 @@ def test_every_experiment_composes(exp: str) -> None:
 
 def test_plan_and_evaluate_configs_compose() -> None:
     cfg = compose(["policy=p.pt", "+env=nmt_k40_4"], config="plan")
-    assert cfg.env.cluster == "k40_4" and cfg.samples == 16 and cfg.policy == "p.pt"
+    assert cfg.env.cluster == "k40_4" and cfg.samples is None and cfg.policy == "p.pt"
     assert compose(["+env=nmt_k40_4"], config="plan").policy == "generalist"  # the shipped one
     ev = compose([], config="evaluate")
     assert set(ev.envs) <= set(ENVS) and set(ev.agents) <= set(AGENTS)

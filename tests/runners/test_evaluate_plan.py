@@ -87,6 +87,23 @@ def test_plan_zero_shot_with_exported_policy(graph_file: Path, tmp_path: Path) -
     assert "zero-shot plan" in lines[-1]
 
 
+@pytest.mark.timeout(240)
+def test_plan_default_samples_follow_the_decoding(graph_file: Path, tmp_path: Path) -> None:
+    """Without samples=, the shipped generalist (chain decoding) scores up to 1024
+    placements: the Viterbi placements of the penalty ladder, then chain samples; the plan
+    is the best of them, so never slower than the ladder's Viterbi placements alone."""
+    from agents.export import DEFAULT_SAMPLES
+
+    assert DEFAULT_SAMPLES == {"chain": 1024, "independent": 16}
+    base = ["+env=rnnlm_k40_4", f"env.graph_file={graph_file}", "env.model=null"]
+    res = plan(compose(base, config="plan"), tmp_path / "a", echo=lambda s: None)
+    assert (res["samples"], res["decode"]) == (1024, "chain")
+    assert 16 < res["oracle_calls"] <= 1024 and res["oom"] is False
+    few = plan(compose([*base, "samples=4"], config="plan"), tmp_path / "b", echo=lambda s: None)
+    assert few["samples"] == 4 and few["oracle_calls"] <= 4
+    assert res["step_time"] <= few["step_time"] + 1e-12
+
+
 def test_plan_missing_policy_file(tmp_path: Path) -> None:
     cfg = compose([f"policy={tmp_path / 'nope.pt'}", "+env=rnnlm_k40_2"], config="plan")
     with pytest.raises(ValueError, match="nope.pt: no such file"):
