@@ -143,15 +143,35 @@ def policy_payload(model: Any, *, meta: Mapping[str, Any] | None = None) -> dict
             f"export_policy needs a model with a GraphActorCriticPolicy, got {type(policy).__name__}"
         )
     env_id, options = _training_env(model)
+    return network_payload(
+        policy.net,
+        network=policy.network,
+        mode=policy.mode,
+        env_id=env_id or MODE_ENV[policy.mode],
+        env_options=options,
+        meta=meta,
+    )
+
+
+def network_payload(
+    net: PlacementNet,
+    *,
+    network: str,
+    mode: str,
+    env_id: str,
+    env_options: Mapping[str, Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The policy-file dict of a network (:func:`export_policy` lists the keys)."""
     return {
         "format": POLICY_FORMAT,
         "version": POLICY_VERSION,
-        "network": policy.network,
-        "config": _plain(policy.net.config()),
-        "state_dict": {k: v.detach().cpu().clone() for k, v in policy.net.state_dict().items()},
-        "mode": policy.mode,
-        "env_id": env_id or MODE_ENV[policy.mode],
-        "env_options": options,
+        "network": network,
+        "config": _plain(net.config()),
+        "state_dict": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()},
+        "mode": mode,
+        "env_id": env_id,
+        "env_options": _plain(dict(env_options or {})),
         "features": _encoding_spec(),
         "meta": _plain(dict(meta or {})),
     }
@@ -405,6 +425,22 @@ class ExportedPolicy:
         self.env_id = env_id
         self.env_options = dict(env_options or {})
         self.meta = dict(meta or {})
+
+    def save(self, path: str | Path) -> Path:
+        """Write this policy (its current weights: e.g. after fine-tuning) to ``path`` in the
+        format :func:`export_policy` writes and :func:`load_policy` reads."""
+        payload = network_payload(
+            self.net,
+            network=self.network,
+            mode=self.mode,
+            env_id=self.env_id,
+            env_options=self.env_options,
+            meta=self.meta,
+        )
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(payload, path)
+        return path
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()

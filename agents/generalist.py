@@ -661,20 +661,9 @@ def train_bc(
 # --------------------------------------------------------------------------- export
 def generalist_payload(net: Any, *, meta: Mapping[str, Any]) -> dict[str, Any]:
     """The ``load_policy`` payload of a trained generalist network (OneShot-v0, per-unit)."""
-    from agents.export import POLICY_FORMAT, POLICY_VERSION, _encoding_spec, _plain
+    from agents.export import network_payload
 
-    return {
-        "format": POLICY_FORMAT,
-        "version": POLICY_VERSION,
-        "network": "gdp",
-        "config": _plain(net.config()),
-        "state_dict": {k: v.detach().cpu().clone() for k, v in net.state_dict().items()},
-        "mode": "per_node",
-        "env_id": ENV_ID,
-        "env_options": {},
-        "features": _encoding_spec(),
-        "meta": _plain(dict(meta)),
-    }
+    return network_payload(net, network="gdp", mode="per_node", env_id=ENV_ID, meta=meta)
 
 
 def save_generalist(net: Any, path: Path, *, meta: Mapping[str, Any]) -> Path:

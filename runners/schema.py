@@ -73,7 +73,9 @@ class PPOConfig:
 
 @dataclass
 class AgentConfig:
-    """What searches for the plan: a PPO policy (``kind: ppo``) or a baseline (``kind: baseline``).
+    """What searches for the plan: a PPO policy (``kind: ppo``), chain fine-tuning of a
+    pretrained per-unit policy (``kind: finetune``, :func:`agents.finetune.chain_finetune`)
+    or a baseline (``kind: baseline``).
 
     ``policy`` names an ``agents.policies`` network; ``auto`` takes the env's ``policy``.
     ``baseline`` names an ``agents.baselines`` algorithm; ``budget`` is its number of
@@ -87,7 +89,10 @@ class AgentConfig:
     the best plan so far (``restart="best"``) and the policy's keep logit starts at
     ``keep_prob=0.5``. Values already set in ``env.env_kwargs`` / ``agent.ppo.extra`` win.
     ``init_policy`` (PPO): a policy file or ``generalist`` (the shipped pretrained policy)
-    whose network starts the training instead of random weights (fine-tuning).
+    whose network starts the training instead of random weights (fine-tuning); for
+    ``kind: finetune`` the policy fine-tuned (default ``generalist``), ``budget`` its oracle
+    calls (default 4096, the zero-shot plan's included) and ``options`` the keywords of
+    ``chain_finetune`` (``samples``, ``elite``, ``updates``, ``lr``, ...).
     """
 
     name: str = MISSING
@@ -326,7 +331,7 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (PPOConfig, "gamma"): _num(0, open_=False, hi=1, none=True),
     (PPOConfig, "ent_coef"): _num(0, open_=False, none=True),
     (PPOConfig, "n_envs"): _int(1, none=True),
-    (AgentConfig, "kind"): _one_of("ppo", "baseline"),
+    (AgentConfig, "kind"): _one_of("ppo", "finetune", "baseline"),
     (AgentConfig, "budget"): _int(1, none=True),
     (LoggerConfig, "kind"): _one_of("wandb", "tensorboard", "none"),
     (LoggerConfig, "log_every"): _int(1),

@@ -373,6 +373,102 @@ def search_baseline(
     )
 
 
+#: ``agent.options`` that :func:`search_finetune` passes to ``chain_finetune``.
+FINETUNE_OPTIONS = ("first_samples", "samples", "elite", "updates", "lr", "penalty", "patience")
+
+
+def search_finetune(
+    problem: common.Problem,
+    agent_cfg: Mapping[str, Any],
+    budget: Mapping[str, Any],
+    *,
+    seed: int,
+    run_dir: Path,
+    tracker: NullTracker,
+) -> SearchOutcome:
+    """Fine-tune a per-unit policy (``agent.init_policy``, default the shipped generalist) on
+    the run's problem with :func:`agents.finetune.chain_finetune`: ``agent.budget`` oracle
+    calls (the zero-shot plan's included), ``train.seconds``, ``agent.options`` its
+    keywords; export the fine-tuned network to ``policy.pt``."""
+    import agents
+    from agents.finetune import chain_finetune
+
+    opts = dict(agent_cfg.get("options") or {})
+    bad = sorted(set(opts) - set(FINETUNE_OPTIONS))
+    if bad:
+        raise ValueError(
+            f"agent {agent_cfg['name']!r}: unknown option(s) {bad} for chain fine-tuning; "
+            f"expected some of {list(FINETUNE_OPTIONS)}"
+        )
+    init = agent_cfg.get("init_policy") or "generalist"
+    policy = agents.load_policy(init)
+    if policy.mode != "per_node":
+        raise ValueError(
+            f"agent {agent_cfg['name']!r}: agent.init_policy={init!r} is a {policy.mode!r} "
+            "policy; chain fine-tuning needs a per-unit one (the generalist, or a policy "
+            "trained on OneShot-v0)"
+        )
+    calls = int(agent_cfg.get("budget") or 4096)
+    pbar = None
+    if budget.get("progress", True):
+        from tqdm.auto import tqdm
+
+        pbar = tqdm(total=calls, unit="call", desc="fine-tune", mininterval=0.5, dynamic_ncols=True)
+    history: list[tuple[int, int, float]] = []
+
+    def on_round(r: Mapping[str, Any]) -> None:
+        if np.isfinite(r["best"]):
+            history.append((int(r["round"]), int(r["calls"]), float(r["best"])))
+            tracker.log(
+                {"placement/best_step_time": float(r["best"]),
+                 "placement/oracle_calls": float(r["calls"]),
+                 "charts/wall_seconds": float(r["seconds"])},
+                int(r["round"]),
+            )  # fmt: skip
+        if pbar is not None:
+            pbar.update(int(r["calls"]) - pbar.n)
+            if np.isfinite(r["best"]):
+                pbar.set_postfix_str(f"best {r['best'] * 1e3:.2f} ms", refresh=False)
+
+    try:
+        ft = chain_finetune(
+            policy,
+            problem.graph,
+            problem.cluster,
+            oracle=problem.oracle(),
+            microbatches=problem.spec.microbatches,
+            schedule=problem.spec.schedule,
+            calls=calls,
+            seconds=budget.get("seconds"),
+            seed=seed,
+            on_round=on_round,
+            **opts,
+        )
+    finally:
+        if pbar is not None:
+            pbar.close()
+    ft.policy.meta.update(env=problem.spec.name, init_policy=str(init), seed=seed)
+    policy_path = ft.policy.save(run_dir / "policy.pt")
+    meta: dict[str, Any] = {
+        "init_policy": str(init),
+        "rounds": ft.rounds,
+        "stop": ft.stop,
+        "zero_shot_step_time": ft.zero_shot_step_time,
+        "zero_shot_calls": ft.zero_shot_calls,
+        "curve": [[int(r), int(c), float(w), float(b)] for r, c, w, b in ft.curve],
+        "options": opts,
+    }
+    return SearchOutcome(
+        ft.placement,
+        None if ft.placement is None else ft.step_time,
+        ft.oracle_calls,
+        history,
+        ft.rounds,
+        policy_path,
+        meta,
+    )
+
+
 HYBRID_ENV_ID = "placement_env/Hybrid-v0"
 
 
@@ -616,6 +712,15 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
                 log_every=int(cfg.logger.log_every),
                 resume_state=resume_state,
             )
+        elif agent_cfg["kind"] == "finetune":
+            if hybrid:
+                raise ValueError(
+                    f"env {spec.name!r} (Hybrid-v0): agent kind 'finetune' fine-tunes a graph "
+                    "policy; hybrid layouts have no per-unit policy to fine-tune"
+                )
+            outcome = search_finetune(
+                problem, agent_cfg, plain["train"], seed=seed, run_dir=run_dir, tracker=tracker
+            )
         elif agent_cfg["kind"] == "ppo":
             outcome = search_ppo(
                 problem,
@@ -634,7 +739,7 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         else:
             raise ValueError(
                 f"agent {agent_cfg['name']!r}: unknown kind {agent_cfg['kind']!r}; "
-                "expected 'ppo' or 'baseline'"
+                "expected 'ppo', 'finetune' or 'baseline'"
             )
 
         # ---- files

@@ -14,6 +14,9 @@ counting oracle calls and wall time until its best plan is at or under the targe
   calls (its calls and time include the zero-shot plan's);
 - ``anneal``: ``anneal`` alone from its own start (the pipeline DP's plan), the same
   ``--anneal-calls`` budget;
+- ``chain fine-tuning``: :func:`agents.finetune.chain_finetune` from the generalist (its
+  round 0 is the zero-shot plan, so its calls and time include it, as for ``anneal from
+  zero-shot``), stopping at the target or after ``--anneal-calls`` calls;
 - ``PPO from generalist``: ``python -m runners.train`` on the row (``OneShot-v0``,
   ``agent.init_policy=generalist``, no warm start, no baselines), ``--ppo-steps`` episodes
   (one oracle call each) or ``--ppo-seconds``; read from ``result.json``'s ``meta.curve``;
@@ -22,7 +25,8 @@ counting oracle calls and wall time until its best plan is at or under the targe
 
 A method that does not reach the target within its budget is reported with its best ratio.
 The wall time of a PPO run counts from the start of its training (the run's setup, graph
-loading and the zero-shot plan of the initial policy excluded).
+loading and the zero-shot plan of the initial policy excluded). ``--methods`` picks the
+columns (the two PPO runs take most of the time).
 """
 
 from __future__ import annotations
@@ -40,6 +44,16 @@ import torch
 
 from agents import generalist as G
 
+#: The table's columns, in order: key -> header.
+METHODS = {
+    "zero_shot": "zero-shot",
+    "anneal_from_zero_shot": "anneal from zero-shot",
+    "anneal": "anneal (DP start)",
+    "chain": "chain fine-tuning from generalist",
+    "ppo_generalist": "PPO from generalist",
+    "ppo_scratch": "PPO from scratch",
+}
+
 
 class RecordingOracle:
     """An oracle proxy that records every evaluation: ``(seconds since start, step time | inf)``."""
@@ -54,6 +68,14 @@ class RecordingOracle:
         ok = not bool(res.oom) and math.isfinite(float(res.step_time))
         self.log.append((time.perf_counter() - self.t0, float(res.step_time) if ok else math.inf))
         return res
+
+    def summary(self, target: float) -> dict[str, Any]:
+        """Best step time (ms), calls and seconds so far, and when ``target`` was first hit."""
+        c, s = first_hit(self.log, target)
+        return {
+            "ms": 1e3 * min(t for _, t in self.log), "calls": len(self.log),
+            "seconds": self.log[-1][0], "hit_calls": c, "hit_seconds": s,
+        }  # fmt: skip
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._oracle, name)
@@ -115,8 +137,21 @@ def ppo_run(
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=[2, 5, 8], help="held-out row indices")
-    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--rows", type=int, nargs="+", default=[2, 5, 8], help="row indices")
+    ap.add_argument(
+        "--split", choices=("heldout", "validation"), default="heldout",
+        help="held-out pairs, or the validation draw of scripts/validate_generalist.py "
+        "(corpus seed 1, every k-th training-like problem: for choosing options)",
+    )  # fmt: skip
+    ap.add_argument("--val-rows", type=int, default=24, help="size of the validation list")
+    ap.add_argument("--ft-samples", type=int, default=64, help="chain fine-tuning: per round")
+    ap.add_argument("--ft-elite", type=int, default=4)
+    ap.add_argument("--ft-updates", type=int, default=8)
+    ap.add_argument("--ft-lr", type=float, default=1e-3)
+    ap.add_argument(
+        "--samples", type=int, default=None,
+        help="zero-shot placements scored (default: the policy's, as runners.plan)",
+    )  # fmt: skip
     ap.add_argument("--anneal-calls", type=int, default=2000)
     ap.add_argument("--search-anneal-calls", type=int, default=2000)
     ap.add_argument("--ppo-steps", type=int, default=512)
@@ -126,17 +161,30 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", type=Path, default=Path("runs/finetune"))
     ap.add_argument("--search-cache", type=Path, default=Path("runs/generalist/search.json"))
+    ap.add_argument(
+        "--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
+        help="columns to measure (zero_shot always runs: the others start from it)",
+    )  # fmt: skip
     ap.add_argument("--json", type=Path, default=Path("runs/finetune/finetune.json"))
     ap.add_argument("--out", type=Path, default=Path("runs/finetune/finetune.md"))
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import agents
     from agents import baselines
+    from agents.finetune import chain_finetune
     from placement_env.encoding import unit_graph
     from scripts.eval_generalist import ONE_CALL, per_model_search
 
     policy = agents.load_policy("generalist")
-    heldout = G.corpus_instances(G.CORPUS, split="heldout")
+    if args.samples is None:
+        args.samples = policy.default_samples()
+    if args.split == "heldout":
+        heldout = G.corpus_instances(G.CORPUS, split="heldout")
+    else:
+        import dataclasses
+
+        probs = G.corpus_instances(dataclasses.replace(G.CORPUS, seed=1), split="train")
+        heldout = probs[:: max(1, len(probs) // args.val_rows)][: args.val_rows]
     cache = json.loads(args.search_cache.read_text()) if args.search_cache.exists() else {}
     rows: list[dict[str, Any]] = []
     for idx in args.rows:
@@ -165,24 +213,32 @@ def main(argv: list[str] | None = None) -> None:
             "ms": 1e3 * plan.meta["step_time"], "calls": zs_calls, "seconds": zs_sec,
             "hit_calls": c, "hit_seconds": s,
         }  # fmt: skip
-        baselines.get("anneal")(
-            pb.graph, pb.cluster, rec, args.anneal_calls, init=plan.placement, seed=args.seed
-        )
-        c, s = first_hit(rec.log, target)
-        r["anneal_from_zero_shot"] = {
-            "ms": 1e3 * min(t for _, t in rec.log), "calls": len(rec.log),
-            "seconds": rec.log[-1][0], "hit_calls": c, "hit_seconds": s,
-        }  # fmt: skip
-        # annealing alone, from its own start (the pipeline DP's plan), the same call budget
-        rec = RecordingOracle(pb.oracle())
-        baselines.get("anneal")(pb.graph, pb.cluster, rec, args.anneal_calls, seed=args.seed)
-        c, s = first_hit(rec.log, target)
-        r["anneal"] = {
-            "ms": 1e3 * min(t for _, t in rec.log), "calls": len(rec.log),
-            "seconds": rec.log[-1][0], "hit_calls": c, "hit_seconds": s,
-        }  # fmt: skip
-        print(pb.name, r["zero_shot"], r["anneal_from_zero_shot"], r["anneal"], flush=True)
-        for init in (True, False):
+        if "anneal_from_zero_shot" in args.methods:
+            baselines.get("anneal")(
+                pb.graph, pb.cluster, rec, args.anneal_calls, init=plan.placement, seed=args.seed
+            )
+            r["anneal_from_zero_shot"] = rec.summary(target)
+        if "anneal" in args.methods:
+            # annealing alone, from its own start (the pipeline DP's plan), same call budget
+            rec = RecordingOracle(pb.oracle())
+            baselines.get("anneal")(pb.graph, pb.cluster, rec, args.anneal_calls, seed=args.seed)
+            r["anneal"] = rec.summary(target)
+        if "chain" in args.methods:
+            rec = RecordingOracle(pb.oracle())
+            ft = chain_finetune(
+                policy, pb.graph, pb.cluster, oracle=rec, first_samples=args.samples,
+                calls=args.anneal_calls, target=target, seed=args.seed,
+                samples=args.ft_samples, elite=args.ft_elite, updates=args.ft_updates,
+                lr=args.ft_lr,
+            )  # fmt: skip
+            c, s = first_hit(rec.log, target)
+            r["chain"] = {
+                "ms": 1e3 * ft.step_time, "calls": ft.oracle_calls, "seconds": ft.seconds,
+                "hit_calls": c, "hit_seconds": s, "rounds": ft.rounds, "stop": ft.stop,
+            }  # fmt: skip
+        print(pb.name, {m: r[m] for m in METHODS if m in r}, flush=True)
+        for init in [i for i, m in ((True, "ppo_generalist"), (False, "ppo_scratch"))
+                     if m in args.methods]:  # fmt: skip
             res = ppo_run(
                 pb, args.work / f"row{idx}", init=init, steps=args.ppo_steps,
                 seconds=args.ppo_seconds, seed=args.seed, n_steps=args.n_steps,
@@ -219,23 +275,21 @@ def _cell(m: dict[str, Any], search_ms: float) -> str:
 
 
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    cols = [m for m in METHODS if any(m in r for r in rows)]
     lines = [
         f"target: within {100 * args.tolerance:g} % of per-model search; zero-shot {args.samples} "
-        f"samples; anneal {args.anneal_calls} calls; PPO {args.ppo_steps} episodes or "
-        f"{args.ppo_seconds:g} s, n_steps {args.n_steps}",
+        f"samples; anneal and chain fine-tuning {args.anneal_calls} calls (fine-tuning: "
+        f"{args.ft_samples} samples a round, elite {args.ft_elite}, {args.ft_updates} updates, "
+        f"lr {args.ft_lr:g}); PPO "
+        f"{args.ppo_steps} episodes or {args.ppo_seconds:g} s, n_steps {args.n_steps}",
         "",
-        "| row | per-model search (ms) | zero-shot | anneal from zero-shot | anneal (DP start) "
-        "| PPO from generalist | PPO from scratch |",
-        "| --- | ---: | --- | --- | --- | --- | --- |",
+        "| row | per-model search (ms) | " + " | ".join(METHODS[m] for m in cols) + " |",
+        "| --- | ---: |" + " --- |" * len(cols),
     ]
     for r in rows:
         s = r["search_ms"]
-        lines.append(
-            f"| {r['name']} | {s:.2f} | {_cell(r['zero_shot'], s)} | "
-            f"{_cell(r['anneal_from_zero_shot'], s)} | {_cell(r['anneal'], s)} | "
-            f"{_cell(r['ppo_generalist'], s)} | "
-            f"{_cell(r['ppo_scratch'], s)} |"
-        )
+        cells = [_cell(r[m], s) if m in r else "" for m in cols]
+        lines.append(f"| {r['name']} | {s:.2f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,8 @@ what the previous one wrote.
   plan *another* model on *another* cluster zero-shot with the exported policy -> execute
   that plan -> compare the runs with ``runners.evaluate runs=[...]``;
 - train the generalist (synthetic graphs, ``+experiment=generalist``) -> plan a zoo model;
+- fine-tune the shipped generalist on one env (``agent=chain_finetune``) -> plan another
+  env with the fine-tuned ``policy.pt``;
 - a 2-job sweep -> compare;
 - train PPO on hybrid layouts (``Hybrid-v0``) -> execute its best plan -> compare.
 """
@@ -131,6 +133,23 @@ def test_generalist_training_then_planning_a_zoo_model(tmp_path: Path) -> None:
     assert result["meta"]["best_from"] == "zero_shot" and not result["oom"]
     p = cli("runners.plan", f"policy={gen_dir / 'policy.pt'}", "+env=gpt2_tiny_cpu4",
             f"output_dir={tmp_path / 'plan'}")  # fmt: skip
+    assert "zero-shot plan" in last_line(p)
+    assert Plan.load(tmp_path / "plan" / "plan.json").placement.shape[0] > 0
+
+
+def test_chain_finetune_the_generalist_then_plan_with_it(tmp_path: Path) -> None:
+    ft = tmp_path / "ft"
+    p = cli(
+        "runners.train", "+env=gpt2_tiny_cpu4", "agent=chain_finetune", "agent.budget=48",
+        "+agent.options.first_samples=16", "+agent.options.samples=8", "logger=none",
+        "env.baselines=[metis]", "train.progress=false", f"output_dir={ft}",
+    )  # fmt: skip
+    assert last_line(p).startswith("gpt2_tiny_cpu4 chain_finetune seed=0: best ")
+    result = json.loads((ft / "result.json").read_text())
+    assert result["meta"]["init_policy"] == "generalist" and result["oracle_calls"] <= 48
+    assert result["best_step_time"] <= result["meta"]["zero_shot_step_time"]
+    p = cli("runners.plan", f"policy={ft / 'policy.pt'}", "+env=rnnlm_k40_4",
+            f"output_dir={tmp_path / 'plan'}", "samples=8")  # fmt: skip
     assert "zero-shot plan" in last_line(p)
     assert Plan.load(tmp_path / "plan" / "plan.json").placement.shape[0] > 0
 

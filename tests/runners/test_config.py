@@ -64,6 +64,10 @@ def test_every_agent_composes(agent: str) -> None:
         from agents import baselines
 
         baselines.get(cfg.agent.baseline)  # raises if unknown
+    elif cfg.agent.kind == "finetune":
+        from agents.export import resolve_policy
+
+        assert resolve_policy(cfg.agent.init_policy).exists()  # a shipped policy name
     else:
         assert cfg.agent.kind == "ppo"
         from agents import policies

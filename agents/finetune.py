@@ -1,0 +1,285 @@
+"""Fine-tuning a per-unit policy on one problem: the cross-entropy method on its chain model.
+
+The generalist plans by chain decoding (:mod:`agents.decoding`): it reads the network's
+per-unit device log-probabilities once, draws placements from a chain model with a
+device-change penalty and keeps the fastest by the oracle. PPO fine-tuning
+(``runners.train agent.init_policy=generalist``) rolls out the ``OneShot-v0`` action
+instead, every unit sampled independently, so its first rollouts are far worse than the
+zero-shot plan it starts from (``docs/generalisation.md``). :func:`chain_finetune` trains
+the same network on the same chain samples that planning draws:
+
+1. round 0 is the zero-shot plan: ``first_samples`` chain candidates (the Viterbi
+   placement of each penalty of the ladder, then samples) scored by the oracle;
+2. the ``elite`` fastest memory-feasible distinct placements seen so far are the targets:
+   ``updates`` Adam steps on their mean per-unit cross-entropy under the network (the
+   cross-entropy method, Rubinstein 1999, with the network as the sampling distribution;
+   self-imitation of the best plans found, Oh et al., ICML 2018);
+3. each later round draws ``samples`` candidates from the updated network (Viterbi
+   placements first), scores the ones not seen before (a repeated placement costs no
+   oracle call) and updates the elite set;
+
+until the oracle-call budget, the time budget or the ``target`` step time is reached, or
+the chain model stops proposing unseen placements (``patience`` rounds in a row).
+The weights change, the encoding and the decoding do not: the result carries the
+fine-tuned :class:`~agents.export.ExportedPolicy`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphs.cluster import Cluster
+from graphs.compgraph import CompGraph
+
+
+@dataclass
+class FinetuneResult:
+    """What :func:`chain_finetune` found.
+
+    Attributes:
+        placement: node placement of the fastest memory-feasible plan (``None``: none found).
+        step_time: its step time (s; ``inf`` when none).
+        oracle_calls: oracle calls made, round 0 (the zero-shot plan) included.
+        zero_shot_calls: the calls of round 0 alone.
+        zero_shot_step_time: the best step time after round 0 (the zero-shot plan's).
+        seconds: wall time of the whole call.
+        rounds: rounds run after round 0.
+        stop: why it stopped: ``"target"``, ``"calls"``, ``"seconds"``, ``"rounds"`` or
+            ``"collapsed"`` (no unseen placement in ``patience`` rounds).
+        curve: ``(round, oracle calls, seconds, best step time)`` at round 0 and at each
+            improvement.
+        policy: the fine-tuned policy (a copy; the caller's is unchanged).
+    """
+
+    placement: np.ndarray | None
+    step_time: float
+    oracle_calls: int
+    zero_shot_calls: int
+    zero_shot_step_time: float
+    seconds: float
+    rounds: int
+    stop: str
+    curve: list[tuple[int, int, float, float]] = field(default_factory=list)
+    policy: Any = None
+
+
+def chain_finetune(
+    policy: Any,
+    graph: CompGraph,
+    cluster: Cluster,
+    *,
+    oracle: Any = None,
+    microbatches: int = 8,
+    schedule: str = "1f1b",
+    calls: int = 4096,
+    seconds: float | None = None,
+    target: float | None = None,
+    first_samples: int | None = None,
+    samples: int = 64,
+    elite: int = 4,
+    updates: int = 8,
+    lr: float = 1e-3,
+    penalty: float | Sequence[float] | None = None,
+    max_rounds: int | None = None,
+    patience: int = 3,
+    seed: int = 0,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+) -> FinetuneResult:
+    """Fine-tune ``policy`` (a per-unit :class:`~agents.export.ExportedPolicy`, e.g.
+    ``agents.load_policy("generalist")``) on ``graph`` x ``cluster`` by the cross-entropy
+    method on its chain model (module docstring).
+
+    Args:
+        oracle: scores placements (default: the simulator with ``microbatches`` and
+            ``schedule``); its ``evaluate`` is called once per distinct placement.
+        calls: oracle-call budget, round 0 included (>= 1).
+        seconds: wall-time budget (``None``: none).
+        target: stop as soon as a plan this fast (s) is found.
+        first_samples: round 0's candidates (default: ``policy.default_samples()``, what
+            ``policy.plan`` scores, so round 0 is the zero-shot plan).
+        samples: candidates per later round (>= 1). The defaults of ``samples``, ``elite``,
+            ``updates`` and ``lr`` are the best of four settings on the validation draw
+            (``docs/generalisation.md``).
+        elite: how many of the fastest distinct plans the network imitates (>= 1).
+        updates: Adam steps per round (>= 1), learning rate ``lr`` (> 0).
+        penalty: the chain decoding's device-change penalty or ladder (default: the
+            policy's, as in ``plan``).
+        max_rounds: stop after this many rounds after round 0.
+        patience: stop after this many rounds in a row without an unseen placement.
+        seed: seeds the chain samples; the result is deterministic for a seed.
+        on_round: called after every round with ``{"round", "calls", "seconds", "best",
+            "new"}`` (a progress bar, a logger).
+
+    Raises:
+        ValueError: a bad budget or option, or a policy that is not per-unit.
+    """
+    from agents import decoding
+    from agents.export import ACTION_MASK_LOGIT
+    from agents.policies.dense import dense_from_obs
+
+    if policy.mode != "per_node":
+        raise ValueError(
+            f"chain_finetune needs a per-unit policy (mode 'per_node', as the generalist), "
+            f"not mode {policy.mode!r}"
+        )
+    for name, val in (("calls", calls), ("samples", samples), ("elite", elite),
+                      ("updates", updates), ("patience", patience)):  # fmt: skip
+        if int(val) < 1:
+            raise ValueError(f"chain_finetune: {name} must be >= 1, got {val}")
+    if not lr > 0:
+        raise ValueError(f"chain_finetune: lr must be > 0, got {lr}")
+    if seconds is not None and not seconds > 0:
+        raise ValueError(f"chain_finetune: seconds must be > 0, got {seconds}")
+    if first_samples is None:
+        first_samples = policy.default_samples()
+    if int(first_samples) < 1:
+        raise ValueError(f"chain_finetune: first_samples must be >= 1, got {first_samples}")
+    if penalty is None:
+        penalty = policy.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
+    if oracle is None:
+        from placement_env.oracles.simulator import Simulator
+
+        oracle = Simulator(graph, cluster, microbatches=microbatches, schedule=schedule)
+
+    t0 = time.perf_counter()
+    tuned = copy.copy(policy)
+    tuned.net = copy.deepcopy(policy.net)
+    tuned.meta = {**policy.meta}
+    net = tuned.net
+    torch.manual_seed(seed)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    rng = np.random.default_rng(seed)
+
+    env = tuned.make_env(graph, cluster, oracle)
+    try:
+        obs, _ = env.reset(seed=seed)
+        enc = env.unwrapped.enc  # type: ignore[attr-defined]
+        U, D = int(enc.num_units), int(enc.num_devices)
+        N = int(np.asarray(obs["node_mask"]).shape[-1])
+        mask_np = env.unwrapped.action_masks().reshape(N, -1)[:U, :D]  # type: ignore[attr-defined]
+    finally:
+        env.close()
+    mask = torch.as_tensor(mask_np | ~mask_np.any(axis=1, keepdims=True))
+    g = dense_from_obs({k: torch.as_tensor(np.asarray(v))[None] for k, v in obs.items()})
+
+    def log_probs() -> torch.Tensor:
+        scores, _ = net(g)
+        s = scores[0, :U, :D].masked_fill(~mask, ACTION_MASK_LOGIT)
+        return torch.log_softmax(s, dim=-1)
+
+    scored: dict[bytes, float] = {}  # unit placement -> step time (inf: out of memory)
+    units_of: dict[bytes, np.ndarray] = {}
+    best_t, best_key = float("inf"), None
+    ncalls = 0
+    curve: list[tuple[int, int, float, float]] = []
+
+    def score(cands: list[np.ndarray], budget: int) -> int:
+        nonlocal best_t, best_key, ncalls
+        new = 0
+        for units in cands:
+            key = units.tobytes()
+            if key in scored:
+                continue
+            if ncalls >= budget:
+                break
+            res = oracle.evaluate(enc.units.node_placement(units))
+            ncalls += 1
+            new += 1
+            t = float(res.step_time)
+            t = t if (not res.oom and np.isfinite(t)) else float("inf")
+            scored[key], units_of[key] = t, units.copy()
+            if t < best_t:
+                best_t, best_key = t, key
+        return new
+
+    def draw(k: int) -> list[np.ndarray]:
+        with torch.no_grad():
+            lp = log_probs().double().numpy()
+        lp = np.where(mask_np | ~mask_np.any(axis=1, keepdims=True), lp, -np.inf)
+        return decoding.candidates(lp, penalty, k, greedy=True, rng=rng)
+
+    def elapsed() -> float:
+        return time.perf_counter() - t0
+
+    score(draw(int(first_samples)), int(calls))
+    zs_calls, zs_best = ncalls, best_t
+    curve.append((0, ncalls, elapsed(), best_t))
+    if on_round is not None:
+        on_round({"round": 0, "calls": ncalls, "seconds": elapsed(), "best": best_t, "new": ncalls})
+    rounds, idle, stop = 0, 0, "calls"
+    while True:
+        if target is not None and best_t <= target:
+            stop = "target"
+            break
+        if ncalls >= calls:
+            stop = "calls"
+            break
+        if seconds is not None and elapsed() >= seconds:
+            stop = "seconds"
+            break
+        if max_rounds is not None and rounds >= max_rounds:
+            stop = "rounds"
+            break
+        feasible = sorted((t, k) for k, t in scored.items() if np.isfinite(t))
+        if not feasible:  # nothing to imitate: draw again from the unchanged network
+            tgt = None
+        else:
+            top = [units_of[k] for _, k in feasible[:elite]]
+            tgt = torch.as_tensor(np.stack(top), dtype=torch.long)  # (E, U)
+        if tgt is not None:
+            for _ in range(updates):
+                lp = log_probs()
+                nll = -lp.gather(1, tgt.T).mean()  # mean over units and elites
+                opt.zero_grad()
+                nll.backward()
+                opt.step()
+        rounds += 1
+        before = best_t
+        new = score(draw(samples), int(calls))
+        if best_t < before:
+            curve.append((rounds, ncalls, elapsed(), best_t))
+        if on_round is not None:
+            on_round(
+                {"round": rounds, "calls": ncalls, "seconds": elapsed(), "best": best_t, "new": new}
+            )
+        idle = idle + 1 if new == 0 else 0
+        if idle >= patience:
+            stop = "collapsed"
+            break
+    net.eval()
+    placement = None
+    if best_key is not None:
+        placement = np.asarray(enc.units.node_placement(units_of[best_key]), dtype=np.int64)
+    tuned.meta["finetune"] = {
+        "method": "chain cross-entropy",
+        "calls": ncalls,
+        "rounds": rounds,
+        "samples": int(samples),
+        "first_samples": int(first_samples),
+        "elite": int(elite),
+        "updates": int(updates),
+        "lr": float(lr),
+        "seed": int(seed),
+    }
+    return FinetuneResult(
+        placement=placement,
+        step_time=best_t,
+        oracle_calls=ncalls,
+        zero_shot_calls=zs_calls,
+        zero_shot_step_time=zs_best,
+        seconds=elapsed(),
+        rounds=rounds,
+        stop=stop,
+        curve=curve,
+        policy=tuned,
+    )
+
+
+__all__ = ["FinetuneResult", "chain_finetune"]

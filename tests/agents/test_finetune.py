@@ -1,0 +1,184 @@
+"""Chain fine-tuning (agents.finetune.chain_finetune): round 0 is the zero-shot plan, the
+network learns its elite plans, budgets and targets stop it, the runner exports the result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from agents import decoding
+from agents import generalist as G
+from agents.export import load_policy
+from agents.finetune import chain_finetune
+from graphs import synthetic
+from graphs.plan import check_placement
+from placement_env.encoding import unit_graph
+from placement_env.oracles.simulator import Simulator
+
+
+class Counting:
+    """An oracle that counts and records the placements it scores."""
+
+    def __init__(self, oracle):
+        self.oracle, self.seen = oracle, []
+
+    def evaluate(self, placement):
+        self.seen.append(np.asarray(placement).tobytes())
+        return self.oracle.evaluate(placement)
+
+    def __getattr__(self, name):
+        return getattr(self.oracle, name)
+
+
+def sim(g, c):
+    """The oracle ``plan`` and ``chain_finetune`` use by default."""
+    return Simulator(g, c, microbatches=8, schedule="1f1b")
+
+
+def _problem(seed: int = 1, ops: int = 40, devices: int = 4):
+    g = synthetic.sample(np.random.default_rng(seed), "layered", min_nodes=ops, max_nodes=ops)
+    c = G.sample_cluster(np.random.default_rng(seed), "pcie", devices, hetero=True)
+    return g, c
+
+
+def test_round_zero_is_the_zero_shot_plan_and_the_best_is_the_simulators() -> None:
+    g, c = _problem()
+    pol = load_policy("generalist")
+    zs = pol.plan(g, c, samples=32, seed=3)
+    orc = Counting(sim(g, c))
+    ft = chain_finetune(pol, g, c, oracle=orc, first_samples=32, samples=16, calls=100, seed=3)
+    assert ft.zero_shot_step_time == pytest.approx(zs.meta["step_time"])
+    assert ft.zero_shot_calls == zs.meta["oracle_calls"]
+    assert ft.step_time <= ft.zero_shot_step_time
+    assert ft.oracle_calls == len(orc.seen) <= 100
+    assert len(set(orc.seen)) == len(orc.seen)  # a placement is never scored twice
+    check_placement(ft.placement, g, c)
+    assert sim(g, c).evaluate(ft.placement).step_time == pytest.approx(ft.step_time)
+    # the curve starts at round 0 and only improves
+    assert ft.curve[0][:2] == (0, ft.zero_shot_calls)
+    bests = [b for *_, b in ft.curve]
+    assert bests == sorted(bests, reverse=True) and bests[-1] == ft.step_time
+    assert ft.stop in ("calls", "collapsed")
+
+
+def test_deterministic_for_a_seed_and_the_callers_policy_is_unchanged() -> None:
+    g, c = _problem(2, 30, 3)
+    pol = load_policy("generalist")
+    before = {k: v.clone() for k, v in pol.net.state_dict().items()}
+    a = chain_finetune(pol, g, c, first_samples=8, samples=8, calls=40, seed=0)
+    b = chain_finetune(pol, g, c, first_samples=8, samples=8, calls=40, seed=0)
+    assert np.array_equal(a.placement, b.placement)
+    assert [(r, n, t) for r, n, _, t in a.curve] == [(r, n, t) for r, n, _, t in b.curve]
+    for k, v in pol.net.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    changed = [k for k, v in a.policy.net.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed and a.rounds >= 1
+    assert a.policy.meta["finetune"]["calls"] == a.oracle_calls
+
+
+def test_the_network_learns_its_elite_plan() -> None:
+    """One round of 100 Adam steps on one elite (round 0's best plan): the tuned network's
+    per-unit argmax (the Viterbi placement at penalty 0) is that plan; the generalist's own
+    argmax is not."""
+    g, c = _problem(3, 40, 4)
+    pol = load_policy("generalist")
+    kw = dict(first_samples=16, samples=1, calls=10_000, elite=1, updates=100, lr=3e-3, seed=0)
+    elite = chain_finetune(pol, g, c, max_rounds=0, **kw).placement
+    ft = chain_finetune(pol, g, c, max_rounds=1, **kw)
+    env = pol.make_env(g, c, sim(g, c))
+    obs, _ = env.reset(seed=0)
+    enc = env.unwrapped.enc
+    U, D = enc.num_units, enc.num_devices
+    N = np.asarray(obs["node_mask"]).shape[-1]
+    mask = env.unwrapped.action_masks().reshape(N, -1)[:U, :D]
+    env.close()
+
+    def argmax_plan(p):
+        lg = p.logits({k: v[None] for k, v in obs.items()}).view(N, -1).numpy()
+        lp = decoding.masked_log_probs(lg[:U, :D], mask)
+        return enc.units.node_placement(decoding.viterbi(lp, 0.0)[0])
+
+    assert not np.array_equal(argmax_plan(pol), elite)
+    assert np.array_equal(argmax_plan(ft.policy), elite)
+
+
+def test_stops_when_the_chain_model_proposes_nothing_new() -> None:
+    """Two devices and a handful of units: far fewer placements exist than the budget, so
+    the loop ends by ``collapsed`` (``patience`` rounds without an unseen placement), having
+    scored each placement at most once."""
+    g, c = _problem(4, 8, 2)
+    U = unit_graph(g).num_units
+    orc = Counting(sim(g, c))
+    ft = chain_finetune(
+        load_policy("generalist"), g, c, oracle=orc, first_samples=4, samples=16,
+        calls=10_000, patience=2, seed=0,
+    )  # fmt: skip
+    assert ft.stop == "collapsed" and ft.oracle_calls <= 2**U
+    assert len(set(orc.seen)) == len(orc.seen) == ft.oracle_calls
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"calls": 0}, "calls must be >= 1"),
+        ({"samples": 0}, "samples must be >= 1"),
+        ({"elite": 0}, "elite must be >= 1"),
+        ({"lr": 0.0}, "lr must be > 0"),
+        ({"seconds": -1.0}, "seconds must be > 0"),
+        ({"first_samples": 0}, "first_samples must be >= 1"),
+    ],
+)
+def test_bad_options_are_refused_by_name(kw: dict, match: str) -> None:
+    g, c = _problem(5, 20, 2)
+    with pytest.raises(ValueError, match=match):
+        chain_finetune(load_policy("generalist"), g, c, **kw)
+
+
+def test_target_stops_after_round_zero() -> None:
+    g, c = _problem(6, 30, 3)
+    ft = chain_finetune(load_policy("generalist"), g, c, first_samples=8, target=1e9, seed=0)
+    assert ft.stop == "target" and ft.rounds == 0 and ft.oracle_calls == ft.zero_shot_calls
+
+
+@pytest.mark.timeout(300)
+def test_runners_train_chain_finetune_then_plan_with_its_policy(tmp_path: Path) -> None:
+    from graphs import io as gio
+    from runners.plan import plan
+    from runners.train import train
+    from tests.runners.conftest import chain_graph, compose, small_env
+
+    gio.save(chain_graph(), tmp_path / "g.json")
+    ov = [*small_env(tmp_path / "g.json"), "agent=chain_finetune", "agent.budget=64",
+          "+agent.options.first_samples=16", "+agent.options.samples=16"]  # fmt: skip
+    res = train(compose(ov), tmp_path / "ft", echo=lambda s: None)
+    assert res["agent"] == "chain_finetune" and not res["oom"] and res["oracle_calls"] <= 64
+    assert res["meta"]["init_policy"] == "generalist" and res["meta"]["stop"] in (
+        "calls", "collapsed", "target",
+    )  # fmt: skip
+    assert res["best_step_time"] <= res["meta"]["zero_shot_step_time"] + 1e-12
+    tuned = load_policy(tmp_path / "ft" / "policy.pt")
+    assert tuned.meta["finetune"]["method"] == "chain cross-entropy"
+    cfg = compose(
+        ["+env=rnnlm_k40_2", f"env.graph_file={tmp_path / 'g.json'}", "env.model=null",
+         f"policy={tmp_path / 'ft' / 'policy.pt'}", "samples=16"],
+        config="plan",
+    )  # fmt: skip
+    out = plan(cfg, tmp_path / "plan", echo=lambda s: None)
+    assert not out["oom"] and Path(out["policy"]) == tmp_path / "ft" / "policy.pt"
+    saved = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert saved["meta"]["policy"] == str(tmp_path / "ft" / "policy.pt")
+
+
+def test_runners_train_refuses_an_unknown_finetune_option(tmp_path: Path) -> None:
+    from graphs import io as gio
+    from runners.train import train
+    from tests.runners.conftest import chain_graph, compose, small_env
+
+    gio.save(chain_graph(), tmp_path / "g.json")
+    ov = [*small_env(tmp_path / "g.json"), "agent=chain_finetune", "+agent.options.elites=4"]
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['elites'\]"):
+        train(compose(ov), tmp_path / "ft", echo=lambda s: None)
