@@ -182,3 +182,21 @@ def test_runners_train_refuses_an_unknown_finetune_option(tmp_path: Path) -> Non
     ov = [*small_env(tmp_path / "g.json"), "agent=chain_finetune", "+agent.options.elites=4"]
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['elites'\]"):
         train(compose(ov), tmp_path / "ft", echo=lambda s: None)
+
+
+def test_runners_train_refuses_chain_finetune_on_a_hybrid_env(tmp_path: Path) -> None:
+    from runners.train import train
+    from tests.runners.conftest import compose
+
+    ov = ["+env=gpt2_8gpu_hybrid", "agent=chain_finetune", "run_baselines=false",
+          "logger=none", "train.progress=false"]  # fmt: skip
+    with pytest.raises(ValueError, match="agent kind 'finetune' fine-tunes a graph policy"):
+        train(compose(ov), tmp_path / "ft", echo=lambda s: None)
+
+
+def test_a_policy_that_is_not_per_unit_is_refused(tmp_path: Path) -> None:
+    pol = load_policy("generalist")
+    pol.mode = "current_row"  # as a Placeto policy reads its scores
+    g, c = _problem(7, 20, 2)
+    with pytest.raises(ValueError, match="needs a per-unit policy"):
+        chain_finetune(pol, g, c)
