@@ -280,6 +280,90 @@ def measure_collectives(
     return out
 
 
+def measure_wrappers(
+    model: dict[str, Any], *, microbatch: int = 2, repeats: int = 7
+) -> dict[str, float]:
+    """CPU seconds that the runtime's data-parallel wrappers add to the plain module, on a
+    1-rank gloo group (no communication and no time sharing), one thread.
+
+    The runtime wraps each data-parallel chunk in FSDP2 (``fully_shard`` on every block and
+    on the chunk; ZeRO-3 reshards after forward, ZeRO 1-2 not) or ``replicate`` (ZeRO-0),
+    whose parameters are DTensors. Forward + backward of one microbatch of ``microbatch``
+    sequences is timed for the plain module and each wrapping, interleaved round by round
+    (``repeats`` rounds after one warm-up, medians), and one Adam step over plain and
+    ``fully_shard`` parameters. Returns, each clipped at 0: ``fsdp_unit`` /
+    ``fsdp_unit_no_reshard`` (per FSDP unit -- a block, or a chunk's root -- and microbatch),
+    ``replicate`` (per wrapped chunk and microbatch), ``adam_dtensor`` (per parameter tensor
+    and step), and the raw medians (``*_fwd_bwd``, ``*_adam``, ``units``, ``tensors``).
+    """
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from runtime.model import load_model
+
+    if dist.is_initialized():
+        raise RuntimeError("measure_wrappers needs a process without a default process group")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+
+        def sharded(reshard: bool) -> Any:
+            rm = load_model(model)
+            for sub in rm.module.modules():
+                if type(sub).__name__.endswith("Block"):
+                    fully_shard(sub, mesh=mesh, reshard_after_forward=reshard)
+            fully_shard(rm.module, mesh=mesh, reshard_after_forward=reshard)
+            return rm
+
+        plain = load_model(model)
+        rep = load_model(model)
+        replicate(rep.module, mesh=mesh)
+        kinds = {"plain": plain, "fsdp": sharded(True), "fsdp_nr": sharded(False), "rep": rep}
+        times: dict[str, list[float]] = {k: [] for k in kinds}
+        for i in range(1 + repeats):
+            for k, rm in kinds.items():
+                x = tuple(t[:microbatch] for t in rm.example_inputs)
+                c0 = time.process_time()
+                rm.loss_fn(rm.module(*x[:1]), *x).backward()
+                if i:
+                    times[k].append(time.process_time() - c0)
+        fb = {k: float(np.median(v)) for k, v in times.items()}
+        opts = {
+            k: torch.optim.Adam(kinds[k].module.parameters(), lr=1e-4) for k in ("plain", "fsdp")
+        }
+        adam: dict[str, list[float]] = {k: [] for k in opts}
+        for i in range(1 + repeats):
+            for k, opt in opts.items():
+                c0 = time.process_time()
+                opt.step()
+                if i:
+                    adam[k].append(time.process_time() - c0)
+        ad = {k: float(np.median(v)) for k, v in adam.items()}
+        units = 1 + sum(1 for s in plain.module.modules() if type(s).__name__.endswith("Block"))
+        tensors = len(list(plain.module.parameters()))
+    finally:
+        dist.destroy_process_group()
+        torch.set_num_threads(threads)
+    return {
+        "fsdp_unit": max(0.0, fb["fsdp"] - fb["plain"]) / units,
+        "fsdp_unit_no_reshard": max(0.0, fb["fsdp_nr"] - fb["plain"]) / units,
+        "replicate": max(0.0, fb["rep"] - fb["plain"]),
+        "adam_dtensor": max(0.0, ad["fsdp"] - ad["plain"]) / tensors,
+        "plain_fwd_bwd": fb["plain"],
+        "fully_shard_fwd_bwd": fb["fsdp"],
+        "fully_shard_no_reshard_fwd_bwd": fb["fsdp_nr"],
+        "replicate_fwd_bwd": fb["rep"],
+        "plain_adam": ad["plain"],
+        "fully_shard_adam": ad["fsdp"],
+        "units": float(units),
+        "tensors": float(tensors),
+        "microbatch": float(microbatch),
+    }
+
+
 def measure_optimizer(params: int = 1 << 22, repeats: int = 5) -> float:
     """CPU seconds per parameter of one ``torch.optim.Adam`` step (one thread)."""
     torch.set_num_threads(1)
@@ -523,5 +607,6 @@ __all__ = [
     "measure_runtime_overhead",
     "solve_runtime_overhead",
     "measure_optimizer",
+    "measure_wrappers",
     "measure_segments",
 ]
