@@ -616,13 +616,11 @@ class ExportedPolicy:
         if penalty is None:
             penalty = self.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
         penalty = float(penalty) if np.isscalar(penalty) else [float(p) for p in penalty]
-        obs, _ = env.reset(seed=seed)
-        enc = env.unwrapped.enc  # type: ignore[attr-defined]
-        U, D = int(enc.num_units), int(enc.num_devices)
+        obs, enc, mask = chain_inputs(env, seed)
+        U, D = mask.shape
         N = int(np.asarray(obs["node_mask"]).shape[-1])
-        mask = env.unwrapped.action_masks().reshape(N, -1)  # type: ignore[attr-defined]
         logits = self.logits({k: v[None] for k, v in obs.items()}).view(N, -1).numpy()
-        logp = decoding.masked_log_probs(logits[:U, :D], mask[:U, :D])
+        logp = decoding.masked_log_probs(logits[:U, :D], mask)
         cands = decoding.candidates(
             logp, penalty, samples, greedy=greedy, rng=np.random.default_rng(seed)
         )
@@ -679,6 +677,19 @@ class ExportedPolicy:
 
     def __repr__(self) -> str:
         return f"ExportedPolicy({self.net!r}, mode={self.mode!r}, env_id={self.env_id!r})"
+
+
+def chain_inputs(env: gym.Env, seed: int) -> tuple[dict[str, Any], Any, np.ndarray]:
+    """What chain decoding reads from a per-unit env after ``reset(seed=seed)``: the
+    observation, the encoder (``enc.units`` maps unit placements to node placements) and
+    the ``(units, devices)`` action mask, a unit that no device allows opened to all of them
+    (as :func:`agents.decoding.masked_log_probs` does)."""
+    obs, _ = env.reset(seed=seed)
+    enc = env.unwrapped.enc  # type: ignore[attr-defined]
+    U, D = int(enc.num_units), int(enc.num_devices)
+    N = int(np.asarray(obs["node_mask"]).shape[-1])
+    mask = env.unwrapped.action_masks().reshape(N, -1)[:U, :D]  # type: ignore[attr-defined]
+    return obs, enc, mask | ~mask.any(axis=1, keepdims=True)
 
 
 def _without_current_device(env: Any, mask: np.ndarray) -> np.ndarray:

@@ -121,7 +121,7 @@ def chain_finetune(
         ValueError: a bad budget or option, or a policy that is not per-unit.
     """
     from agents import decoding
-    from agents.export import ACTION_MASK_LOGIT
+    from agents.export import ACTION_MASK_LOGIT, chain_inputs
     from agents.policies.dense import dense_from_obs
 
     if policy.mode != "per_node":
@@ -159,14 +159,11 @@ def chain_finetune(
 
     env = tuned.make_env(graph, cluster, oracle)
     try:
-        obs, _ = env.reset(seed=seed)
-        enc = env.unwrapped.enc  # type: ignore[attr-defined]
-        U, D = int(enc.num_units), int(enc.num_devices)
-        N = int(np.asarray(obs["node_mask"]).shape[-1])
-        mask_np = env.unwrapped.action_masks().reshape(N, -1)[:U, :D]  # type: ignore[attr-defined]
+        obs, enc, allowed = chain_inputs(env, seed)
     finally:
         env.close()
-    mask = torch.as_tensor(mask_np | ~mask_np.any(axis=1, keepdims=True))
+    U, D = allowed.shape
+    mask = torch.as_tensor(allowed)
     g = dense_from_obs({k: torch.as_tensor(np.asarray(v))[None] for k, v in obs.items()})
 
     def log_probs() -> torch.Tensor:
@@ -201,8 +198,7 @@ def chain_finetune(
 
     def draw(k: int) -> list[np.ndarray]:
         with torch.no_grad():
-            lp = log_probs().double().numpy()
-        lp = np.where(mask_np | ~mask_np.any(axis=1, keepdims=True), lp, -np.inf)
+            lp = np.where(allowed, log_probs().double().numpy(), -np.inf)
         return decoding.candidates(lp, penalty, k, greedy=True, rng=rng)
 
     def elapsed() -> float:
