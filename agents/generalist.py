@@ -25,7 +25,7 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -354,6 +354,16 @@ def corpus_instances(
 
 
 # --------------------------------------------------------------------------- teachers
+def validation_instances(rows: int, seed: int = 1, corpus: Corpus = CORPUS) -> list[Problem]:
+    """The validation draw: training-split problems of ``corpus`` drawn with ``seed`` (1 is
+    kept out of every shipped training run), every k-th of them, ``rows`` in all -- the
+    same families, cluster kinds and sizes as training, different draws, no held-out
+    family or cluster kind (``scripts/validate_generalist.py``,
+    ``scripts/finetune_generalist.py --split validation``)."""
+    probs = corpus_instances(replace(corpus, seed=seed), split="train")
+    return probs[:: max(1, len(probs) // rows)][:rows]
+
+
 def teacher_plan(
     problem: Problem,
     teachers: Sequence[str] = DEFAULT_TEACHERS,

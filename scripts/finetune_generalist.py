@@ -181,10 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.split == "heldout":
         heldout = G.corpus_instances(G.CORPUS, split="heldout")
     else:
-        import dataclasses
-
-        probs = G.corpus_instances(dataclasses.replace(G.CORPUS, seed=1), split="train")
-        heldout = probs[:: max(1, len(probs) // args.val_rows)][: args.val_rows]
+        heldout = G.validation_instances(args.val_rows)
     cache = json.loads(args.search_cache.read_text()) if args.search_cache.exists() else {}
     rows: list[dict[str, Any]] = []
     for idx in args.rows:
@@ -231,11 +228,7 @@ def main(argv: list[str] | None = None) -> None:
                 samples=args.ft_samples, elite=args.ft_elite, updates=args.ft_updates,
                 lr=args.ft_lr,
             )  # fmt: skip
-            c, s = first_hit(rec.log, target)
-            r["chain"] = {
-                "ms": 1e3 * ft.step_time, "calls": ft.oracle_calls, "seconds": ft.seconds,
-                "hit_calls": c, "hit_seconds": s, "rounds": ft.rounds, "stop": ft.stop,
-            }  # fmt: skip
+            r["chain"] = {**rec.summary(target), "rounds": ft.rounds, "stop": ft.stop}
         print(pb.name, {m: r[m] for m in METHODS if m in r}, flush=True)
         for init in [i for i, m in ((True, "ppo_generalist"), (False, "ppo_scratch"))
                      if m in args.methods]:  # fmt: skip

@@ -16,7 +16,6 @@ held-out family or cluster kind is looked at. Per-model search as in
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -50,9 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     import agents
 
-    corpus = dataclasses.replace(G.CORPUS, seed=args.seed)
-    probs = G.corpus_instances(corpus, split="train")
-    probs = probs[:: max(1, len(probs) // args.rows)][: args.rows]
+    probs = G.validation_instances(args.rows, seed=args.seed)
     cache = json.loads(args.cache.read_text()) if args.cache.exists() else {}
     for pb in probs:
         if pb.name not in cache:
