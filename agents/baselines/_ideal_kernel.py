@@ -14,7 +14,10 @@ search, each exactly once (``S``'s largest item is the one added last), while
 keeping ``S``'s compute, memory and transfer charges up to date, so a stage
 costs O(its boundary) to score. A branch is cut when no class can hold ``S``
 (memory and compute only grow with ``S``) or its compute alone exceeds the
-upper bound ``UB`` (any stage of a better split costs at most ``UB``). Ideals
+upper bound ``UB`` (any stage of a better split costs at most ``UB``). A stage is
+not relaxed when the work left after it exceeds what the free devices can do
+within ``UB`` (``rate[c]`` of it per class-``c`` device), and, with ``strict``
+(``UB`` is a plan's objective), when it only ties ``UB``. Ideals
 are created only when reached by a stage within ``UB``, keyed by a 64-bit
 Zobrist hash and checked bit for bit.
 """
@@ -76,6 +79,8 @@ def ideal_dp_kernel(
     keys,  # int64[B] Zobrist keys
     max_ideals,  # int64
     deadline,  # float64 time.perf_counter() deadline
+    rate,  # float64[K] most work (least compute over classes) one unit of class-c time can do
+    strict,  # bool: keep only splits strictly better than the bound (it is a plan's objective)
 ):
     K = counts.shape[0]
     n = node_item.shape[0]
@@ -86,17 +91,21 @@ def ideal_dp_kernel(
         stride[c] = NK
         NK *= counts[c] + 1
     kc = np.zeros((NK, K), np.int64)
-    left = np.zeros(NK, np.int64)  # devices still free in state k
-    ndev = 0
-    for c in range(K):
-        ndev += counts[c]
     for k in range(NK):
         r = k
-        left[k] = ndev
         for c in range(K):
             kc[k, c] = r % (counts[c] + 1)
             r //= counts[c] + 1
-            left[k] -= kc[k, c]
+    # what the devices left after a stage on class c can absorb, per unit of bound
+    absorb = np.zeros((NK, K))
+    for k in range(NK):
+        for c in range(K):
+            a = 0.0
+            for c2 in range(K):
+                free = counts[c2] - kc[k, c2] - (1 if c2 == c else 0)
+                if free > 0:
+                    a += free * rate[c2]
+            absorb[k, c] = a
     total_work = 0.0
     for v in range(B):
         total_work += work_item[v]
@@ -116,7 +125,8 @@ def ideal_dp_kernel(
     head[0] = 0
     tail[0] = 0
     UB = ub0
-    tol = 1.0 + 1e-12
+    # keep a value when it is <= UB * tol; with `strict` only values below UB survive
+    tol = 1.0 - 1e-9 if strict else 1.0 + 1e-12
 
     inJ = np.zeros(B, np.bool_)
     inS = np.zeros(B, np.bool_)
@@ -301,7 +311,7 @@ def ideal_dp_kernel(
                         if kc[k, c] >= counts[c]:
                             continue
                         val = dp[J, k] if dp[J, k] > cost else cost
-                        if val > UB * tol or rest > UB * tol * (left[k] - 1) + 1e-9 * UB:
+                        if val > UB * tol or rest > UB * absorb[k, c] * (1.0 + 1e-9) + 1e-9 * UB:
                             continue
                         if Iidx < 0:
                             h = hJ ^ hS

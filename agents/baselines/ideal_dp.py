@@ -281,6 +281,13 @@ def solve_ideal_dp(
     fin = np.where(np.isfinite(comp_item), comp_item, np.inf)
     work_item = fin.min(axis=1) if K else np.zeros(B)
     work_item = np.where(np.isfinite(work_item), work_item, 0.0)
+    # the most work (in least-compute units) one second of a class-c device can do
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(
+            (comp_item > 0) & np.isfinite(comp_item), work_item[:, None] / comp_item, 0.0
+        )
+    rate = np.minimum(ratio.max(axis=0), 1.0) if B else np.ones(K)
+    rate = np.where(rate > 0, rate, 1.0)  # no item has compute there: no bound from it
     mem_item = np.bincount(items.item_of_unit[keepu], weights=prob.mem[keepu], minlength=B)
     cost = model.uniform_cost()
     cross = node_item[model.psrc] != node_item[model.pdst]
@@ -309,7 +316,7 @@ def solve_ideal_dp(
             B, sptr, sidx, np.diff(pptr), pptr, pidx, inptr, inidx, ni,
             optr, oidx, ocost, iptr, iidx, icost,
             comp_item[perm], work_item[perm], mem_item[perm], cap, pays, counts, float(ub),
-            keys, int(limit), float(deadline),
+            keys, int(limit), float(deadline), rate, True,
         )  # fmt: skip
         if status == STATUS_COLLISION or full < 0 or not np.isfinite(dp[full].min()):
             return status, None, np.inf, nI, visited

@@ -259,6 +259,30 @@ def test_ideal_dp_chain_by_hand():
     assert len(set(plan.placement[:3].tolist())) == 1 and plan.placement[3] != plan.placement[0]
 
 
+def test_ideal_dp_proves_optimality_from_the_empty_ideal_by_hand():
+    # 0 -> 1 -> 2 -> 3, 1 s each on 2 accelerators, 100 s each on a host CPU (pays no
+    # transfers), 0.1 s per crossing. The chain DP's split {0,1} | {2,3} costs 2.1 = UB.
+    # The full DP keeps only stages strictly below UB, and the work left after a stage must
+    # fit what the free devices can do within UB: the CPU does at most 1/100 of its time
+    # in accelerator work. From the empty ideal, {0} (1.1 s) leaves 3 s of work for one
+    # accelerator and the CPU (at most 2.1 x 1.01 s); {0,1} ties UB; {0,1,2} and anything
+    # on the CPU exceed it. So no ideal but the empty one is created, and UB is proven.
+    g = CompGraph.build(4, [(0, 1), (1, 2), (2, 3)], flops=[1, 1, 1, 1], out_bytes=1.0)
+    devs = (
+        Device("a0", "x", 1.0, 1e30, 1e12),
+        Device("a1", "x", 1.0, 1e30, 1e12),
+        Device("cpu0", "cpu", 0.01, 1e30, float("inf")),
+    )
+    links = tuple(Link(a, b, 10.0, 0.0) for a in range(3) for b in range(3) if a != b)
+    c = Cluster("two+cpu", devs, links)
+    plan = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"))
+    assert plan.meta["step_time"] == pytest.approx(2.1)
+    assert plan.meta["exact"] is True and plan.meta["status"] == "done"
+    assert plan.meta["ideals"] == 1
+    assert plan.placement[0] == plan.placement[1] != plan.placement[2] == plan.placement[3]
+    assert 2 not in plan.placement.tolist()
+
+
 def test_precedence_items_pin_isolated_and_follow_backward():
     # 0 -> 1 plus 3 isolated forward nodes; with_backward adds bwd nodes in the same groups
     fwd = CompGraph.build(5, [(0, 1)], flops=1.0, param_bytes=1.0)
