@@ -12,6 +12,9 @@ with a **contiguity prior**::
 - :func:`viterbi`: its most likely placement, exactly (dynamic programming over the chain);
 - :func:`sample_chain`: exact samples from it (forward filtering, backward sampling with
   the Gumbel-max trick);
+- :func:`resample_window`: a placement that redraws one window of consecutive units of a
+  given placement from the chain model conditioned on the rest of it (local search with the
+  policy as the proposal, used by :func:`agents.finetune.chain_finetune`);
 - ``penalty = 0`` gives back independent units: Viterbi is the per-unit argmax and the
   samples are per-unit samples.
 
@@ -155,3 +158,36 @@ def candidates(
         if k > 0:
             out += list(sample_chain(logp, p, rng, k))
     return out
+
+
+def resample_window(
+    logp: np.ndarray,
+    base: np.ndarray,
+    penalty: float,
+    rng: np.random.Generator,
+    *,
+    window: int,
+    temperature: float = 1.0,
+) -> tuple[np.ndarray, int, int]:
+    """``base`` with the units ``[start, start + length)`` redrawn: ``length`` uniform in
+    ``1..window`` (at most the number of units), ``start`` uniform; the window's devices are
+    an exact sample of the chain model with the window's log-probabilities divided by
+    ``temperature`` (> 1: flatter), conditioned on every unit outside it keeping its device in
+    ``base`` (the device changes at the window's two edges pay the penalty too). Returns
+    ``(placement, start, length)``; the placement may equal ``base``."""
+    U, D = logp.shape
+    base = np.asarray(base, dtype=np.int64)
+    if base.shape != (U,):
+        raise ValueError(f"resample_window: base has shape {base.shape}, expected ({U},)")
+    if int(window) < 1:
+        raise ValueError(f"resample_window: window must be >= 1, got {window}")
+    if not temperature > 0:
+        raise ValueError(f"resample_window: temperature must be > 0, got {temperature}")
+    if U == 0:
+        return base.copy(), 0, 0
+    length = int(rng.integers(1, min(int(window), U) + 1))
+    start = int(rng.integers(0, U - length + 1))
+    cond = np.full((U, D), -np.inf)
+    cond[np.arange(U), base] = 0.0
+    cond[start : start + length] = logp[start : start + length] / float(temperature)
+    return sample_chain(cond, penalty, rng, 1)[0], start, length

@@ -14,9 +14,12 @@ the same network on the same chain samples that planning draws:
    ``updates`` Adam steps on their mean per-unit cross-entropy under the network (the
    cross-entropy method, Rubinstein 1999, with the network as the sampling distribution;
    self-imitation of the best plans found, Oh et al., ICML 2018);
-3. each later round draws ``samples`` candidates from the updated network (Viterbi
-   placements first), scores the ones not seen before (a repeated placement costs no
-   oracle call) and updates the elite set;
+3. each later round draws ``samples`` candidates from the updated network -- a share
+   ``local`` of them as *local redraws* (one elite plan with a window of consecutive units
+   redrawn from the network's chain model at a ``temperature``, conditioned on the rest of
+   the plan: a large-neighbourhood search whose repair step is the policy), the rest as
+   fresh chain candidates (Viterbi placements first) --, scores the ones not seen before
+   (a repeated placement costs no oracle call) and updates the elite set;
 
 until the oracle-call budget, the time budget or the ``target`` step time is reached, or
 the chain model stops proposing unseen placements (``patience`` rounds in a row).
@@ -89,6 +92,9 @@ def chain_finetune(
     penalty: float | Sequence[float] | None = None,
     max_rounds: int | None = None,
     patience: int = 3,
+    local: float = 1.0,
+    window: int | None = None,
+    temperature: float = 6.0,
     seed: int = 0,
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> FinetuneResult:
@@ -113,6 +119,16 @@ def chain_finetune(
             policy's, as in ``plan``).
         max_rounds: stop after this many rounds after round 0.
         patience: stop after this many rounds in a row without an unseen placement.
+        local: the share of each later round's ``samples`` drawn as local redraws
+            (:func:`agents.decoding.resample_window`): one of the ``elite`` plans (at random)
+            with a window of at most ``window`` consecutive units redrawn from the network's
+            chain model, conditioned on the rest of the plan; the others are fresh chain
+            candidates as in round 0. ``0``: chain candidates only (the default until 25 Nov
+            2026). The defaults of ``local``, ``window`` and ``temperature`` were chosen on
+            the validation draw (``docs/generalisation.md``).
+        window: the longest window (default: an eighth of the units, at least 2).
+        temperature: the window's log-probabilities are divided by it before drawing
+            (> 1: flatter than the network, more exploration).
         seed: seeds the chain samples; the result is deterministic for a seed.
         on_round: called after every round with ``{"round", "calls", "seconds", "best",
             "new"}`` (a progress bar, a logger).
@@ -135,6 +151,12 @@ def chain_finetune(
             raise ValueError(f"chain_finetune: {name} must be >= 1, got {val}")
     if not lr > 0:
         raise ValueError(f"chain_finetune: lr must be > 0, got {lr}")
+    if not 0.0 <= float(local) <= 1.0:
+        raise ValueError(f"chain_finetune: local must be in [0, 1], got {local}")
+    if window is not None and int(window) < 1:
+        raise ValueError(f"chain_finetune: window must be >= 1, got {window}")
+    if not temperature > 0:
+        raise ValueError(f"chain_finetune: temperature must be > 0, got {temperature}")
     if seconds is not None and not seconds > 0:
         raise ValueError(f"chain_finetune: seconds must be > 0, got {seconds}")
     if first_samples is None:
@@ -201,6 +223,26 @@ def chain_finetune(
             lp = np.where(allowed, log_probs().double().numpy(), -np.inf)
         return decoding.candidates(lp, penalty, k, greedy=True, rng=rng)
 
+    pens = [float(penalty)] if np.isscalar(penalty) else [float(x) for x in penalty]
+    win = int(window) if window is not None else max(2, U // 8)
+
+    def draw_local(k: int) -> list[np.ndarray]:
+        """``k`` window redraws (:func:`agents.decoding.resample_window`) of elite plans."""
+        feasible = sorted((t, key) for key, t in scored.items() if np.isfinite(t))
+        if not feasible or k <= 0:
+            return []
+        with torch.no_grad():
+            lp = np.where(allowed, log_probs().double().numpy(), -np.inf)
+        top = [units_of[key] for _, key in feasible[:elite]]
+        out = []
+        for _ in range(k):
+            base = top[int(rng.integers(len(top)))]
+            pen = pens[int(rng.integers(len(pens)))]
+            out.append(
+                decoding.resample_window(lp, base, pen, rng, window=win, temperature=temperature)[0]
+            )
+        return out
+
     def elapsed() -> float:
         return time.perf_counter() - t0
 
@@ -238,7 +280,10 @@ def chain_finetune(
                 opt.step()
         rounds += 1
         before = best_t
-        new = score(draw(samples), int(calls))
+        n_local = int(round(local * samples))
+        cands = draw_local(n_local) if n_local else []
+        cands += draw(samples - len(cands)) if samples - len(cands) > 0 else []
+        new = score(cands, int(calls))
         if best_t < before:
             curve.append((rounds, ncalls, elapsed(), best_t))
         if on_round is not None:
@@ -262,6 +307,9 @@ def chain_finetune(
         "elite": int(elite),
         "updates": int(updates),
         "lr": float(lr),
+        "local": float(local),
+        "window": int(win),
+        "temperature": float(temperature),
         "seed": int(seed),
     }
     return FinetuneResult(

@@ -374,7 +374,10 @@ def search_baseline(
 
 
 #: ``agent.options`` that :func:`search_finetune` passes to ``chain_finetune``.
-FINETUNE_OPTIONS = ("first_samples", "samples", "elite", "updates", "lr", "penalty", "patience")
+FINETUNE_OPTIONS = (
+    "first_samples", "samples", "elite", "updates", "lr", "penalty", "patience", "local",
+    "window", "temperature",
+)  # fmt: skip
 
 
 def search_finetune(

@@ -149,6 +149,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ft-updates", type=int, default=8)
     ap.add_argument("--ft-lr", type=float, default=1e-3)
     ap.add_argument(
+        "--ft-local", type=float, default=1.0,
+        help="chain fine-tuning: share of each round's samples drawn as window redraws",
+    )  # fmt: skip
+    ap.add_argument("--ft-window", type=int, default=None, help="longest window (units)")
+    ap.add_argument("--ft-temperature", type=float, default=6.0)
+    ap.add_argument(
         "--samples", type=int, default=None,
         help="zero-shot placements scored (default: the policy's, as runners.plan)",
     )  # fmt: skip
@@ -226,7 +232,8 @@ def main(argv: list[str] | None = None) -> None:
                 policy, pb.graph, pb.cluster, oracle=rec, first_samples=args.samples,
                 calls=args.anneal_calls, target=target, seed=args.seed,
                 samples=args.ft_samples, elite=args.ft_elite, updates=args.ft_updates,
-                lr=args.ft_lr,
+                lr=args.ft_lr, local=args.ft_local, window=args.ft_window,
+                temperature=args.ft_temperature,
             )  # fmt: skip
             r["chain"] = {**rec.summary(target), "rounds": ft.rounds, "stop": ft.stop}
         print(pb.name, {m: r[m] for m in METHODS if m in r}, flush=True)
@@ -273,7 +280,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"target: within {100 * args.tolerance:g} % of per-model search; zero-shot {args.samples} "
         f"samples; anneal and chain fine-tuning {args.anneal_calls} calls (fine-tuning: "
         f"{args.ft_samples} samples a round, elite {args.ft_elite}, {args.ft_updates} updates, "
-        f"lr {args.ft_lr:g}); PPO "
+        f"lr {args.ft_lr:g}, local {args.ft_local:g}, window "
+        f"{args.ft_window or 'units/8'}, temperature {args.ft_temperature:g}); PPO "
         f"{args.ppo_steps} episodes or {args.ppo_seconds:g} s, n_steps {args.n_steps}",
         "",
         "| row | per-model search (ms) | " + " | ".join(METHODS[m] for m in cols) + " |",

@@ -195,3 +195,69 @@ def test_plan_chain_decoding_keeps_the_best_scored_placement() -> None:
     assert ind.meta["decode"] == "independent"
     with pytest.raises(ValueError, match="decode"):
         pol.plan(g, c, decode="beam")
+
+
+# ------------------------------------------------------------ window redraws (fine-tuning)
+@settings(max_examples=80, deadline=None)
+@given(chains(), st.integers(0, 1000), st.integers(1, 6), st.sampled_from([0.5, 1.0, 6.0]))
+def test_resample_window_changes_one_window_only(case, seed: int, window: int, temp: float):
+    logits, mask, penalty = case
+    logp = decoding.masked_log_probs(logits, mask)
+    U = logp.shape[0]
+    allowed = np.isfinite(logp)
+    rng = np.random.default_rng(seed)
+    base = np.array([rng.choice(np.flatnonzero(allowed[u])) for u in range(U)])
+    out, start, length = decoding.resample_window(
+        logp, base, penalty, rng, window=window, temperature=temp
+    )
+    assert 1 <= length <= min(window, U) and 0 <= start <= U - length
+    outside = np.ones(U, dtype=bool)
+    outside[start : start + length] = False
+    assert (out[outside] == base[outside]).all()
+    assert allowed[np.arange(U), out].all()
+
+
+def test_resample_window_follows_the_conditional_chain() -> None:
+    """Per drawn window, the frequencies of 60,000 redraws against the chain model (window
+    log-probabilities / temperature, device changes penalised at the window's edges too)
+    conditioned on the units outside it, enumerated by brute force."""
+    rng = np.random.default_rng(5)
+    logp = decoding.masked_log_probs(rng.normal(0, 1.5, size=(4, 3)))
+    base = np.array([0, 2, 2, 1])
+    penalty, temp = 0.8, 2.0
+    n = 60_000
+    draws: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+    gen = np.random.default_rng(0)
+    for _ in range(n):
+        out, start, length = decoding.resample_window(
+            logp, base, penalty, gen, window=2, temperature=temp
+        )
+        draws.setdefault((start, length), []).append(tuple(out.tolist()))
+    assert set(draws) == {(s, 1) for s in range(4)} | {(s, 2) for s in range(3)}
+    for (start, length), got in draws.items():
+        exact = {}
+        for win in itertools.product(range(3), repeat=length):
+            path = base.copy()
+            path[start : start + length] = win
+            score = logp[np.arange(start, start + length), list(win)].sum() / temp
+            score -= penalty * int((path[1:] != path[:-1]).sum())
+            exact[tuple(path.tolist())] = np.exp(score)
+        z = sum(exact.values())
+        m = len(got)
+        paths, counts = np.unique(np.array(got), axis=0, return_counts=True)
+        freq = {tuple(p): c / m for p, c in zip(paths.tolist(), counts)}
+        assert set(freq) <= set(exact)
+        for k, w in exact.items():
+            p = w / z
+            assert abs(freq.get(k, 0.0) - p) <= 5 * np.sqrt(p * (1 - p) / m) + 1e-12, (k, p)
+
+
+def test_resample_window_bad_inputs_are_refused() -> None:
+    logp = np.log(np.full((3, 2), 0.5))
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        decoding.resample_window(logp, np.zeros(3, int), 1.0, rng, window=0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        decoding.resample_window(logp, np.zeros(3, int), 1.0, rng, window=2, temperature=0.0)
+    with pytest.raises(ValueError, match="base has shape"):
+        decoding.resample_window(logp, np.zeros(4, int), 1.0, rng, window=2)

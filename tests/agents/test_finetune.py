@@ -130,12 +130,47 @@ def test_stops_when_the_chain_model_proposes_nothing_new() -> None:
         ({"lr": 0.0}, "lr must be > 0"),
         ({"seconds": -1.0}, "seconds must be > 0"),
         ({"first_samples": 0}, "first_samples must be >= 1"),
+        ({"local": 1.5}, "local must be in"),
+        ({"window": 0}, "window must be >= 1"),
+        ({"temperature": 0.0}, "temperature must be > 0"),
     ],
 )
 def test_bad_options_are_refused_by_name(kw: dict, match: str) -> None:
     g, c = _problem(5, 20, 2)
     with pytest.raises(ValueError, match=match):
         chain_finetune(load_policy("generalist"), g, c, **kw)
+
+
+def test_local_redraws_change_one_window_of_an_elite_plan() -> None:
+    """With ``local=1`` every placement scored after round 0 is an earlier-scored plan with
+    one window of at most ``window`` consecutive units changed; with ``local=0`` they are
+    fresh chain candidates, which change more units."""
+    g, c = _problem(7, 60, 4)
+    ug = unit_graph(g)
+    first = np.array([np.flatnonzero(ug.node_unit == u)[0] for u in range(ug.num_units)])
+
+    def runs(local: float) -> list[np.ndarray]:
+        orc = Counting(sim(g, c))
+        ft = chain_finetune(
+            load_policy("generalist"), g, c, oracle=orc, first_samples=16, samples=16,
+            calls=200, local=local, window=3, seed=1,
+        )  # fmt: skip
+        assert ft.oracle_calls == len(orc.seen)
+        return ft.zero_shot_calls, [
+            np.frombuffer(key, dtype=np.int64)[first] for key in orc.seen
+        ]  # fmt: skip
+
+    zs, units = runs(1.0)
+    assert len(units) > zs  # later rounds scored something
+    for i in range(zs, len(units)):
+        spans = []
+        for earlier in units[:i]:
+            diff = np.flatnonzero(earlier != units[i])
+            spans.append(diff[-1] - diff[0] + 1 if diff.size else 0)
+        assert 1 <= min(spans) <= 3, i
+    zs0, fresh = runs(0.0)
+    far = [min(int((e != fresh[i]).sum()) for e in fresh[:i]) for i in range(zs0, len(fresh))]
+    assert max(far) > 3
 
 
 def test_target_stops_after_round_zero() -> None:
@@ -153,7 +188,8 @@ def test_runners_train_chain_finetune_then_plan_with_its_policy(tmp_path: Path) 
 
     gio.save(chain_graph(), tmp_path / "g.json")
     ov = [*small_env(tmp_path / "g.json"), "agent=chain_finetune", "agent.budget=64",
-          "+agent.options.first_samples=16", "+agent.options.samples=16"]  # fmt: skip
+          "+agent.options.first_samples=16", "+agent.options.samples=16",
+          "+agent.options.window=3", "+agent.options.temperature=4.0"]  # fmt: skip
     res = train(compose(ov), tmp_path / "ft", echo=lambda s: None)
     assert res["agent"] == "chain_finetune" and not res["oom"] and res["oracle_calls"] <= 64
     assert res["meta"]["init_policy"] == "generalist" and res["meta"]["stop"] in (
@@ -162,6 +198,7 @@ def test_runners_train_chain_finetune_then_plan_with_its_policy(tmp_path: Path) 
     assert res["best_step_time"] <= res["meta"]["zero_shot_step_time"] + 1e-12
     tuned = load_policy(tmp_path / "ft" / "policy.pt")
     assert tuned.meta["finetune"]["method"] == "chain cross-entropy"
+    assert tuned.meta["finetune"]["window"] == 3 and tuned.meta["finetune"]["temperature"] == 4.0
     cfg = compose(
         ["+env=rnnlm_k40_2", f"env.graph_file={tmp_path / 'g.json'}", "env.model=null",
          f"policy={tmp_path / 'ft' / 'policy.pt'}", "samples=16"],
