@@ -165,6 +165,7 @@ def chain_finetune(
         raise ValueError(f"chain_finetune: first_samples must be >= 1, got {first_samples}")
     if penalty is None:
         penalty = policy.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
+    pens = [float(penalty)] if np.isscalar(penalty) else [float(x) for x in penalty]
     if oracle is None:
         from placement_env.oracles.simulator import Simulator
 
@@ -218,21 +219,21 @@ def chain_finetune(
                 best_t, best_key = t, key
         return new
 
-    def draw(k: int) -> list[np.ndarray]:
-        with torch.no_grad():
-            lp = np.where(allowed, log_probs().double().numpy(), -np.inf)
-        return decoding.candidates(lp, penalty, k, greedy=True, rng=rng)
-
-    pens = [float(penalty)] if np.isscalar(penalty) else [float(x) for x in penalty]
     win = int(window) if window is not None else max(2, U // 8)
 
-    def draw_local(k: int) -> list[np.ndarray]:
+    def masked_log_probs() -> np.ndarray:
+        """The network's per-unit log-probabilities now, forbidden devices at ``-inf``."""
+        with torch.no_grad():
+            return np.where(allowed, log_probs().double().numpy(), -np.inf)
+
+    def draw(lp: np.ndarray, k: int) -> list[np.ndarray]:
+        return decoding.candidates(lp, pens, k, greedy=True, rng=rng) if k > 0 else []
+
+    def draw_local(lp: np.ndarray, k: int) -> list[np.ndarray]:
         """``k`` window redraws (:func:`agents.decoding.resample_window`) of elite plans."""
         feasible = sorted((t, key) for key, t in scored.items() if np.isfinite(t))
         if not feasible or k <= 0:
             return []
-        with torch.no_grad():
-            lp = np.where(allowed, log_probs().double().numpy(), -np.inf)
         top = [units_of[key] for _, key in feasible[:elite]]
         out = []
         for _ in range(k):
@@ -246,7 +247,7 @@ def chain_finetune(
     def elapsed() -> float:
         return time.perf_counter() - t0
 
-    score(draw(int(first_samples)), int(calls))
+    score(draw(masked_log_probs(), int(first_samples)), int(calls))
     zs_calls, zs_best = ncalls, best_t
     curve.append((0, ncalls, elapsed(), best_t))
     if on_round is not None:
@@ -280,9 +281,9 @@ def chain_finetune(
                 opt.step()
         rounds += 1
         before = best_t
-        n_local = int(round(local * samples))
-        cands = draw_local(n_local) if n_local else []
-        cands += draw(samples - len(cands)) if samples - len(cands) > 0 else []
+        lp = masked_log_probs()  # one forward pass per round
+        cands = draw_local(lp, int(round(local * samples)))
+        cands += draw(lp, samples - len(cands))
         new = score(cands, int(calls))
         if best_t < before:
             curve.append((rounds, ncalls, elapsed(), best_t))
