@@ -37,6 +37,9 @@ class ExecResult:
         step_time: median over timed steps of the slowest rank's step wall time, seconds.
         step_times: per timed step, the slowest rank's wall time.
         compute, comm, idle: per rank, mean seconds per step (see ``runtime.timers``).
+        cpu: per rank, mean CPU seconds per step (``time.process_time``: every thread of the
+            rank's process, gloo's included; below the wall time when the rank waits or
+            shares a core). Empty for results saved before it was measured.
         loss: loss of the first step.
         devices: cluster device of each rank.
         mode, world_size, microbatches, schedule, plan_hash: what ran.
@@ -72,6 +75,7 @@ class ExecResult:
     base_memory: list[float] = field(default_factory=list)
     step_memory: list[float] = field(default_factory=list)
     run_peak: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +120,7 @@ class ExecResult:
             base_memory=[float(r.get("base_memory", 0.0)) for r in records],
             step_memory=[float(r.get("step_memory", 0.0)) for r in records],
             run_peak=[float(r.get("run_peak", 0.0)) for r in records],
+            cpu=mean("cpu") if all("cpu" in s for r in records for s in r["steps"]) else [],
         )
 
 

@@ -262,7 +262,7 @@ def run_steps(
             watchdog.beat(i, "barrier")
         dist.barrier()
         timer.reset()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if watchdog is not None:
             watchdog.beat(i, "forward/backward")
         inject_fault(spec, rank, i)
@@ -278,10 +278,12 @@ def run_steps(
                 opt.step()
                 opt.zero_grad(set_to_none=True)
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         if i >= spec.warmup:
             rec["steps"].append(
                 {
                     "wall": wall,
+                    "cpu": cpu,
                     "compute": timer.compute,
                     "comm": timer.comm,
                     "idle": max(0.0, wall - timer.compute - timer.comm),

@@ -587,6 +587,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
                     "base_memory": res.base_memory,
                     "compute": res.compute,
                     "comm": res.comm,
+                    "cpu": res.cpu,
                 }
                 print(f"round {r} k={k} {name}: {res.step_time * 1e3:.0f} ms", flush=True)
         raw["rounds"].append(rnd)

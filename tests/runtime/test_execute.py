@@ -101,8 +101,10 @@ def test_execute_with_torchrun(graph, cluster, tmp_path):
     assert isinstance(res, ExecResult)
     assert res.world_size == 2 and res.mode == "oplevel" and len(res.step_times) == 2
     assert res.step_time > 0 and all(c > 0 for c in res.compute) and all(c > 0 for c in res.comm)
+    assert len(res.cpu) == 2  # CPU seconds per step of each rank's process
     for r in range(2):
         assert res.compute[r] + res.comm[r] + res.idle[r] <= max(res.step_times) * 1.001
+        assert 0 < res.cpu[r] < 2 * max(res.step_times)  # threads of one process, 2 cores
         # step memory: this run's peak RSS minus the RSS once the model was built
         assert res.base_memory[r] > 50 * 2**20  # Python + torch + gloo + the model
         assert res.run_peak[r] >= res.base_memory[r]
