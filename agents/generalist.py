@@ -364,14 +364,23 @@ def validation_instances(rows: int, seed: int = 1, corpus: Corpus = CORPUS) -> l
     return probs[:: max(1, len(probs) // rows)][:rows]
 
 
+#: Teachers that take a ``time_limit`` (s): the exact planners.
+TIMED_TEACHERS: tuple[str, ...] = ("ideal_dp", "ilp")
+
+
 def teacher_plan(
     problem: Problem,
     teachers: Sequence[str] = DEFAULT_TEACHERS,
     *,
     anneal_calls: int = 300,
     seed: int = 0,
+    teacher_seconds: float | None = None,
 ) -> tuple[np.ndarray, float, str]:
     """The label of ``problem``: the fastest feasible teacher plan, then annealed.
+
+    ``teacher_seconds``: the ``time_limit`` given to the exact planners among the teachers
+    (:data:`TIMED_TEACHERS`; ``None``: their own default, 60 s). Stopped early they return
+    their best plan so far, which still competes as a label.
 
     Returns ``(unit placement (U,), step time s, teacher name)``; ``name`` gets
     ``+anneal`` when annealing improved it. ``InfeasiblePlanError`` when no teacher finds a
@@ -382,9 +391,14 @@ def teacher_plan(
 
     oracle = problem.oracle()
     best: tuple[float, np.ndarray, str] | None = None
+    if teacher_seconds is not None and not teacher_seconds > 0:
+        raise ValueError(f"teacher_seconds must be > 0, got {teacher_seconds}")
     for name in teachers:
+        opts = {}
+        if teacher_seconds is not None and name in TIMED_TEACHERS:
+            opts["time_limit"] = float(teacher_seconds)
         try:
-            p = baselines.get(name)(problem.graph, problem.cluster, oracle)
+            p = baselines.get(name)(problem.graph, problem.cluster, oracle, **opts)
         except baselines.InfeasiblePlanError:
             continue
         t = float(p.meta["step_time"])
@@ -416,6 +430,7 @@ def label_corpus(
     teachers: Sequence[str] = DEFAULT_TEACHERS,
     anneal_calls: int = 300,
     log: Any = None,
+    teacher_seconds: float | None = None,
 ) -> list[dict[str, Any]]:
     """Teacher labels of ``problems``, read from / appended to the JSON-lines file ``cache``
     (so an interrupted run resumes). Problems no teacher can place are skipped."""
@@ -432,7 +447,10 @@ def label_corpus(
             if pb.name not in done:
                 t0 = time.perf_counter()
                 try:
-                    units, t, who = teacher_plan(pb, teachers, anneal_calls=anneal_calls, seed=i)
+                    units, t, who = teacher_plan(
+                        pb, teachers, anneal_calls=anneal_calls, seed=i,
+                        teacher_seconds=teacher_seconds,
+                    )  # fmt: skip
                 except Exception as exc:  # infeasible or a planner refusing the instance
                     done[pb.name] = {"name": pb.name, "error": str(exc)}
                 else:

@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--anneal-calls", type=int, default=300, help="annealing from the best teacher")
     ap.add_argument("--teachers", nargs="+", default=list(G.DEFAULT_TEACHERS))
+    ap.add_argument(
+        "--teacher-seconds", type=float, default=None,
+        help="time limit of the exact planners among the teachers (ideal_dp, ilp); "
+        "default: their own (60 s)",
+    )  # fmt: skip
     ap.add_argument("--max-minutes", type=float, default=None, help="stop training early")
     ap.add_argument("--stages", nargs="+", default=["label", "train", "export"])
     ap.add_argument("--seed", type=int, default=0)
@@ -69,8 +74,9 @@ def main(argv: list[str] | None = None) -> None:
         log(f"corpus seed {cs}: {len(draw)} training problems")
         cache = args.work / ("labels.jsonl" if cs == 0 else f"labels.seed{cs}.jsonl")
         labels += G.label_corpus(
-            draw, cache, teachers=args.teachers, anneal_calls=args.anneal_calls, log=log
-        )
+            draw, cache, teachers=args.teachers, anneal_calls=args.anneal_calls, log=log,
+            teacher_seconds=args.teacher_seconds,
+        )  # fmt: skip
         problems += draw
     label_seconds = time.perf_counter() - t0
     if "train" not in args.stages:
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         "max_devices": max(int(s.obs["device_mask"].sum()) for s in samples),
         "teachers": args.teachers,
         "anneal_calls": args.anneal_calls,
+        "teacher_seconds": args.teacher_seconds,
         "teacher_labels": teachers_used,
         "net_config": G.NET_CONFIG,
         "bc": {

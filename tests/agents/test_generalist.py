@@ -111,6 +111,32 @@ def test_teacher_plan_is_no_slower_than_its_best_teacher() -> None:
     assert units.shape == (unit_graph(g).num_units,)
 
 
+def test_teacher_plan_passes_its_time_limit_to_the_exact_teachers(monkeypatch) -> None:
+    from agents import baselines
+
+    g, c = _problem(4, 30, "pcie", 3)
+    pb = G.Problem("p", g, c, 4, "gpipe", "train")
+    seen: dict[str, dict] = {}
+    real = baselines.get
+
+    def spy(name):
+        fn = real(name)
+
+        def call(*a, **kw):
+            seen[name] = kw
+            return fn(*a, **kw)
+
+        return call
+
+    monkeypatch.setattr(baselines, "get", spy)
+    units, t, who = G.teacher_plan(pb, ("ideal_dp", "metis"), anneal_calls=0, teacher_seconds=2.5)
+    assert seen["ideal_dp"] == {"time_limit": 2.5} and seen["metis"] == {}
+    ref = min(float(real(n)(g, c, pb.oracle()).meta["step_time"]) for n in ("ideal_dp", "metis"))
+    assert t == pytest.approx(ref) and who in ("ideal_dp", "metis")
+    with pytest.raises(ValueError, match="teacher_seconds"):
+        G.teacher_plan(pb, ("ideal_dp",), anneal_calls=0, teacher_seconds=0)
+
+
 def test_ppo_search_starts_from_the_generalist() -> None:
     from agents.search import ppo_search
     from placement_env.generators import fixed
