@@ -454,6 +454,95 @@ def solve_runtime_overhead(
     return over
 
 
+def fit_to_probes(
+    graph: Any,
+    cal: dict[str, Any],
+    *,
+    global_batch: int = 8,
+    microbatch_bounds: tuple[float, float] = (0.0, 0.05),
+    speed_bounds: tuple[float, float] = (0.05, 1.0),
+) -> dict[str, Any]:
+    """``cal`` with the per-microbatch overhead and the per-process speed of every process
+    count fitted *jointly* to the runtime's own probe plans (``cal["runtime_probes"]``, the
+    :data:`PROBES` measured by :func:`measure_runtime_overhead`, none of them a benchmark
+    plan): the values that minimise the sum over all probes of the squared log error of
+    :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel`'s step time (bounded
+    Nelder-Mead from three starts; deterministic). No k-process overheads are used.
+
+    Why jointly: the 1-process probe alone gives the overhead only as a residual -- its step
+    time minus segment and Adam times measured at other moments --, which moved from 2.8 to
+    10.1 ms per microbatch between otherwise identical calibrations and, charged to every
+    rank of a pipeline, decided how far pipelined plans were over-predicted
+    (``docs/fidelity.md``). Fitted together with the speeds, the k-process probes (pipelines
+    of 4 microbatches per rank among them) constrain it as well.
+
+    Returns a new calibration: ``speed`` = ``{"1": 1.0, k: fitted}``, ``runtime`` =
+    ``{"1": {"microbatch": fitted}}``, ``collectives`` = the probes' own
+    (``runtime_collectives``), and ``probe_fit`` = the fitted values, the loss and each
+    probe's measured and predicted step time.
+    """
+    from scipy.optimize import minimize
+
+    from graphs.cpu_cluster import cpu_cluster
+    from graphs.plan import Plan
+    from placement_env.oracles.hybrid_cpu import CpuHybridModel
+
+    probes = cal.get("runtime_probes") or {}
+    if not probes:
+        raise ValueError(
+            "fit_to_probes: the calibration has no runtime_probes; measure them with "
+            "calibrate_hybrid(..., parts=('runtime',), probe_worlds=(4, 8))"
+        )
+    ks = sorted({int(key.split("/")[0]) for key in probes} - {1})
+    cases = []
+    for key, p in sorted(probes.items()):
+        k, name = int(key.split("/")[0]), key.split("/")[1]
+        table = dict(PROBES.get(k, ()))
+        if name not in table:
+            raise ValueError(f"fit_to_probes: unknown probe {key!r} (known: {sorted(PROBES)})")
+        dp, tp, pp, b, z = table[name]
+        lay = Plan.hybrid(
+            graph, cpu_cluster(k), dp=dp, tp=tp, pp=pp, microbatch_size=b,
+            global_batch=global_batch, zero=z,
+        ).layout  # fmt: skip
+        cases.append((key, k, lay, float(p["measured"])))
+    colls = cal.get("runtime_collectives") or cal.get("collectives") or {}
+    lo = np.array([microbatch_bounds[0]] + [speed_bounds[0]] * len(ks))
+    hi = np.array([microbatch_bounds[1]] + [speed_bounds[1]] * len(ks))
+
+    def calib(x: np.ndarray) -> dict[str, Any]:
+        speed = {"1": 1.0, **{str(k): float(v) for k, v in zip(ks, x[1:])}}
+        return dict(cal, speed=speed, collectives=colls, runtime={"1": {"microbatch": float(x[0])}})
+
+    def predict(c: dict[str, Any], k: int, lay: Any) -> float:
+        return CpuHybridModel(graph, cpu_cluster(k), c).evaluate(lay).step_time
+
+    def loss(x: np.ndarray) -> float:
+        c = calib(np.clip(x, lo, hi))
+        return float(sum(np.log(predict(c, k, lay) / t) ** 2 for _, k, lay, t in cases))
+
+    best = None
+    for mb0, s0 in ((0.002, 0.5), (0.01, 0.3), (0.02, 0.15)):
+        x0 = np.array([mb0] + [s0] * len(ks))
+        r = minimize(
+            loss, x0, method="Nelder-Mead", bounds=list(zip(lo, hi)),
+            options={"xatol": 1e-6, "fatol": 1e-10, "maxiter": 2000},
+        )  # fmt: skip
+        if best is None or r.fun < best.fun:
+            best = r
+    x = np.clip(best.x, lo, hi)
+    out = calib(x)
+    out["probe_fit"] = {
+        "microbatch": float(x[0]),
+        "speed": {str(k): float(v) for k, v in zip(ks, x[1:])},
+        "loss": float(best.fun),
+        "probes": {
+            key: {"measured": t, "predicted": predict(out, k, lay)} for key, k, lay, t in cases
+        },
+    }
+    return out
+
+
 def measure_runtime_overhead(
     model: dict[str, Any],
     cal: dict[str, Any],
@@ -603,6 +692,7 @@ def calibrate_hybrid(
 __all__ = [
     "calibrate_hybrid",
     "fit_line",
+    "fit_to_probes",
     "measure_collectives",
     "measure_runtime_overhead",
     "solve_runtime_overhead",

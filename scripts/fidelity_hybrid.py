@@ -139,10 +139,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="JSON of calibrate_hybrid's once-measured parts to reuse (else measured at the start)",
     )  # fmt: skip
     ap.add_argument(
-        "--speed", choices=("round", "median", "probes"), default="round",
+        "--speed", choices=("round", "median", "probes", "joint"), default="round",
         help="with --resimulate: each round's measured speed (default); the median over "
-        "rounds, the runtime overheads re-solved under it; or the speed fitted to the runtime "
-        "probes of each k (no k-process overheads)",
+        "rounds, the runtime overheads re-solved under it; the speed fitted to the runtime "
+        "probes of each k (no k-process overheads); or 'joint': the per-microbatch overhead "
+        "and every k's speed fitted together to all the probes",
     )  # fmt: skip
     ap.add_argument(
         "--overheads", choices=("all", "single"), default="all",
@@ -242,6 +243,23 @@ def probe_speed(graph: Any, raw: dict[str, Any]) -> dict[str, Any]:
         speed[str(k)] = 0.5 * (lo + hi)
     base["probe_speed"] = speed
     out = dict(raw, calibration=base, speed_mode="probes")
+    out["rounds"] = [
+        dict(rnd, speed={k: [speed[k]] for k in rnd["speed"]}) for rnd in raw["rounds"]
+    ]
+    return out
+
+
+def joint_speed(graph: Any, raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the per-microbatch overhead and every k's per-process speed fitted jointly
+    to all the runtime's probe plans (``--speed joint``,
+    :func:`runtime.hybrid_profile.fit_to_probes`): as ``--speed probes``, but the
+    1-process overhead is fitted with the speeds instead of taken from the 1-process probe's
+    residual."""
+    from runtime.hybrid_profile import fit_to_probes
+
+    base = fit_to_probes(graph, dict(raw["calibration"]), global_batch=GLOBAL_BATCH)
+    speed = base["speed"]
+    out = dict(raw, calibration=base, speed_mode="joint")
     out["rounds"] = [
         dict(rnd, speed={k: [speed[k]] for k in rnd["speed"]}) for rnd in raw["rounds"]
     ]
@@ -386,14 +404,28 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], command: str) -> str:
             "same probe step times under it.",
             "",
         ]
+
+    def speeds(sp: dict[str, float]) -> str:
+        return ", ".join(
+            f"k={k}: {v:.2f}" for k, v in sorted(sp.items(), key=lambda kv: int(kv[0]))
+        )
+
     if raw.get("speed_mode") == "probes":
-        sp = raw["calibration"].get("probe_speed", {})
         lines += [
             "Predicted here with `--speed probes` (a revision made after seeing the figures "
             "above): the per-process speed of each k fitted to the runtime's own probe plans of "
             "k processes (none a benchmark plan) instead of the matmul speed measured per round, "
-            "no k-process overheads: "
-            + ", ".join(f"k={k}: {v:.2f}" for k, v in sorted(sp.items(), key=lambda kv: int(kv[0])))
+            "no k-process overheads: " + speeds(raw["calibration"].get("probe_speed", {})) + ".",
+            "",
+        ]
+    if raw.get("speed_mode") == "joint":
+        fit = raw["calibration"].get("probe_fit", {})
+        lines += [
+            "Predicted here with `--speed joint`: the per-microbatch overhead and the "
+            "per-process speed of each k fitted jointly to all the runtime's probe plans (none "
+            "a benchmark plan; `runtime.hybrid_profile.fit_to_probes`): microbatch "
+            f"{1e3 * fit.get('microbatch', float('nan')):.2f} ms, speed "
+            + speeds(fit.get("speed", {}))
             + ".",
             "",
         ]
@@ -506,6 +538,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
             raw = median_speed(graph, raw)
         elif args.speed == "probes":
             raw = probe_speed(graph, raw)
+        elif args.speed == "joint":
+            raw = joint_speed(graph, raw)
         summary = summarize(graph, raw)
         write_section(out, markdown(raw, summary, raw.get("command", command)))
         _print(summary)

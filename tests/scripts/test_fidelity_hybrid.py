@@ -150,3 +150,39 @@ def test_probe_speed_recovers_the_speed_that_produced_the_probe_times():
     assert fitted["rounds"][1]["speed"]["4"] == pytest.approx([0.3], rel=1e-3)
     med = fh.median_speed(graph, dict(raw, calibration={**cal, "runtime_probes": {}}))
     assert med["rounds"][0]["speed"] == {"4": [0.4], "8": [0.2]}
+
+
+def test_joint_fit_recovers_the_overhead_and_speeds_that_produced_the_probe_times():
+    """--speed joint (runtime.hybrid_profile.fit_to_probes): probe step times made by the
+    model with a 4 ms per-microbatch overhead and speeds 0.3 (k = 4) / 0.15 (k = 8) give back
+    all three, whatever overhead the calibration held before; no probes is refused."""
+    from graphs.cpu_cluster import cpu_cluster
+    from placement_env.oracles.hybrid_cpu import CpuHybridModel
+    from runtime.hybrid_profile import PROBES, fit_to_probes
+    from runtime.model import graph_for_model
+
+    graph = graph_for_model(fh.MODEL)
+    cal = _synthetic_calibration()
+    truth = dict(cal, speed={"1": 1.0, "4": 0.3, "8": 0.15}, runtime={"1": {"microbatch": 0.004}})
+    probes = {}
+    for k in (1, 4, 8):
+        model = CpuHybridModel(graph, cpu_cluster(k), truth)
+        for name, (dp, tp, pp, b, z) in PROBES[k]:
+            plan = fh.HybridCase(dp, tp, pp, b, z).plan(graph, fh._cluster(k))
+            probes[f"{k}/{name}"] = {"measured": model.evaluate(plan.layout).step_time}
+    cal["runtime_probes"] = probes
+    cal["runtime"] = {"1": {"microbatch": 0.010}}  # a wrong residual: the fit replaces it
+    fitted = fit_to_probes(graph, cal)
+    fit = fitted["probe_fit"]
+    assert fit["microbatch"] == pytest.approx(0.004, rel=1e-2)
+    assert fit["speed"]["4"] == pytest.approx(0.3, rel=1e-2)
+    assert fit["speed"]["8"] == pytest.approx(0.15, rel=1e-2)
+    assert fitted["runtime"] == {"1": {"microbatch": fit["microbatch"]}}  # no k-process terms
+    for p in fit["probes"].values():
+        assert p["predicted"] == pytest.approx(p["measured"], rel=1e-2)
+    rounds = [{"speed": {"4": [0.9], "8": [0.9]}, "collectives": cal["collectives"]}]
+    out = fh.joint_speed(graph, {"calibration": cal, "rounds": rounds})
+    assert out["speed_mode"] == "joint"
+    assert out["rounds"][0]["speed"]["4"] == pytest.approx([0.3], rel=1e-2)
+    with pytest.raises(ValueError, match="runtime_probes"):
+        fit_to_probes(graph, {k: v for k, v in cal.items() if k != "runtime_probes"})
