@@ -29,6 +29,7 @@ fine-tuned :class:`~agents.export.ExportedPolicy`.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import time
 from collections.abc import Callable, Sequence
@@ -95,6 +96,7 @@ def chain_finetune(
     local: float = 1.0,
     window: int | None = None,
     temperature: float = 6.0,
+    sequential: bool = False,
     seed: int = 0,
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> FinetuneResult:
@@ -129,6 +131,10 @@ def chain_finetune(
         window: the longest window (default: an eighth of the units, at least 2).
         temperature: the window's log-probabilities are divided by it before drawing
             (> 1: flatter than the network, more exploration).
+        sequential: draw and score a round's local redraws one at a time, each from the
+            elite plans as they stand after the previous one was scored (an improvement is
+            redrawn from at once); ``False``: all of a round's redraws from the elite set of
+            the round's start. The network is updated between rounds either way.
         seed: seeds the chain samples; the result is deterministic for a seed.
         on_round: called after every round with ``{"round", "calls", "seconds", "best",
             "new"}`` (a progress bar, a logger).
@@ -199,6 +205,7 @@ def chain_finetune(
     best_t, best_key = float("inf"), None
     ncalls = 0
     curve: list[tuple[int, int, float, float]] = []
+    top: list[tuple[float, bytes]] = []  # the `elite` fastest feasible (step time, key), sorted
 
     def score(cands: list[np.ndarray], budget: int) -> int:
         nonlocal best_t, best_key, ncalls
@@ -217,6 +224,9 @@ def chain_finetune(
             scored[key], units_of[key] = t, units.copy()
             if t < best_t:
                 best_t, best_key = t, key
+            if np.isfinite(t) and (len(top) < elite or (t, key) < top[-1]):
+                bisect.insort(top, (t, key))
+                del top[elite:]
         return new
 
     win = int(window) if window is not None else max(2, U // 8)
@@ -231,13 +241,12 @@ def chain_finetune(
 
     def draw_local(lp: np.ndarray, k: int) -> list[np.ndarray]:
         """``k`` window redraws (:func:`agents.decoding.resample_window`) of elite plans."""
-        feasible = sorted((t, key) for key, t in scored.items() if np.isfinite(t))
-        if not feasible or k <= 0:
+        if not top or k <= 0:
             return []
-        top = [units_of[key] for _, key in feasible[:elite]]
+        bases = [units_of[key] for _, key in top]
         out = []
         for _ in range(k):
-            base = top[int(rng.integers(len(top)))]
+            base = bases[int(rng.integers(len(bases)))]
             pen = pens[int(rng.integers(len(pens)))]
             out.append(
                 decoding.resample_window(lp, base, pen, rng, window=win, temperature=temperature)[0]
@@ -266,12 +275,10 @@ def chain_finetune(
         if max_rounds is not None and rounds >= max_rounds:
             stop = "rounds"
             break
-        feasible = sorted((t, k) for k, t in scored.items() if np.isfinite(t))
-        if not feasible:  # nothing to imitate: draw again from the unchanged network
+        if not top:  # nothing to imitate: draw again from the unchanged network
             tgt = None
         else:
-            top = [units_of[k] for _, k in feasible[:elite]]
-            tgt = torch.as_tensor(np.stack(top), dtype=torch.long)  # (E, U)
+            tgt = torch.as_tensor(np.stack([units_of[k] for _, k in top]), dtype=torch.long)
         if tgt is not None:
             for _ in range(updates):
                 lp = log_probs()
@@ -282,9 +289,18 @@ def chain_finetune(
         rounds += 1
         before = best_t
         lp = masked_log_probs()  # one forward pass per round
-        cands = draw_local(lp, int(round(local * samples)))
-        cands += draw(lp, samples - len(cands))
-        new = score(cands, int(calls))
+        n_local = int(round(local * samples))
+        if sequential:
+            new = 0
+            for _ in range(n_local):
+                if ncalls >= calls or (target is not None and best_t <= target):
+                    break
+                new += score(draw_local(lp, 1), int(calls))
+            new += score(draw(lp, samples - n_local), int(calls))
+        else:
+            cands = draw_local(lp, n_local)
+            cands += draw(lp, samples - len(cands))
+            new = score(cands, int(calls))
         if best_t < before:
             curve.append((rounds, ncalls, elapsed(), best_t))
         if on_round is not None:
@@ -311,6 +327,7 @@ def chain_finetune(
         "local": float(local),
         "window": int(win),
         "temperature": float(temperature),
+        "sequential": bool(sequential),
         "seed": int(seed),
     }
     return FinetuneResult(

@@ -654,7 +654,12 @@ def calibrate_hybrid(
     ``probe_worlds``, on its k-process probes, and adds ``runtime`` (the overheads by process
     count) and ``memory.worker_base`` / ``memory.step_residue``. The k-process probes are
     off by default: solved under a per-process speed sampled while other jobs come and go,
-    their overheads made the fidelity benchmark worse (``docs/fidelity.md``). ``base``: an earlier calibration to add the measured parts to."""
+    their overheads made the fidelity benchmark worse (``docs/fidelity.md``). ``base``: an earlier calibration to add the measured parts to.
+
+    The calibration the hybrid fidelity benchmark validated (``docs/fidelity.md``,
+    ``--speed joint``) is this one with ``probe_worlds=(4, 8)`` passed through
+    :func:`fit_to_probes`, which fits the per-microbatch overhead and the per-process speeds
+    to those probes."""
     from runtime.profile import measure_concurrent_speed
 
     cal: dict[str, Any] = {**(base or {}), "model": model, "time": time.time()}

@@ -155,6 +155,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ft-window", type=int, default=None, help="longest window (units)")
     ap.add_argument("--ft-temperature", type=float, default=6.0)
     ap.add_argument(
+        "--ft-sequential", action="store_true",
+        help="chain fine-tuning: score each local redraw before drawing the next",
+    )  # fmt: skip
+    ap.add_argument(
         "--samples", type=int, default=None,
         help="zero-shot placements scored (default: the policy's, as runners.plan)",
     )  # fmt: skip
@@ -233,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
                 calls=args.anneal_calls, target=target, seed=args.seed,
                 samples=args.ft_samples, elite=args.ft_elite, updates=args.ft_updates,
                 lr=args.ft_lr, local=args.ft_local, window=args.ft_window,
-                temperature=args.ft_temperature,
+                temperature=args.ft_temperature, sequential=args.ft_sequential,
             )  # fmt: skip
             r["chain"] = {**rec.summary(target), "rounds": ft.rounds, "stop": ft.stop}
         print(pb.name, {m: r[m] for m in METHODS if m in r}, flush=True)
@@ -281,7 +285,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"samples; anneal and chain fine-tuning {args.anneal_calls} calls (fine-tuning: "
         f"{args.ft_samples} samples a round, elite {args.ft_elite}, {args.ft_updates} updates, "
         f"lr {args.ft_lr:g}, local {args.ft_local:g}, window "
-        f"{args.ft_window or 'units/8'}, temperature {args.ft_temperature:g}); PPO "
+        f"{args.ft_window or 'units/8'}, temperature {args.ft_temperature:g}"
+        f"{', sequential' if args.ft_sequential else ''}); PPO "
         f"{args.ppo_steps} episodes or {args.ppo_seconds:g} s, n_steps {args.n_steps}",
         "",
         "| row | per-model search (ms) | " + " | ".join(METHODS[m] for m in cols) + " |",

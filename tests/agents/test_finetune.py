@@ -81,9 +81,11 @@ def test_deterministic_for_a_seed_and_the_callers_policy_is_unchanged() -> None:
 
 
 def test_the_network_learns_its_elite_plan() -> None:
-    """One round of 100 Adam steps on one elite (round 0's best plan): the tuned network's
-    per-unit argmax (the Viterbi placement at penalty 0) is that plan; the generalist's own
-    argmax is not."""
+    """One round of 100 Adam steps on one elite (round 0's best plan) makes that plan far more
+    likely under the tuned network than under the generalist (mean per-unit cross-entropy at
+    most half) and its per-unit argmax closer to it. (Not necessarily equal to it: units the
+    network sees alike can carry different devices in the elite; which elite round 0 finds
+    depends on the chain samples, so an exact match held on some installs and not others.)"""
     g, c = _problem(3, 40, 4)
     pol = load_policy("generalist")
     kw = dict(first_samples=16, samples=1, calls=10_000, elite=1, updates=100, lr=3e-3, seed=0)
@@ -96,14 +98,20 @@ def test_the_network_learns_its_elite_plan() -> None:
     N = np.asarray(obs["node_mask"]).shape[-1]
     mask = env.unwrapped.action_masks().reshape(N, -1)[:U, :D]
     env.close()
+    ug = unit_graph(g)
+    first = np.array([np.flatnonzero(ug.node_unit == u)[0] for u in range(ug.num_units)])
+    target = np.asarray(elite)[first]  # the elite's device per unit
 
-    def argmax_plan(p):
+    def read(p):
         lg = p.logits({k: v[None] for k, v in obs.items()}).view(N, -1).numpy()
         lp = decoding.masked_log_probs(lg[:U, :D], mask)
-        return enc.units.node_placement(decoding.viterbi(lp, 0.0)[0])
+        nll = -float(np.mean(lp[np.arange(U), target]))
+        return nll, int((decoding.viterbi(lp, 0.0)[0] != target).sum())
 
-    assert not np.array_equal(argmax_plan(pol), elite)
-    assert np.array_equal(argmax_plan(ft.policy), elite)
+    nll0, miss0 = read(pol)
+    nll1, miss1 = read(ft.policy)
+    assert miss0 > 0  # the generalist's argmax is not the elite plan
+    assert nll1 < 0.5 * nll0 and miss1 < miss0
 
 
 def test_stops_when_the_chain_model_proposes_nothing_new() -> None:
@@ -171,6 +179,44 @@ def test_local_redraws_change_one_window_of_an_elite_plan() -> None:
     zs0, fresh = runs(0.0)
     far = [min(int((e != fresh[i]).sum()) for e in fresh[:i]) for i in range(zs0, len(fresh))]
     assert max(far) > 3
+
+
+def test_sequential_redraws_start_from_the_best_plan_scored_so_far() -> None:
+    """With ``sequential`` and one elite, every local redraw is the fastest plan scored before
+    it with one window changed (an improvement found mid-round is redrawn from at once); the
+    budget holds and the result is deterministic for a seed."""
+    g, c = _problem(7, 60, 4)
+    ug = unit_graph(g)
+    first = np.array([np.flatnonzero(ug.node_unit == u)[0] for u in range(ug.num_units)])
+    ref = sim(g, c)
+
+    def run() -> tuple:
+        orc = Counting(sim(g, c))
+        ft = chain_finetune(
+            load_policy("generalist"), g, c, oracle=orc, first_samples=16, samples=16,
+            calls=160, local=1.0, window=3, elite=1, sequential=True, seed=2,
+        )  # fmt: skip
+        return ft, orc.seen
+
+    ft, seen = run()
+    assert ft.oracle_calls == len(seen) <= 160
+    times = []
+    for key in seen:
+        r = ref.evaluate(np.frombuffer(key, dtype=np.int64))
+        times.append(r.step_time if not r.oom else np.inf)
+    units = [np.frombuffer(key, dtype=np.int64)[first] for key in seen]
+    assert len(units) > ft.zero_shot_calls
+    for i in range(ft.zero_shot_calls, len(units)):
+        fastest = min(times[:i])
+        spans = []
+        for j in range(i):  # the fastest so far (any of them, should two tie)
+            if times[j] == fastest:
+                diff = np.flatnonzero(units[j] != units[i])
+                spans.append(diff[-1] - diff[0] + 1 if diff.size else 0)
+        assert 1 <= min(spans) <= 3, i
+    again, seen2 = run()
+    assert seen2 == seen and again.step_time == ft.step_time
+    assert again.policy.meta["finetune"]["sequential"] is True
 
 
 def test_target_stops_after_round_zero() -> None:
