@@ -405,6 +405,25 @@ PROBES: dict[int, tuple[tuple[str, tuple[int, int, int, int, int]], ...]] = {
 }
 
 
+def probe_plan(
+    graph: Any, k: int, name: str, *, global_batch: int = 8, meta: dict[str, Any] | None = None
+) -> Any:
+    """The hybrid :class:`~graphs.plan.Plan` of probe ``name`` of :data:`PROBES` on
+    ``cpu_cluster(k)``; ``ValueError`` naming the known probes otherwise."""
+    from graphs.cpu_cluster import cpu_cluster
+    from graphs.plan import Plan
+
+    table = dict(PROBES.get(int(k), ()))
+    if name not in table:
+        known = sorted(f"{c}/{n}" for c, ps in PROBES.items() for n, _ in ps)
+        raise ValueError(f"unknown runtime probe '{k}/{name}' (known: {', '.join(known)})")
+    dp, tp, pp, b, z = table[name]
+    return Plan.hybrid(
+        graph, cpu_cluster(int(k)), dp=dp, tp=tp, pp=pp, microbatch_size=b,
+        global_batch=global_batch, zero=z, meta=meta,
+    )  # fmt: skip
+
+
 def _solve(f: Any, target: float, lo: float = -0.01, hi: float = 0.5, iters: int = 40) -> float:
     """``x`` in ``[lo, hi]`` with ``f(x) = target`` for increasing ``f`` (bisection, clipped)."""
     if f(lo) >= target:
@@ -430,7 +449,6 @@ def solve_runtime_overhead(
     then sees the later ones' figures). :func:`measure_runtime_overhead` uses it on what it
     measured; ``scripts/fidelity_hybrid.py --resimulate`` re-solves under other speeds."""
     from graphs.cpu_cluster import cpu_cluster
-    from graphs.plan import Plan
     from placement_env.oracles.hybrid_cpu import CpuHybridModel
 
     over: dict[str, dict[str, float]] = {}
@@ -438,11 +456,8 @@ def solve_runtime_overhead(
         found: dict[str, float] = {}
         over[str(k)] = found
         cl = cpu_cluster(k)
-        for name, (dp, tp, pp, b, z) in PROBES[k] * 2:
-            lay = Plan.hybrid(
-                graph, cl, dp=dp, tp=tp, pp=pp, microbatch_size=b, global_batch=global_batch,
-                zero=z,
-            ).layout  # fmt: skip
+        for name, _ in PROBES[k] * 2:
+            lay = probe_plan(graph, k, name, global_batch=global_batch).layout
 
             def predict(
                 x: float, name: str = name, lay: Any = lay, cl: Any = cl, found: Any = found
@@ -484,7 +499,6 @@ def fit_to_probes(
     from scipy.optimize import minimize
 
     from graphs.cpu_cluster import cpu_cluster
-    from graphs.plan import Plan
     from placement_env.oracles.hybrid_cpu import CpuHybridModel
 
     probes = cal.get("runtime_probes") or {}
@@ -497,14 +511,7 @@ def fit_to_probes(
     cases = []
     for key, p in sorted(probes.items()):
         k, name = int(key.split("/")[0]), key.split("/")[1]
-        table = dict(PROBES.get(k, ()))
-        if name not in table:
-            raise ValueError(f"fit_to_probes: unknown probe {key!r} (known: {sorted(PROBES)})")
-        dp, tp, pp, b, z = table[name]
-        lay = Plan.hybrid(
-            graph, cpu_cluster(k), dp=dp, tp=tp, pp=pp, microbatch_size=b,
-            global_batch=global_batch, zero=z,
-        ).layout  # fmt: skip
+        lay = probe_plan(graph, k, name, global_batch=global_batch).layout
         cases.append((key, k, lay, float(p["measured"])))
     colls = cal.get("runtime_collectives") or cal.get("collectives") or {}
     lo = np.array([microbatch_bounds[0]] + [speed_bounds[0]] * len(ks))
@@ -577,7 +584,6 @@ def measure_runtime_overhead(
     "probes": raw}``.
     """
     from graphs.cpu_cluster import cpu_cluster
-    from graphs.plan import Plan
     from placement_env.oracles.hybrid_cpu import CpuHybridModel
     from runtime.execute import run_specs
     from runtime.model import graph_for_model
@@ -587,11 +593,10 @@ def measure_runtime_overhead(
     graph = graph_for_model(model)
     plans: dict[tuple[int, str], Any] = {}
     for k in worlds:
-        for name, (dp, tp, pp, b, z) in PROBES[k]:
-            plans[(k, name)] = Plan.hybrid(
-                graph, cpu_cluster(k), dp=dp, tp=tp, pp=pp, microbatch_size=b,
-                global_batch=global_batch, zero=z, meta={"model": model},
-            )  # fmt: skip
+        for name, _ in PROBES[k]:
+            plans[(k, name)] = probe_plan(
+                graph, k, name, global_batch=global_batch, meta={"model": model}
+            )
     runs: dict[tuple[int, str], list[Any]] = {key: [] for key in plans}
     for _ in range(launches):
         for k in worlds:
@@ -700,6 +705,7 @@ __all__ = [
     "fit_to_probes",
     "measure_collectives",
     "measure_runtime_overhead",
+    "probe_plan",
     "solve_runtime_overhead",
     "measure_optimizer",
     "measure_wrappers",

@@ -209,9 +209,8 @@ def probe_speed(graph: Any, raw: dict[str, Any]) -> dict[str, Any]:
     measured per round says how many cores the processes get for dense arithmetic; this
     says it for the runtime's own mix of dispatch, autograd and gloo."""
     from graphs.cpu_cluster import cpu_cluster
-    from graphs.plan import Plan
     from placement_env.oracles.hybrid_cpu import CpuHybridModel
-    from runtime.hybrid_profile import PROBES
+    from runtime.hybrid_profile import PROBES, probe_plan
 
     base = dict(raw["calibration"])
     probes = base.get("runtime_probes") or {}
@@ -220,11 +219,8 @@ def probe_speed(graph: Any, raw: dict[str, Any]) -> dict[str, Any]:
     speed: dict[str, float] = {"1": 1.0}
     for k in sorted({int(key.split("/")[0]) for key in probes} - {1}):
         lays = []
-        for name, (dp, tp, pp, b, z) in PROBES[k]:
-            lay = Plan.hybrid(
-                graph, cpu_cluster(k), dp=dp, tp=tp, pp=pp, microbatch_size=b,
-                global_batch=GLOBAL_BATCH, zero=z,
-            ).layout  # fmt: skip
+        for name, _ in PROBES[k]:
+            lay = probe_plan(graph, k, name, global_batch=GLOBAL_BATCH).layout
             lays.append((lay, probes[f"{k}/{name}"]["measured"]))
 
         def loss(x: float, k: int = k, lays: Any = lays) -> float:

@@ -186,3 +186,5 @@ def test_joint_fit_recovers_the_overhead_and_speeds_that_produced_the_probe_time
     assert out["rounds"][0]["speed"]["4"] == pytest.approx([0.3], rel=1e-2)
     with pytest.raises(ValueError, match="runtime_probes"):
         fit_to_probes(graph, {k: v for k, v in cal.items() if k != "runtime_probes"})
+    with pytest.raises(ValueError, match="4/nccl.*known: 1/microbatch"):
+        fit_to_probes(graph, dict(cal, runtime_probes={"4/nccl": {"measured": 0.1}}))
