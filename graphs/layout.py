@@ -42,6 +42,7 @@ _SWITCHES = (
     "sp_saves_gathered_input",
     "pp_keeps_stage_output",
     "pp_step_buffers",
+    "op_level_sac",
 )
 
 
@@ -71,7 +72,7 @@ class ModelDims:
             log-softmax, a zeroed fp32 gradient, ``exp`` of the log-softmax added to it and
             that sum times the incoming gradient (``torch/distributed/tensor/parallel/loss.py``).
 
-    The four switches below (all off by default) are what PyTorch FSDP2, DTensor tensor
+    The switches below (all off by default) are what PyTorch FSDP2, DTensor tensor
     parallelism and ``torch.distributed.pipelining`` keep, as torchtitan runs them; they
     change the memory only (docs/hybrid.md cites the code each follows):
 
@@ -93,6 +94,12 @@ class ModelDims:
         pp_keeps_stage_output: a pipeline stage keeps its output of each microbatch in
             flight (``PipelineStage.fwd_cache``) until its backward, besides what the
             layers keep.
+        op_level_sac: ``recompute="selective"`` is torchtitan's op-level selective
+            activation checkpointing (``--activation_checkpoint.mode selective
+            --activation_checkpoint.selective_ac_option op``: save the outputs of matmuls and
+            of the fused attention, recompute every second matmul and everything else; see
+            :meth:`op_sac_saved`) instead of Korthikanti et al.'s (drop only the attention
+            core). Memory only: the step time keeps Korthikanti's recomputation cost.
         pp_step_buffers: ``torch.distributed.pipelining`` allocates its receive buffers for
             every microbatch of the step up front (``_prepare_forward_infra`` /
             ``_prepare_backward_infra``: one ``_make_tensor_from_meta`` per microbatch):
@@ -119,6 +126,7 @@ class ModelDims:
     sp_saves_gathered_input: bool = False
     pp_keeps_stage_output: bool = False
     pp_step_buffers: bool = False
+    op_level_sac: bool = False
 
     def __post_init__(self) -> None:
         if self.arch not in ("gpt", "llama"):
@@ -195,6 +203,26 @@ class ModelDims:
             float(4 * s * h + 4 * s * kv + 8 * s * self.ffn),
             float(2 * a * s * s),
         )
+
+    def op_sac_saved(self, tp: int = 1, sp_shards: int = 1) -> float:
+        """Bytes per sequence one layer keeps for backward under torchtitan's op-level
+        selective activation checkpointing (``recompute="selective"`` with
+        :attr:`op_level_sac`): the block's input (``2 s h``, sequence-sharded under SP),
+        the output of every matmul in the block whose running count is odd (the policy
+        recomputes "every second mm", counting afresh in each block's forward: LLaMA's
+        ``wq, wk, wv, wo, w1, w3, w2`` keep ``wq``, ``wv``, ``w1``, ``w2``; GPT's ``qkv,
+        proj, fc1, fc2`` keep ``qkv`` and ``fc1``), and, with ``flash_attention``, the
+        fused attention op's output (``2 s h``) and log-sum-exp (``4 a s``). Column-parallel
+        outputs and the attention are ``tp``-sharded; a row-parallel matmul's output is a
+        full-size partial sum on every rank."""
+        s, h, f = self.seq, self.hidden, self.ffn
+        kv = self.kv_heads * self.head_dim
+        keep = 2.0 * s * h / sp_shards
+        if self.flash_attention:
+            keep += (2.0 * s * h + self.saved_scores()) / tp
+        if self.arch == "llama":
+            return keep + (2.0 * s * h + 2.0 * s * kv + 2.0 * s * f) / tp + 2.0 * s * h
+        return keep + (2.0 * s * (h + 2 * kv) + 2.0 * s * f) / tp
 
     def gathered_inputs(self) -> float:
         """Bytes per sequence of the inputs of a layer's column-parallel linears (the

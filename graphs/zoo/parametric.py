@@ -14,7 +14,7 @@ PARAMETRIC = ("gpt", "llama")
 PARAM_KEYS = (
     "hidden", "layers", "heads", "vocab", "seq", "ffn", "kv_heads", "tied", "batch",
     "flash_attention", "loss_logit_bytes", "fsdp_root_unsharded", "fsdp_pipeline_unsharded",
-    "sp_saves_gathered_input", "pp_keeps_stage_output", "pp_step_buffers",
+    "sp_saves_gathered_input", "pp_keeps_stage_output", "pp_step_buffers", "op_level_sac",
 )  # fmt: skip
 
 #: Mixed-precision Adam: fp16 weights and gradients, fp32 master weights, momentum, variance.
@@ -55,6 +55,7 @@ def dims_from_kwargs(name: str, kw: dict[str, Any]) -> ModelDims:
         sp_saves_gathered_input=kw.get("sp_saves_gathered_input", False),
         pp_keeps_stage_output=kw.get("pp_keeps_stage_output", False),
         pp_step_buffers=kw.get("pp_step_buffers", False),
+        op_level_sac=kw.get("op_level_sac", False),
     )
 
 

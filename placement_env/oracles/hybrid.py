@@ -260,7 +260,7 @@ class HybridModel:
         if lay.recompute == "full":
             per_layer = 2.0 * s * h / spd
         elif lay.recompute == "selective":
-            per_layer = rep_mem + Sh / tp
+            per_layer = d.op_sac_saved(tp, spd) if d.op_level_sac else rep_mem + Sh / tp
         else:
             per_layer = rep_mem + (Sh + A_kept) / tp
         act = nl * per_layer * b
@@ -285,7 +285,10 @@ class HybridModel:
         # a backward's own peak: the layer being recomputed (full recomputation), alive only
         # after the head's and the loss's backward have freed their terms on the last chunk;
         # FSDP2's root keeps the head's unsharded gradient from then to the backward's end
-        transient_layer = b * (rep_mem + (Sh + A_kept) / tp) if lay.recompute == "full" else 0.0
+        full_layer = b * (rep_mem + (Sh + A_kept) / tp)
+        transient_layer = full_layer if lay.recompute == "full" else 0.0
+        if lay.recompute == "selective" and d.op_level_sac:  # what the block's recompute rebuilds
+            transient_layer = max(full_layer - b * per_layer, 0.0)
         bwd_extra = np.full(C, transient_layer)
         bwd_extra[-1] -= loss_peak
         if root_unsharded:  # the head's gradient (a tied matrix's, when one stage has both)

@@ -179,6 +179,59 @@ def test_pp_step_buffers_hold_every_microbatch_for_the_step():
     )
 
 
+@pytest.mark.parametrize("flash", [True, False])
+def test_op_level_sac_keeps_the_odd_matmuls_and_the_fused_attention(flash):
+    """torchtitan's op-level SAC, tiny LLaMA (kv = h), one sequence, tp = 1: each layer keeps
+    its input and the outputs of wq, wv, w1, w2 (wk, wo, w3 recomputed), and with the fused
+    attention its output and fp32 log-sum-exp -- against full recomputation (the input
+    only): the kept activations differ by L x (that - 2 s h). Korthikanti's selective
+    (switch off) keeps every activation but the attention core."""
+    heads, V = 2, 32
+    lay = dict(dp=1, tp=1, pp=1, global_batch=1)
+    kw = dict(heads=heads, flash_attention=flash)
+
+    def act(recompute, **more):
+        r = _run(_llama(V, **kw, **more), 1, recompute=recompute, **lay)
+        return r.breakdown["memory_activations"][0], r.peak_memory.max()
+
+    full, _ = act("full", op_level_sac=True)
+    sac, sac_peak = act("selective", op_level_sac=True)
+    kept = 2 * LS * LH + 2 * LS * LH + 2 * LS * LH + 2 * LS * LF + 2 * LS * LH  # in, wq, wv, w1, w2
+    if flash:
+        kept += 2 * LS * LH + 4 * heads * LS  # attention output, log-sum-exp
+    assert sac - full == pytest.approx(LL * (kept - 2 * LS * LH), rel=1e-12)
+    kor, _ = act("selective")
+    no_scores = _layer_act(heads) - 2 * heads * LS * LS
+    assert kor - full == pytest.approx(LL * (no_scores - 2 * LS * LH), rel=1e-12)
+    assert sac < kor
+    # in the last layer's backward the recomputed rest of the layer (a whole layer less what
+    # it keeps) is alive beside every layer's kept tensors, after the loss has freed its own
+    layer = _layer_act(heads) - (2 * heads * LS * LS - 4 * heads * LS if flash else 0)
+    loss = sac - LL * kept  # final norm and head inputs, fp32 logits
+    r = _run(_llama(V, **kw, op_level_sac=True), 1, recompute="selective", **lay)
+    state = r.breakdown["memory_state"][0]
+    assert layer - kept > loss  # the recomputation-bound case
+    assert sac_peak == pytest.approx(state + LL * kept + (layer - kept), rel=1e-12)
+
+
+def test_op_level_sac_gpt_keeps_qkv_and_fc1():
+    """GPT's matmuls run qkv, proj, fc1, fc2: op-level SAC keeps the block input and the
+    qkv (2 s 3h) and fc1 (2 s 4h) outputs, 16 s h per layer and sequence (no fused attention)."""
+
+    def act(recompute, **kw):
+        g = zoo.build("gpt", hidden=H, layers=L, heads=A, vocab=64, seq=S, **kw)
+        cl = clusters.load("dgx_a100_80g").subset(range(1))
+        r = Simulator(g, cl).evaluate(
+            Plan.hybrid(g, cl, dp=1, tp=1, pp=1, microbatch_size=1, global_batch=1,
+                        recompute=recompute)
+        )  # fmt: skip
+        return r.breakdown["memory_activations"][0]
+
+    assert act("selective", op_level_sac=True) - act("full") == pytest.approx(
+        L * (16 * S * H - 2 * S * H), rel=1e-12
+    )
+
+
 def test_loss_parallel_logit_bytes():
     """16 B per logit (loss_parallel's fused backward), sharded over tp."""
     V, t, heads = 1000, 2, 8
@@ -196,7 +249,7 @@ def test_model_dims_switches_round_trip_and_validation():
     on = dict(
         fsdp_root_unsharded=True, fsdp_pipeline_unsharded=True, sp_saves_gathered_input=True,
         pp_keeps_stage_output=True, pp_step_buffers=True, flash_attention=True,
-        loss_logit_bytes=16.0,
+        loss_logit_bytes=16.0, op_level_sac=True,
     )  # fmt: skip
     g = _llama(**on)
     d = model_dims(g)
@@ -207,7 +260,7 @@ def test_model_dims_switches_round_trip_and_validation():
     assert not set(on) & set(plain)
     assert _llama().content_hash() == _llama(fsdp_root_unsharded=False).content_hash()
     for k in ("fsdp_root_unsharded", "fsdp_pipeline_unsharded", "sp_saves_gathered_input",
-              "pp_keeps_stage_output", "pp_step_buffers"):  # fmt: skip
+              "pp_keeps_stage_output", "pp_step_buffers", "op_level_sac"):  # fmt: skip
         with pytest.raises(ValueError, match=k):
             ModelDims(**{**plain, k: "yes"})
         with pytest.raises(ValueError, match=k):
