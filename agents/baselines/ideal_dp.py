@@ -55,9 +55,18 @@ the graph's width. Remedies, each reported in ``meta``:
    only by backward edges) would each double the ideals;
    when there are more than ``pin_isolated_above`` of them they are chained to
    their neighbours in the topological order (``meta["pinned_items"]``).
-4. *Limits*: when the full DP exceeds ``max_ideals`` or ``time_limit`` it stops
+4. *Limits*: when the full DP exceeds ``max_ideals`` (default: as many ideals as
+   fit in about 1 GiB of tables) or ``time_limit`` it stops
    and the best of the chain DPs' plans and the full DP's incumbent is returned
    (``meta["status"]`` says which limit; ``meta["exact"]`` False).
+
+Cuts that keep the enumeration small (none changes the optimum; see
+:mod:`agents.baselines._ideal_kernel`): a stage's compute or memory past what any
+class can take within the incumbent ``UB``; a stage after which the work left
+exceeds what the free devices can do within ``UB``; and, since the stages are
+enumerated with their items in increasing order, a skipped item and everything
+after it can no longer join the stage, so once their work exceeds what the free
+devices can do within ``UB`` the whole branch is cut.
 
 ``meta["exact"]`` is True only when the full DP finished on exact costs with
 nothing pinned (and, with units dropped, the re-inserted plan meets the bound):
@@ -251,7 +260,7 @@ def solve_ideal_dp(
     model: MaxLoadModel,
     *,
     time_limit: float = 60.0,
-    max_ideals: int = 200_000,
+    max_ideals: int | None = None,
     pin_isolated_above: int | None = 8,
     isolated: str = "drop",
 ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -299,7 +308,14 @@ def solve_ideal_dp(
     # NK dp columns per ideal; keep the tables under ~1 GiB
     NK = int(np.prod(counts + 1))
     W = (B + 63) // 64
-    cap_ideals = int(max(16, min(max_ideals, (1 << 30) // (NK * 13 + W * 8 + 40))))
+    # (``max_ideals=None``: as many as fit there; the tables start at 200,000 ideals and
+    # grow fourfold while the DP runs out of them)
+    if max_ideals is not None and int(max_ideals) < 1:
+        raise ValueError(f"ideal_dp: max_ideals must be a positive int or None, got {max_ideals!r}")
+    fit_ideals = (1 << 30) // (NK * 13 + W * 8 + 40)
+    cap_ideals = int(
+        max(16, fit_ideals if max_ideals is None else min(int(max_ideals), fit_ideals))
+    )
 
     def run(
         perm: np.ndarray, succ: list[list[int]], ub: float, limit: int
@@ -350,10 +366,17 @@ def solve_ideal_dp(
         "cost_model_exact": bool(model.exact and model.uniform),
     }
     # ---- the DP over ideals, bounded by the chains' best
-    status, place, val, nI, visited = run(np.arange(B), items.succ, val_lin, cap_ideals)
+    limit = min(cap_ideals, 200_000)
+    visited_all = vis_lin
+    while True:
+        status, place, val, nI, visited = run(np.arange(B), items.succ, val_lin, limit)
+        visited_all += visited
+        if status != STATUS_IDEALS or limit >= cap_ideals:
+            break
+        limit = min(4 * limit, cap_ideals)  # out of table: again with a larger one
     info.update(
-        status=_STATUS[status], ideals=int(nI), stages_scored=int(visited + vis_lin),
-        ideal_limit=cap_ideals,
+        status=_STATUS[status], ideals=int(nI), stages_scored=int(visited_all),
+        ideal_limit=limit,
     )  # fmt: skip
     if place is None or not (val < val_lin):
         place, val = place_lin, val_lin
@@ -503,7 +526,7 @@ def ideal_dp(
     budget: int | None = None,
     *,
     time_limit: float = 60.0,
-    max_ideals: int = 200_000,
+    max_ideals: int | None = None,
     pin_isolated_above: int | None = 8,
     isolated: str = "drop",
 ) -> Plan:
