@@ -41,6 +41,34 @@ def test_megatron_grid_run_writes_the_layout(tmp_path: Path) -> None:
     assert plan.meta["algorithm"] == "megatron_grid"
 
 
+@pytest.mark.timeout(600)
+def test_op_level_sac_through_the_runner_lowers_selective_memory(tmp_path: Path) -> None:
+    """The env's model_config takes the model's switches: with FlashAttention on, the grid
+    restricted to selective recomputation (agent.options) finds a layout whose memory per
+    GPU is lower under torchtitan's op-level SAC than under Korthikanti's selective
+    recomputation (which keeps every activation but the attention core); the step model is
+    the same (the switch is memory only)."""
+    out = {}
+    for sac in (False, True):
+        cfg = compose(
+            [
+                *SMALL,
+                "+env.model_config.flash_attention=true",
+                f"+env.model_config.op_level_sac={str(sac).lower()}",
+                "agent=megatron_grid",
+                "+agent.options.recompute=[selective]",
+            ]
+        )
+        run = tmp_path / f"sac_{sac}"
+        out[sac] = train(cfg, run, echo=lambda s: None)
+        assert json.loads((run / "result.json").read_text())["layout"]["recompute"] == "selective"
+        assert Plan.load(run / "best_plan.json").layout.recompute == "selective"
+    # both fit easily here, so the grid picks the same (fastest) layout: 5.0 vs 3.5 GiB
+    assert out[True]["layout"] == out[False]["layout"]
+    assert out[True]["best_step_time"] == pytest.approx(out[False]["best_step_time"], rel=1e-12)
+    assert out[True]["memory_per_gpu"] < 0.8 * out[False]["memory_per_gpu"]
+
+
 def test_op_placement_agent_is_refused_on_a_hybrid_env(tmp_path: Path) -> None:
     cfg = compose([*SMALL, "env.baselines=[]", "agent=round_robin"])
     with pytest.raises(ValueError, match="layout"):
