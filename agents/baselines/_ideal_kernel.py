@@ -21,7 +21,7 @@ within ``UB`` (``rate[c]`` of it per class-``c`` device), and, with ``strict``
 sorted, so in a branch every candidate passed over and every item after it stays
 outside ``S``: their work is a lower bound on the work left after any stage of the
 branch, and the branch is cut when it exceeds what the free devices can do within
-``UB`` (this cut took bench_exact's series-parallel-s from 548.6 s to 5.6 s). Ideals
+``UB`` (this cut took bench_exact's series-parallel-s from 548.6 s to 4.4 s). Ideals
 are created only when reached by a stage within ``UB``, keyed by a 64-bit
 Zobrist hash and checked bit for bit.
 """
