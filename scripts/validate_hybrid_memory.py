@@ -41,26 +41,26 @@ LLAMA31 = {
     "405B": dict(hidden=16384, layers=126, heads=128, kv_heads=8, ffn=53248, vocab=128256),
 }
 
-#: (label, torchtitan table and row, model, seq, nodes, layout, published GiB, how it maps:
-#: "direct", or "op-level SAC": ``recompute="selective"`` is Korthikanti et al.'s in the first
-#: two predictions and torchtitan's op-level policy, ``op_level_sac``, in the third)
+#: (label, torchtitan table and row, model, seq, nodes, layout, published GiB); in the op-level
+#: SAC rows ``recompute="selective"`` is Korthikanti et al.'s in the first two predictions and
+#: torchtitan's op-level policy (``op_level_sac``) in the third
 ROWS = [
     ("8B, FSDP 8, seq 32,768, local batch 1, full AC", "Table 2, row 1 (+ compile, Float8)",
      "8B", 32768, 1, dict(dp=8, tp=1, pp=1, microbatch_size=1, global_batch=8,
-                          recompute="full", zero=3), 83.9, "direct"),
+                          recompute="full", zero=3), 83.9),
     ("8B, FSDP 8, local batch 2, op-level selective AC", "Table 1, row FSDP (bf16, eager)",
      "8B", 8192, 1, dict(dp=8, tp=1, pp=1, microbatch_size=2, global_batch=16,
-                         recompute="selective", zero=3), 82.4, "op-level SAC"),
+                         recompute="selective", zero=3), 82.4),
     ("8B, FSDP 128, local batch 2, op-level selective AC", "Table 3, row FSDP (bf16, eager)",
      "8B", 8192, 16, dict(dp=128, tp=1, pp=1, microbatch_size=2, global_batch=256,
-                          recompute="selective", zero=3), 67.0, "op-level SAC"),
+                          recompute="selective", zero=3), 67.0),
     ("70B, FSDP 32 x TP 8, local batch 16, full AC", "Table 4, row 2D (+ compile, Float8)",
      "70B", 8192, 32, dict(dp=32, tp=8, pp=1, microbatch_size=16, global_batch=512,
-                           recompute="full", zero=3, sequence_parallel=True), 71.9, "direct"),
+                           recompute="full", zero=3, sequence_parallel=True), 71.9),
     ("405B, FSDP 8 x TP 8 x PP 8, local batch 32, 1F1B, full AC",
      "Table 5, row 1F1B (+ compile, Float8, AsyncTP)", "405B", 8192, 64,
      dict(dp=8, tp=8, pp=8, microbatch_size=4, global_batch=256, recompute="full", zero=3,
-          sequence_parallel=True), 82.5, "direct"),
+          sequence_parallel=True), 82.5),
 ]  # fmt: skip
 
 
@@ -108,7 +108,7 @@ def table() -> tuple[str, dict[str, float]]:
     ]
     pred: dict[str, float] = {}
     modes = ("defaults", "flash", "torchtitan")
-    for label, src, model, seq, nodes, lay, pub, _how in ROWS:
+    for label, src, model, seq, nodes, lay, pub in ROWS:
         d, f, t = (predict(model, seq, nodes, lay, mode) for mode in modes)
         pred[label] = t
         lines.append(

@@ -190,17 +190,20 @@ def test_op_level_sac_keeps_the_odd_matmuls_and_the_fused_attention(flash):
     lay = dict(dp=1, tp=1, pp=1, global_batch=1)
     kw = dict(heads=heads, flash_attention=flash)
 
-    def act(recompute, **more):
-        r = _run(_llama(V, **kw, **more), 1, recompute=recompute, **lay)
-        return r.breakdown["memory_activations"][0], r.peak_memory.max()
+    def run(recompute, **more):
+        return _run(_llama(V, **kw, **more), 1, recompute=recompute, **lay)
 
-    full, _ = act("full", op_level_sac=True)
-    sac, sac_peak = act("selective", op_level_sac=True)
+    def act(r):
+        return r.breakdown["memory_activations"][0]
+
+    full = act(run("full", op_level_sac=True))
+    r = run("selective", op_level_sac=True)
+    sac = act(r)
     kept = 2 * LS * LH + 2 * LS * LH + 2 * LS * LH + 2 * LS * LF + 2 * LS * LH  # in, wq, wv, w1, w2
     if flash:
         kept += 2 * LS * LH + 4 * heads * LS  # attention output, log-sum-exp
     assert sac - full == pytest.approx(LL * (kept - 2 * LS * LH), rel=1e-12)
-    kor, _ = act("selective")
+    kor = act(run("selective"))
     no_scores = _layer_act(heads) - 2 * heads * LS * LS
     assert kor - full == pytest.approx(LL * (no_scores - 2 * LS * LH), rel=1e-12)
     assert sac < kor
@@ -208,10 +211,9 @@ def test_op_level_sac_keeps_the_odd_matmuls_and_the_fused_attention(flash):
     # it keeps) is alive beside every layer's kept tensors, after the loss has freed its own
     layer = _layer_act(heads) - (2 * heads * LS * LS - 4 * heads * LS if flash else 0)
     loss = sac - LL * kept  # final norm and head inputs, fp32 logits
-    r = _run(_llama(V, **kw, op_level_sac=True), 1, recompute="selective", **lay)
     state = r.breakdown["memory_state"][0]
     assert layer - kept > loss  # the recomputation-bound case
-    assert sac_peak == pytest.approx(state + LL * kept + (layer - kept), rel=1e-12)
+    assert r.peak_memory.max() == pytest.approx(state + LL * kept + (layer - kept), rel=1e-12)
 
 
 def test_op_level_sac_gpt_keeps_qkv_and_fc1():
