@@ -17,8 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from agents.policies import GraphActorCriticPolicy, network_class
-from agents.policies import names as network_names
+from agents.policies import GraphActorCriticPolicy, network_class, network_names
 from agents.policies.base import PlacementNet
 from agents.policies.dense import dense_from_obs
 from agents.policies.sb3 import scores_to_logits

@@ -624,15 +624,34 @@ def train_bc(
 
     Resumable: the network, optimiser, RNG state and step count are saved to
     ``checkpoint`` every ``log_every`` steps and at the end, and read back when present.
-    Returns ``(network, stats)``.
+    The checkpoint records the run's settings (``seed``, ``lr``, ``batch_size``, ``steps``,
+    the network config, the number of samples); resuming with any of them different raises
+    ``ValueError`` naming the field (a finished seed-0 checkpoint would otherwise be returned
+    as seed 1's network). Returns ``(network, stats)``.
     """
     torch.manual_seed(seed)
     net = new_network(net_config)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     start, history = 0, []
     rng = np.random.default_rng(seed)
+    settings = {
+        "seed": int(seed),
+        "lr": float(lr),
+        "batch_size": int(batch_size),
+        "steps": int(steps),
+        "net_config": {**NET_CONFIG, **dict(net_config or {})},
+        "samples": len(samples),
+    }
     if checkpoint.exists():
         ck = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        saved = ck.get("settings")
+        for key, value in settings.items():
+            if saved is not None and saved.get(key) != value:
+                raise ValueError(
+                    f"{checkpoint}: field 'settings.{key}' is {saved.get(key)!r}, but this run "
+                    f"has {key}={value!r}; resume with the same settings, or use another work "
+                    "directory (or delete the checkpoint) to start afresh"
+                )
         net.load_state_dict(ck["net"])
         opt.load_state_dict(ck["opt"])
         start, history = int(ck["step"]), list(ck["history"])
@@ -652,6 +671,7 @@ def train_bc(
                 "step": step,
                 "history": history,
                 "rng": rng.bit_generator.state,
+                "settings": settings,
             },
             checkpoint,
         )
@@ -688,10 +708,13 @@ def train_bc(
 
 # --------------------------------------------------------------------------- export
 def generalist_payload(net: Any, *, meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``load_policy`` payload of a trained generalist network (OneShot-v0, per-unit)."""
+    """The ``load_policy`` payload of a trained generalist network (OneShot-v0, per-unit): a
+    ``GDPNet``, or a ``GDPEnsemble`` of several (``scripts/train_generalist.py --seed 0 1 2``)."""
     from agents.export import network_payload
+    from agents.policies import GDPEnsemble
 
-    return network_payload(net, network="gdp", mode="per_node", env_id=ENV_ID, meta=meta)
+    network = "gdp_ensemble" if isinstance(net, GDPEnsemble) else "gdp"
+    return network_payload(net, network=network, mode="per_node", env_id=ENV_ID, meta=meta)
 
 
 def save_generalist(net: Any, path: Path, *, meta: Mapping[str, Any]) -> Path:

@@ -7,8 +7,11 @@ Reproduce the shipped file (CPU, 1 torch thread; every stage resumes from WORK):
 
 Stages: ``label`` (teacher plans of every training problem of every corpus draw,
 ``WORK/labels.jsonl`` for corpus seed 0, ``WORK/labels.seedS.jsonl`` for seed S),
-``train`` (behaviour cloning, ``WORK/bc.ckpt``), ``export`` (the policy file, with the
-corpus, config, git commit, steps and this command recorded in its ``meta``).
+``train`` (behaviour cloning, ``WORK/bc.ckpt`` for seed 0, ``WORK/bc.seedS.ckpt`` for
+seed S), ``export`` (the policy file, with the corpus, config, git commit, steps and this
+command recorded in its ``meta``). Several ``--seed`` values clone one network per seed on
+the same labels and export their product-of-experts ensemble
+(:class:`agents.policies.GDPEnsemble`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 import torch
 
 from agents import generalist as G
+from agents.policies import GDPEnsemble
 
 
 def git_commit() -> str:
@@ -34,6 +38,11 @@ def git_commit() -> str:
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def one_or_list(xs: list) -> object:
+    """A value per cloned network: the value itself when there is one network."""
+    return xs[0] if len(xs) == 1 else xs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,7 +61,10 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     ap.add_argument("--max-minutes", type=float, default=None, help="stop training early")
     ap.add_argument("--stages", nargs="+", default=["label", "train", "export"])
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--seed", type=int, nargs="+", default=[0],
+        help="behaviour-cloning seed; several: one network each, exported as their ensemble",
+    )  # fmt: skip
     ap.add_argument(
         "--corpus-seeds", type=int, nargs="+", default=[0, 2],
         help="corpus draws to label and train on (seed 1 is the validation draw of "
@@ -83,16 +95,23 @@ def main(argv: list[str] | None = None) -> None:
         return
     samples = [G.make_sample(pb, r["units"]) for pb, r in zip(problems, labels) if "units" in r]
     log(f"{len(samples)} labelled samples ({label_seconds:.0f} s to build and label)")
-    net, stats = G.train_bc(
-        samples,
-        steps=args.steps,
-        checkpoint=args.work / "bc.ckpt",
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        log=log,
-        max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
-    )
+    if len(set(args.seed)) != len(args.seed):
+        raise SystemExit(f"--seed {args.seed}: each seed once")
+    nets, runs = [], []
+    for seed in args.seed:
+        net, stats = G.train_bc(
+            samples,
+            steps=args.steps,
+            checkpoint=args.work / ("bc.ckpt" if seed == 0 else f"bc.seed{seed}.ckpt"),
+            batch_size=args.batch_size,
+            lr=args.lr,
+            seed=seed,
+            log=log,
+            max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
+        )
+        nets.append(net)
+        runs.append(stats)
+    net = nets[0] if len(nets) == 1 else GDPEnsemble.of(nets)
     if "export" not in args.stages:
         return
     teachers_used: dict[str, int] = {}
@@ -113,14 +132,17 @@ def main(argv: list[str] | None = None) -> None:
         "teacher_labels": teachers_used,
         "net_config": G.NET_CONFIG,
         "bc": {
-            "steps": stats["steps"],
+            "steps": runs[0]["steps"],
             "batch_size": args.batch_size,
             "lr": args.lr,
-            "seed": args.seed,
+            "seed": args.seed[0] if len(args.seed) == 1 else list(args.seed),
         },
-        "final_loss": stats["history"][-1][1] if stats["history"] else None,
-        "final_unit_accuracy": stats["history"][-1][2] if stats["history"] else None,
-        "train_seconds": stats["seconds"],
+        "ensemble": len(nets) > 1,
+        "final_loss": one_or_list([r["history"][-1][1] if r["history"] else None for r in runs]),
+        "final_unit_accuracy": one_or_list(
+            [r["history"][-1][2] if r["history"] else None for r in runs]
+        ),
+        "train_seconds": sum(r["seconds"] for r in runs),
         "git_commit": git_commit(),
         "command": cmd,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

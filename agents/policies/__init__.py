@@ -5,17 +5,25 @@ from __future__ import annotations
 from agents.policies.base import PlacementNet
 from agents.policies.dense import DenseGraph, dense_from_obs, obs_dims, to_pyg
 from agents.policies.device_head import MASK_LOGIT, DeviceEncoder, PairScorer
+from agents.policies.ensemble import GDPEnsemble
 from agents.policies.gdp import GDPNet
 from agents.policies.placeto import PlacetoNet
 from agents.policies.sage import BiSAGEConv, GraphEncoder
-from agents.policies.sb3 import GdpPolicy, GraphActorCriticPolicy, PlacetoPolicy
+from agents.policies.sb3 import (
+    GdpEnsemblePolicy,
+    GdpPolicy,
+    GraphActorCriticPolicy,
+    PlacetoPolicy,
+)
 
 __all__ = [
     "MASK_LOGIT",
     "BiSAGEConv",
     "DenseGraph",
     "DeviceEncoder",
+    "GDPEnsemble",
     "GDPNet",
+    "GdpEnsemblePolicy",
     "GdpPolicy",
     "GraphActorCriticPolicy",
     "GraphEncoder",
@@ -27,6 +35,7 @@ __all__ = [
     "get",
     "names",
     "network_class",
+    "network_names",
     "obs_dims",
     "to_pyg",
 ]
@@ -35,9 +44,12 @@ _POLICIES: dict[str, type[GraphActorCriticPolicy]] = {
     "placeto": PlacetoPolicy,
     "gdp": GdpPolicy,
 }
+#: policies of networks that are only loaded from files (not trained from scratch by name)
+_FILE_POLICIES: dict[str, type[GraphActorCriticPolicy]] = {"gdp_ensemble": GdpEnsemblePolicy}
 _NETWORKS: dict[str, type[PlacementNet]] = {
     "placeto": PlacetoNet,
     "gdp": GDPNet,
+    "gdp_ensemble": GDPEnsemble,
 }
 
 
@@ -47,11 +59,17 @@ def names() -> list[str]:
 
 
 def get(name: str) -> type[GraphActorCriticPolicy]:
-    """The SB3 policy class registered as ``name`` (``ValueError`` listing the valid names)."""
+    """The SB3 policy class registered as ``name`` (``ValueError`` listing the valid names);
+    also ``"gdp_ensemble"``, the policy of an ensemble file (PPO from ``init_policy``)."""
     try:
-        return _POLICIES[name]
+        return {**_POLICIES, **_FILE_POLICIES}[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; available: {names()}") from None
+
+
+def network_names() -> list[str]:
+    """Names of the registered networks (what a policy file's ``network`` field may be)."""
+    return sorted(_NETWORKS)
 
 
 def network_class(name: str) -> type[PlacementNet]:

@@ -176,3 +176,10 @@ class GdpPolicy(GraphActorCriticPolicy):
     """:class:`GraphActorCriticPolicy` with :class:`~agents.policies.gdp.GDPNet`."""
 
     network = "gdp"
+
+
+class GdpEnsemblePolicy(GraphActorCriticPolicy):
+    """:class:`GraphActorCriticPolicy` with :class:`~agents.policies.ensemble.GDPEnsemble`
+    (PPO from an ensemble policy file, e.g. ``init_policy="generalist"``)."""
+
+    network = "gdp_ensemble"

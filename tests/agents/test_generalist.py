@@ -98,6 +98,27 @@ def test_bc_loss_counts_only_real_units_and_learns_a_label() -> None:
     assert loss.item() < 0.5 * first and acc > 0.9
 
 
+def test_train_bc_resumes_only_a_checkpoint_of_the_same_settings(tmp_path: Path) -> None:
+    g, c = _problem(3, 24, "nvswitch", 2)
+    pb = G.Problem("p", g, c, 4, "1f1b", "train")
+    U = unit_graph(g).num_units
+    s = G.make_sample(pb, (np.arange(U) >= U // 2).astype(np.int64))
+    ck = tmp_path / "bc.ckpt"
+    cfg = {"hidden": 16, "attn_layers": 1}
+    net0, st0 = G.train_bc([s, s], steps=4, checkpoint=ck, batch_size=2, seed=0, net_config=cfg)
+    # the same settings resume the finished run: nothing more is trained
+    net1, st1 = G.train_bc([s, s], steps=4, checkpoint=ck, batch_size=2, seed=0, net_config=cfg)
+    for k, t in net0.state_dict().items():
+        assert torch.equal(t, net1.state_dict()[k])
+    # another seed must not silently come back as seed 0's network
+    with pytest.raises(ValueError, match=r"settings\.seed.*0.*seed=1"):
+        G.train_bc([s, s], steps=4, checkpoint=ck, batch_size=2, seed=1, net_config=cfg)
+    with pytest.raises(ValueError, match=r"settings\.samples"):
+        G.train_bc([s, s, s], steps=4, checkpoint=ck, batch_size=2, seed=0, net_config=cfg)
+    with pytest.raises(ValueError, match=r"settings\.net_config"):
+        G.train_bc([s, s], steps=4, checkpoint=ck, batch_size=2, seed=0, net_config={"hidden": 8})
+
+
 def test_teacher_plan_is_no_slower_than_its_best_teacher() -> None:
     from agents import baselines
 

@@ -17,6 +17,7 @@ from agents.policies import (
     MASK_LOGIT,
     BiSAGEConv,
     DenseGraph,
+    GDPEnsemble,
     GDPNet,
     PlacetoNet,
     dense_from_obs,
@@ -235,6 +236,40 @@ def test_network_repr_and_config_round_trip():
         torch.testing.assert_close(clone.eval()(g)[0], net(g)[0])
     with pytest.raises(ValueError, match="divisible by heads"):
         GDPNet(1, 1, 1, 1, hidden=30, heads=4)
+
+
+def test_ensemble_is_the_normalised_geometric_mean_of_its_members():
+    """GDPEnsemble's softmax per node = prod_m p_m^(1/M), renormalised; padding stays masked."""
+    g = dense_from_obs(_obs())
+    nets = [_net("gdp", g) for _ in range(3)]
+    for k, n in enumerate(nets):  # three different members
+        torch.manual_seed(k + 1)
+        n.reset_parameters()
+    ens = GDPEnsemble.of(nets).eval()
+    assert ens.config()["members"] == 3 and repr(ens).startswith("GDPEnsemble(3 x GDPNet(")
+    with torch.no_grad():
+        s, v = ens(g)
+        outs = [n(g) for n in nets]
+    p = torch.stack([o[0][:, :4, :2].softmax(-1) for o in outs])  # 4 real nodes, 2 devices
+    geo = p.prod(0) ** (1 / 3)
+    torch.testing.assert_close(s[:, :4, :2].softmax(-1), geo / geo.sum(-1, keepdim=True))
+    torch.testing.assert_close(v, torch.stack([o[1] for o in outs]).mean(0))
+    assert (s[:, :, 2:] == MASK_LOGIT).all() and (s[:, 4:, :] == MASK_LOGIT).all()
+    # one member: the same per-node distribution as the member itself
+    one = GDPEnsemble.of(nets[:1]).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            one(g)[0][:, :4, :2].softmax(-1), outs[0][0][:, :4, :2].softmax(-1)
+        )
+    # rebuilt from its config and weights, it computes the same
+    clone = GDPEnsemble(**ens.config())
+    clone.load_state_dict(ens.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(clone.eval()(g)[0], s)
+    with pytest.raises(ValueError, match="members=0"):
+        GDPEnsemble(1, 1, 1, 1, members=0)
+    with pytest.raises(ValueError, match="network 1 is a PlacetoNet"):
+        GDPEnsemble.of([nets[0], _net("placeto", g)])
 
 
 # --------------------------------------------------------------------------- SB3 policies
