@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
             geo = math.exp(float(np.mean(np.log(ratios))))
             print(
                 f"{path} decode={args.decode or 'default'} penalty={pen}: validation rows "
-                f"{len(ratios)}/{len(probs)}, geo-mean {geo:.3f}, worst {max(ratios):.3f}",
+                f"{len(ratios)}/{len(probs)}, geo-mean {geo:.4f}, worst {max(ratios):.3f}",
                 flush=True,
             )
 
