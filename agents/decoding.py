@@ -35,6 +35,13 @@ import numpy as np
 #: single penalties 0, 1, 2, 4 and the ladders 0.5-16 and 2-16, see ``docs/generalisation.md``.
 DEFAULT_PENALTY: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
 
+#: Sampling temperature of :meth:`agents.export.ExportedPolicy.plan`'s chain samples when
+#: neither the call nor the file's ``meta["decode_temperature"]`` gives one: the samples are
+#: drawn from the chain model of ``logp / temperature`` (flatter unit distributions, the same
+#: device-change penalty); the Viterbi placements are not affected. Chosen on the validation
+#: draw against 1, 1.5, 2, 4, 6 and 10 (26 Nov 2026, ``docs/generalisation.md``).
+DEFAULT_TEMPERATURE: float = 3.0
+
 
 def masked_log_probs(logits: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """Per-unit log-softmax of ``logits`` ``(U, D)``; masked-out entries get ``-inf``.
@@ -139,16 +146,22 @@ def candidates(
     *,
     greedy: bool = True,
     rng: np.random.Generator,
+    temperature: float = 1.0,
 ) -> list[np.ndarray]:
     """The ``samples`` placements chain decoding scores, in order.
 
     With ``greedy``, first the Viterbi placement of each penalty (at most ``samples`` of
-    them, in the order given); the rest are chain samples, shared out over the penalties in
-    turn (the first penalties get one more when they do not divide evenly).
+    them, in the order given, from ``logp`` itself); the rest are chain samples of
+    ``logp / temperature`` (> 1: flatter unit distributions, the same penalty), shared out
+    over the penalties in turn (the first penalties get one more when they do not divide
+    evenly).
     """
     pens = [float(penalties)] if np.isscalar(penalties) else [float(p) for p in penalties]
     if not pens:
         raise ValueError("penalties must name at least one penalty")
+    temperature = float(temperature)
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
     out: list[np.ndarray] = []
     if greedy:
         out += [viterbi(logp, p)[0] for p in pens[:samples]]
@@ -156,7 +169,7 @@ def candidates(
     for i, p in enumerate(pens):
         k = rest // len(pens) + (i < rest % len(pens))
         if k > 0:
-            out += list(sample_chain(logp, p, rng, k))
+            out += list(sample_chain(logp / temperature, p, rng, k))
     return out
 
 

@@ -518,6 +518,7 @@ class ExportedPolicy:
         seed: int = 0,
         decode: str | None = None,
         penalty: float | Sequence[float] | None = None,
+        temperature: float | None = None,
     ) -> Plan:
         """Place ``graph`` on ``cluster`` with no training: ``samples`` placements, the best kept.
 
@@ -543,6 +544,11 @@ class ExportedPolicy:
                 ``meta["decode_penalty"]``, else :data:`agents.decoding.DEFAULT_PENALTY`),
                 or a ladder of penalties: the Viterbi placement of each, then the samples
                 shared out over them (:func:`agents.decoding.candidates`).
+            temperature: chain decoding's sampling temperature: the samples (not the Viterbi
+                placements) come from the chain model of the log-probabilities divided by it
+                (default: the file's ``meta["decode_temperature"]``, else
+                :data:`agents.decoding.DEFAULT_TEMPERATURE`; 1 gives the network's own
+                distributions, the default until 26 Nov 2026).
 
         Raises:
             agents.baselines.InfeasiblePlanError: every evaluated placement ran out of memory.
@@ -559,6 +565,11 @@ class ExportedPolicy:
             raise ValueError(f"decode must be 'chain' or 'independent', got {decode!r}")
         if decode == "chain" and self.mode != "per_node":
             raise ValueError(f"chain decoding needs a per-unit policy, not mode {self.mode!r}")
+        if temperature is not None and decode != "chain":
+            raise ValueError(
+                f"temperature={temperature!r} is for chain decoding; this plan decodes "
+                f"{decode!r} (policy mode {self.mode!r})"
+            )
         t0 = time.perf_counter()
         calls0 = int(getattr(oracle, "calls", 0))
         env = self.make_env(graph, cluster, oracle)
@@ -566,7 +577,13 @@ class ExportedPolicy:
         if decode == "chain":
             try:
                 best_t, best_p, extra = self._plan_chain(
-                    env, oracle, greedy=greedy, samples=samples, seed=seed, penalty=penalty
+                    env,
+                    oracle,
+                    greedy=greedy,
+                    samples=samples,
+                    seed=seed,
+                    penalty=penalty,
+                    temperature=temperature,
                 )
             finally:
                 env.close()
@@ -608,6 +625,7 @@ class ExportedPolicy:
         samples: int,
         seed: int,
         penalty: float | Sequence[float] | None,
+        temperature: float | None = None,
     ) -> tuple[float, np.ndarray | None, dict[str, Any]]:
         """Chain decoding (see :meth:`plan`): ``(best step time, node placement, meta)``."""
         from agents import decoding
@@ -615,13 +633,19 @@ class ExportedPolicy:
         if penalty is None:
             penalty = self.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
         penalty = float(penalty) if np.isscalar(penalty) else [float(p) for p in penalty]
+        temperature = self.decode_temperature() if temperature is None else float(temperature)
         obs, enc, mask = chain_inputs(env, seed)
         U, D = mask.shape
         N = int(np.asarray(obs["node_mask"]).shape[-1])
         logits = self.logits({k: v[None] for k, v in obs.items()}).view(N, -1).numpy()
         logp = decoding.masked_log_probs(logits[:U, :D], mask)
         cands = decoding.candidates(
-            logp, penalty, samples, greedy=greedy, rng=np.random.default_rng(seed)
+            logp,
+            penalty,
+            samples,
+            greedy=greedy,
+            rng=np.random.default_rng(seed),
+            temperature=temperature,
         )
         best_t, best_p, seen = float("inf"), None, set()
         for units in cands:
@@ -634,7 +658,18 @@ class ExportedPolicy:
             t = float(res.step_time)
             if not res.oom and np.isfinite(t) and t < best_t:
                 best_t, best_p = t, np.asarray(node_pl, dtype=np.int64).copy()
-        return best_t, best_p, {"penalty": penalty, "distinct_placements": len(seen)}
+        return (
+            best_t,
+            best_p,
+            {"penalty": penalty, "temperature": temperature, "distinct_placements": len(seen)},
+        )
+
+    def decode_temperature(self) -> float:
+        """Chain decoding's sampling temperature when a call gives none: the file's
+        ``meta["decode_temperature"]``, else :data:`agents.decoding.DEFAULT_TEMPERATURE`."""
+        from agents import decoding
+
+        return float(self.meta.get("decode_temperature", decoding.DEFAULT_TEMPERATURE))
 
     def _plan_episodes(
         self, env: gym.Env, *, greedy: bool, samples: int, seed: int

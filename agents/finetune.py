@@ -9,7 +9,9 @@ zero-shot plan it starts from (``docs/generalisation.md``). :func:`chain_finetun
 the same network on the same chain samples that planning draws:
 
 1. round 0 is the zero-shot plan: ``first_samples`` chain candidates (the Viterbi
-   placement of each penalty of the ladder, then samples) scored by the oracle;
+   placement of each penalty of the ladder, then samples at the policy's
+   :meth:`~agents.export.ExportedPolicy.decode_temperature`, as ``plan`` draws them)
+   scored by the oracle;
 2. the ``elite`` fastest memory-feasible distinct placements seen so far are the targets:
    ``updates`` Adam steps on their mean per-unit cross-entropy under the network (the
    cross-entropy method, Rubinstein 1999, with the network as the sampling distribution;
@@ -172,6 +174,7 @@ def chain_finetune(
     if penalty is None:
         penalty = policy.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
     pens = [float(penalty)] if np.isscalar(penalty) else [float(x) for x in penalty]
+    sample_temp = policy.decode_temperature()  # whole-placement draws sample as plan does
     if oracle is None:
         from placement_env.oracles.simulator import Simulator
 
@@ -237,7 +240,9 @@ def chain_finetune(
             return np.where(allowed, log_probs().double().numpy(), -np.inf)
 
     def draw(lp: np.ndarray, k: int) -> list[np.ndarray]:
-        return decoding.candidates(lp, pens, k, greedy=True, rng=rng) if k > 0 else []
+        if k <= 0:
+            return []
+        return decoding.candidates(lp, pens, k, greedy=True, rng=rng, temperature=sample_temp)
 
     def draw_local(lp: np.ndarray, k: int) -> list[np.ndarray]:
         """``k`` window redraws (:func:`agents.decoding.resample_window`) of elite plans."""
@@ -327,6 +332,7 @@ def chain_finetune(
         "local": float(local),
         "window": int(win),
         "temperature": float(temperature),
+        "sample_temperature": float(sample_temp),
         "sequential": bool(sequential),
         "seed": int(seed),
     }

@@ -49,6 +49,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         samples=samples,
         oracle=oracle,
         seed=int(cfg.seed),
+        **({} if cfg.temperature is None else {"temperature": float(cfg.temperature)}),
     )
     seconds = time.perf_counter() - t0
     # the plan file carries what runners.execute needs (model, cluster, env)
@@ -65,6 +66,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         "samples": samples,
         "decode": the_plan.meta.get("decode"),
         "penalty": the_plan.meta.get("penalty"),
+        "temperature": the_plan.meta.get("temperature"),
         "devices_used": the_plan.num_devices_used,
     }
     common.write_json(run_dir / "result.json", result)

@@ -179,6 +179,7 @@ class PlanConfig:
     env: EnvConfig = MISSING
     greedy: bool = True
     samples: int | None = None  # None: the policy's default (agents.export.DEFAULT_SAMPLES)
+    temperature: float | None = None  # None: the policy's (agents.decoding.DEFAULT_TEMPERATURE)
     seed: int = 0
     output_dir: str | None = None
 
@@ -343,6 +344,7 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (TrainConfig, "torch_threads"): _int(1, 4096, none=True),
     (EvaluateConfig, "seeds"): _ints(0),
     (PlanConfig, "samples"): _int(1, 2**20, none=True),
+    (PlanConfig, "temperature"): _num(0, none=True),
     (PlanConfig, "seed"): _SEED,
 }
 

@@ -65,6 +65,7 @@ def zero_shot(
     *,
     decode: str | None = None,
     penalty: float | list[float] | None = None,
+    temperature: float | None = None,
 ) -> dict[str, Any]:
     from agents.baselines import InfeasiblePlanError
 
@@ -74,6 +75,7 @@ def zero_shot(
         plan = policy.plan(
             pb.graph, pb.cluster, microbatches=pb.microbatches, schedule=pb.schedule,
             samples=samples, oracle=oracle, seed=0, decode=decode, penalty=penalty,
+            **({} if temperature is None else {"temperature": temperature}),
         )  # fmt: skip
     except InfeasiblePlanError:
         return {"zs_ms": None, "oom": True, "plan_seconds": time.perf_counter() - t0}
@@ -141,6 +143,10 @@ def main(argv: list[str] | None = None) -> None:
         "--penalty", default=None, type=lambda s: [float(v) for v in s.split(",")],
         help="chain penalty, or a comma-separated ladder (default: the policy's)",
     )  # fmt: skip
+    ap.add_argument(
+        "--temperature", type=float, default=None,
+        help="chain decoding's sampling temperature (default: the policy's)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import agents
@@ -177,7 +183,16 @@ def main(argv: list[str] | None = None) -> None:
             "schedule": pb.schedule,
         }  # fmt: skip
         pen = args.penalty[0] if args.penalty and len(args.penalty) == 1 else args.penalty
-        r.update(zero_shot(pb, policy, args.samples, decode=args.decode, penalty=pen))
+        r.update(
+            zero_shot(
+                pb,
+                policy,
+                args.samples,
+                decode=args.decode,
+                penalty=pen,
+                temperature=args.temperature,
+            )  # fmt: skip
+        )
         r.update(cache[key])
         r["ratio"] = (
             r["zs_ms"] / r["search_ms"]
@@ -192,7 +207,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     md = [
         f"policy {args.policy}, {args.samples} samples, decode {args.decode or 'default'}, "
-        f"penalty {args.penalty or 'default'}, anneal {args.anneal_calls} calls",
+        f"penalty {args.penalty or 'default'}, temperature {args.temperature or 'default'}, "
+        f"anneal {args.anneal_calls} calls",
         "",
     ]
     for split in args.splits:

@@ -5,6 +5,7 @@
 
 ``--penalties``: chain decoding's device-change penalty (``ExportedPolicy.plan(penalty=...)``),
 one validation figure per value (how ``agents.decoding.DEFAULT_PENALTY`` was chosen);
+``--temperatures``: its sampling temperature, likewise (``agents.decoding.DEFAULT_TEMPERATURE``);
 ``--decode independent`` plans with the per-unit episodes instead.
 
 Validation problems: ``corpus_instances`` of the training corpus with another seed (same
@@ -43,6 +44,10 @@ def main(argv: list[str] | None = None) -> None:
         "--penalties", type=_penalty, nargs="+", default=[None],
         help="chain penalties to compare: a number, or a comma-separated ladder (1,2,4,8)",
     )  # fmt: skip
+    ap.add_argument(
+        "--temperatures", type=float, nargs="+", default=[None],
+        help="chain decoding's sampling temperatures to compare (default: the policy's)",
+    )  # fmt: skip
     ap.add_argument("--decode", default=None, choices=[None, "chain", "independent"])
     ap.add_argument("--cache", type=Path, default=Path("runs/generalist/validation.json"))
     args = ap.parse_args(argv)
@@ -58,16 +63,19 @@ def main(argv: list[str] | None = None) -> None:
             args.cache.write_text(json.dumps(cache, indent=1))
     for path in args.policies:
         pol = agents.load_policy(path)
-        for pen in args.penalties:
+        for pen, temp in [(p, t) for p in args.penalties for t in args.temperatures]:
             ratios = []
             for pb in probs:
-                z = zero_shot(pb, pol, args.samples, decode=args.decode, penalty=pen)
+                z = zero_shot(
+                    pb, pol, args.samples, decode=args.decode, penalty=pen, temperature=temp
+                )
                 s = cache[pb.name].get("search_ms")
                 if z["zs_ms"] is not None and s and not z["oom"]:
                     ratios.append(z["zs_ms"] / s)
             geo = math.exp(float(np.mean(np.log(ratios))))
             print(
-                f"{path} decode={args.decode or 'default'} penalty={pen}: validation rows "
+                f"{path} decode={args.decode or 'default'} penalty={pen} "
+                f"temperature={temp or 'default'}: validation rows "
                 f"{len(ratios)}/{len(probs)}, geo-mean {geo:.4f}, worst {max(ratios):.3f}",
                 flush=True,
             )

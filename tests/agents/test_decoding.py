@@ -141,6 +141,31 @@ def test_candidates_with_a_penalty_ladder() -> None:
         decoding.candidates(logp, [], 3, rng=np.random.default_rng(0))
 
 
+def test_candidates_sample_at_a_temperature() -> None:
+    """The samples (not the Viterbi paths) follow the chain model of logp / temperature."""
+    rng = np.random.default_rng(4)
+    logp = decoding.masked_log_probs(rng.normal(0, 2, size=(3, 3)))
+    T, pen, n = 3.0, 1.0, 40_000
+    c = decoding.candidates(logp, pen, n + 1, rng=np.random.default_rng(0), temperature=T)
+    assert np.array_equal(c[0], decoding.viterbi(logp, pen)[0])  # Viterbi of logp itself
+    # the same draws as sample_chain of the scaled log-probabilities
+    want = decoding.sample_chain(logp / T, pen, np.random.default_rng(0), n)
+    assert np.array_equal(np.stack(c[1:]), want)
+    # and their frequencies match the tempered chain's exact probabilities (brute force)
+    _, scores = _brute(logp / T, pen)
+    w = np.exp(np.array(list(scores.values())))
+    paths, counts = np.unique(np.stack(c[1:]), axis=0, return_counts=True)
+    freq = {tuple(q): k / n for q, k in zip(paths.tolist(), counts)}
+    for key, pr in zip(scores, w / w.sum()):
+        assert abs(freq.get(key, 0.0) - pr) <= 5 * np.sqrt(pr * (1 - pr) / n) + 1e-12, key
+    # a flatter distribution: the tempered samples are more diverse than the untempered ones
+    cold = decoding.candidates(logp, pen, n + 1, rng=np.random.default_rng(0))
+    assert len(np.unique(np.stack(c[1:]), axis=0)) > len(np.unique(np.stack(cold[1:]), axis=0))
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="temperature"):
+            decoding.candidates(logp, pen, 3, rng=np.random.default_rng(0), temperature=bad)
+
+
 def test_bad_inputs_are_refused() -> None:
     with pytest.raises(ValueError, match="penalty"):
         decoding.viterbi(np.zeros((2, 2)), -1.0)
@@ -195,6 +220,19 @@ def test_plan_chain_decoding_keeps_the_best_scored_placement() -> None:
     assert ind.meta["decode"] == "independent"
     with pytest.raises(ValueError, match="decode"):
         pol.plan(g, c, decode="beam")
+    # the sampling temperature: the default is DEFAULT_TEMPERATURE (recorded), a file's
+    # meta["decode_temperature"] overrides it, a call overrides both
+    assert a.meta["temperature"] == decoding.DEFAULT_TEMPERATURE
+    t1 = pol.plan(g, c, samples=12, seed=4, penalty=3.0, temperature=1.0)
+    assert t1.meta["temperature"] == 1.0
+    pol.meta["decode_temperature"] = 1.0
+    try:
+        t1b = pol.plan(g, c, samples=12, seed=4, penalty=3.0)
+    finally:
+        del pol.meta["decode_temperature"]
+    assert t1b.meta["temperature"] == 1.0 and np.array_equal(t1b.placement, t1.placement)
+    with pytest.raises(ValueError, match="temperature.*chain decoding"):
+        pol.plan(g, c, samples=2, decode="independent", temperature=2.0)
 
 
 # ------------------------------------------------------------ window redraws (fine-tuning)
