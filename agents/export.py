@@ -547,8 +547,8 @@ class ExportedPolicy:
             temperature: chain decoding's sampling temperature: the samples (not the Viterbi
                 placements) come from the chain model of the log-probabilities divided by it
                 (default: the file's ``meta["decode_temperature"]``, else
-                :data:`agents.decoding.DEFAULT_TEMPERATURE`; 1 gives the network's own
-                distributions, the default until 26 Nov 2026).
+                :data:`agents.decoding.DEFAULT_TEMPERATURE`, 1: the network's own
+                distributions).
 
         Raises:
             agents.baselines.InfeasiblePlanError: every evaluated placement ran out of memory.

@@ -223,14 +223,14 @@ def test_plan_chain_decoding_keeps_the_best_scored_placement() -> None:
     # the sampling temperature: the default is DEFAULT_TEMPERATURE (recorded), a file's
     # meta["decode_temperature"] overrides it, a call overrides both
     assert a.meta["temperature"] == decoding.DEFAULT_TEMPERATURE
-    t1 = pol.plan(g, c, samples=12, seed=4, penalty=3.0, temperature=1.0)
-    assert t1.meta["temperature"] == 1.0
-    pol.meta["decode_temperature"] = 1.0
+    t1 = pol.plan(g, c, samples=12, seed=4, penalty=3.0, temperature=2.5)
+    assert t1.meta["temperature"] == 2.5
+    pol.meta["decode_temperature"] = 2.5
     try:
         t1b = pol.plan(g, c, samples=12, seed=4, penalty=3.0)
     finally:
         del pol.meta["decode_temperature"]
-    assert t1b.meta["temperature"] == 1.0 and np.array_equal(t1b.placement, t1.placement)
+    assert t1b.meta["temperature"] == 2.5 and np.array_equal(t1b.placement, t1.placement)
     with pytest.raises(ValueError, match="temperature.*chain decoding"):
         pol.plan(g, c, samples=2, decode="independent", temperature=2.0)
 

@@ -102,11 +102,11 @@ def test_plan_default_samples_follow_the_decoding(graph_file: Path, tmp_path: Pa
     few = plan(compose([*base, "samples=4"], config="plan"), tmp_path / "b", echo=lambda s: None)
     assert few["samples"] == 4 and few["oracle_calls"] <= 4
     assert res["step_time"] <= few["step_time"] + 1e-12
-    # the sampling temperature: the policy's default (3) unless temperature= is given
-    assert res["temperature"] == 3.0
-    cold = compose([*base, "samples=64", "temperature=1"], config="plan")
-    one = plan(cold, tmp_path / "c", echo=lambda s: None)
-    assert one["temperature"] == 1.0 and one["samples"] == 64
+    # the sampling temperature: the policy's default (1) unless temperature= is given
+    assert res["temperature"] == 1.0
+    flat = compose([*base, "samples=64", "temperature=3"], config="plan")
+    hot = plan(flat, tmp_path / "c", echo=lambda s: None)
+    assert hot["temperature"] == 3.0 and hot["samples"] == 64
     with pytest.raises(ValueError, match="temperature"):
         plan(compose([*base, "temperature=0"], config="plan"), tmp_path / "d", echo=print)
 
