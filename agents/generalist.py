@@ -268,6 +268,34 @@ CORPUS = Corpus(
 )
 
 
+#: A nested split of :data:`CORPUS` for choosing training and decoding settings by *transfer*
+#: (the held-out pairs are unseen families on unseen cluster kinds; the validation draw of
+#: :func:`validation_instances` has neither): the vision transformer (an encoder-style
+#: transformer, like BERT) and ResNet-50 (the CNN, like Inception) are taken out of
+#: training, and so are single-host PCIe clusters (like the held-out PCIe-and-Ethernet
+#: hosts). Its held-out pairs: those two graphs on PCIe clusters of 4, 6, 8 and 12 devices
+#: (8 rows). It never contains a family or cluster kind of ``CORPUS``'s held-out split.
+TRANSFER_CORPUS = replace(
+    CORPUS,
+    train_graphs=tuple(g for g in CORPUS.train_graphs if g.model not in ("vit-base", "resnet50")),
+    heldout_graphs=tuple(g for g in CORPUS.train_graphs if g.model in ("vit-base", "resnet50")),
+    train_kinds=("nvswitch", "ib_hosts"),
+    heldout_kinds=("pcie",),
+    heldout_devices=(4, 6, 8, 12),
+)
+
+#: Corpora by name (``--corpus`` of the generalist scripts).
+CORPORA: dict[str, Corpus] = {"shipped": CORPUS, "transfer": TRANSFER_CORPUS}
+
+
+def corpus_named(name: str) -> Corpus:
+    """The corpus registered as ``name`` (``ValueError`` listing the names)."""
+    try:
+        return CORPORA[name]
+    except KeyError:
+        raise ValueError(f"unknown corpus {name!r}; available: {sorted(CORPORA)}") from None
+
+
 @dataclass
 class Problem:
     """One corpus problem: a graph on a cluster with a pipeline schedule."""

@@ -147,18 +147,24 @@ def main(argv: list[str] | None = None) -> None:
         "--temperature", type=float, default=None,
         help="chain decoding's sampling temperature (default: the policy's)",
     )  # fmt: skip
+    ap.add_argument(
+        "--corpus", default="shipped", choices=sorted(G.CORPORA),
+        help="whose held-out and training rows (transfer: agents.generalist.TRANSFER_CORPUS)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import agents
 
+    corpus = G.corpus_named(args.corpus)
+
     policy = None if args.search_only else agents.load_policy(args.policy)
     problems: list[G.Problem] = []
     if "heldout" in args.splits:
-        problems += G.corpus_instances(G.CORPUS, split="heldout")
+        problems += G.corpus_instances(corpus, split="heldout")
     if "train" in args.splits and args.train_rows > 0:
-        train = G.corpus_instances(G.CORPUS, split="train")
-        step = G.CORPUS.clusters_per_graph
-        firsts = train[: len(G.CORPUS.train_graphs) * step : step]  # one per zoo graph
+        train = G.corpus_instances(corpus, split="train")
+        step = corpus.clusters_per_graph
+        firsts = train[: len(corpus.train_graphs) * step : step]  # one per zoo graph
         rest = [p for p in train if p not in firsts]
         problems += (firsts + rest[:: max(1, len(rest) // 8)])[: args.train_rows]
     rows: list[dict[str, Any]] = []
@@ -206,7 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.search_only:
         return
     md = [
-        f"policy {args.policy}, {args.samples} samples, decode {args.decode or 'default'}, "
+        f"policy {args.policy}, corpus {args.corpus}, {args.samples} samples, "
+        f"decode {args.decode or 'default'}, "
         f"penalty {args.penalty or 'default'}, temperature {args.temperature or 'default'}, "
         f"anneal {args.anneal_calls} calls",
         "",

@@ -70,8 +70,14 @@ def main(argv: list[str] | None = None) -> None:
         help="corpus draws to label and train on (seed 1 is the validation draw of "
         "scripts/validate_generalist.py: keep it out)",
     )  # fmt: skip
+    ap.add_argument(
+        "--corpus", default="shipped", choices=sorted(G.CORPORA),
+        help="shipped: agents.generalist.CORPUS; transfer: its nested split TRANSFER_CORPUS "
+        "(for choosing settings by transfer to unseen families and cluster kinds)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    base = G.corpus_named(args.corpus)
     cmd = "python " + " ".join(shlex.quote(a) for a in sys.argv)
 
     def log(msg: str) -> None:
@@ -81,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     problems: list[G.Problem] = []
     labels: list[dict] = []
     for cs in args.corpus_seeds:
-        corpus = dataclasses.replace(G.CORPUS, seed=cs)
+        corpus = dataclasses.replace(base, seed=cs)
         draw = G.corpus_instances(corpus, split="train", log=log)
         log(f"corpus seed {cs}: {len(draw)} training problems")
         cache = args.work / ("labels.jsonl" if cs == 0 else f"labels.seed{cs}.jsonl")
@@ -121,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     meta = {
         "name": "generalist",
         "training": "behaviour cloning of teacher plans (agents.generalist.train_bc)",
-        "corpus": G.CORPUS.to_dict(),
+        "corpus": base.to_dict(),
+        "corpus_name": args.corpus,
         "corpus_seeds": list(args.corpus_seeds),
         "problems": len(samples),
         "max_units": max(int(s.obs["node_mask"].sum()) for s in samples),

@@ -39,6 +39,26 @@ def test_feature_spec_mismatch_is_refused(tmp_path: Path) -> None:
         load_policy(tmp_path / "old.pt")
 
 
+def test_transfer_corpus_is_a_nested_split_of_the_training_corpus() -> None:
+    """TRANSFER_CORPUS holds out training families and a training cluster kind of CORPUS,
+    and never touches CORPUS's own held-out families or kinds."""
+    T, C = G.TRANSFER_CORPUS, G.CORPUS
+    models = {g.model for g in C.train_graphs}
+    assert {g.model for g in T.heldout_graphs} == {"vit-base", "resnet50"} <= models
+    assert {g.model for g in T.train_graphs} == models - {"vit-base", "resnet50"}
+    assert set(T.heldout_kinds) == {"pcie"} and set(T.train_kinds) == {"nvswitch", "ib_hosts"}
+    assert set(T.train_kinds) | set(T.heldout_kinds) == set(C.train_kinds)
+    shipped_heldout = {g.model for g in C.heldout_graphs}
+    assert shipped_heldout.isdisjoint(g.model for g in (*T.train_graphs, *T.heldout_graphs))
+    rows = G.corpus_instances(T, split="heldout")
+    assert len(rows) == 8
+    assert all(pb.cluster.meta["kind"] == "pcie" for pb in rows)
+    assert sorted({pb.cluster.num_devices for pb in rows}) == [4, 6, 8, 12]
+    assert G.corpus_named("transfer") is T and G.corpus_named("shipped") is C
+    with pytest.raises(ValueError, match=r"available: \['shipped', 'transfer'\]"):
+        G.corpus_named("heldout")
+
+
 def _problem(seed: int, ops: int, kind: str, devices: int) -> tuple:
     g = synthetic.sample(np.random.default_rng(seed), "layered", min_nodes=ops, max_nodes=ops)
     c = G.sample_cluster(np.random.default_rng(seed), kind, devices, hetero=True)
