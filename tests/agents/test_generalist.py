@@ -206,6 +206,43 @@ def test_ppo_search_starts_from_the_generalist() -> None:
     assert all(torch.equal(net.state_dict()[k], v) for k, v in ref.items())
 
 
+def test_an_ensemble_file_plans_and_starts_ppo(tmp_path: Path) -> None:
+    """A GDPEnsemble written by save_generalist loads safely, plans deterministically, and
+    PPO from it (init_policy=FILE) starts from every member's weights."""
+    from agents.policies import GDPEnsemble
+    from agents.search import ppo_search
+    from placement_env.generators import fixed
+    from placement_env.oracles.simulator import Simulator
+
+    torch.manual_seed(0)
+    nets = [G.new_network({"hidden": 16, "attn_layers": 1}) for _ in range(2)]
+    path = G.save_generalist(GDPEnsemble.of(nets), tmp_path / "ens.pt", meta={"name": "t"})
+    pol = load_policy(path)
+    assert pol.network == "gdp_ensemble" and pol.net.config()["members"] == 2
+    g, c = _problem(5, 30, "pcie", 2)
+    a, b = pol.plan(g, c, samples=8, seed=3), pol.plan(g, c, samples=8, seed=3)
+    assert np.array_equal(a.placement, b.placement) and a.meta["oracle_calls"] <= 8
+
+    def factory():
+        import gymnasium as gym
+
+        return gym.make(G.ENV_ID, generator=fixed(g, c))
+
+    found = ppo_search(
+        factory,
+        graph=g,
+        cluster=c,
+        oracle_factory=lambda gg, cc: Simulator(gg, cc),
+        timesteps=0,
+        init_policy=str(path),
+        ppo_kwargs={"n_steps": 8},
+    )
+    net = found.model.policy.net
+    assert type(net).__name__ == "GDPEnsemble" and len(net.members) == 2
+    ref = pol.net.state_dict()
+    assert all(torch.equal(net.state_dict()[k], v) for k, v in ref.items())
+
+
 @pytest.mark.timeout(300)
 def test_runners_plan_without_policy_uses_the_generalist(tmp_path: Path) -> None:
     from graphs import io as gio
