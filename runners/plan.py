@@ -49,7 +49,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         samples=samples,
         oracle=oracle,
         seed=int(cfg.seed),
-        **({} if cfg.temperature is None else {"temperature": float(cfg.temperature)}),
+        temperature=cfg.temperature,
     )
     seconds = time.perf_counter() - t0
     # the plan file carries what runners.execute needs (model, cluster, env)

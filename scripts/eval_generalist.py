@@ -75,7 +75,7 @@ def zero_shot(
         plan = policy.plan(
             pb.graph, pb.cluster, microbatches=pb.microbatches, schedule=pb.schedule,
             samples=samples, oracle=oracle, seed=0, decode=decode, penalty=penalty,
-            **({} if temperature is None else {"temperature": temperature}),
+            temperature=temperature,
         )  # fmt: skip
     except InfeasiblePlanError:
         return {"zs_ms": None, "oom": True, "plan_seconds": time.perf_counter() - t0}

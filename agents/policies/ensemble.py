@@ -54,9 +54,6 @@ class GDPEnsemble(GDPNet):
         self.members = nn.ModuleList(
             GDPNet(node_dim, edge_dim, dev_dim, link_dim, **kwargs) for _ in range(members)
         )
-        first = self.members[0]
-        for name in first.config():
-            setattr(self, name, getattr(first, name))
 
     @classmethod
     def of(cls, nets: list[GDPNet]) -> GDPEnsemble:

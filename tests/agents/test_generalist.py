@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -178,13 +179,11 @@ def test_teacher_plan_passes_its_time_limit_to_the_exact_teachers(monkeypatch) -
         G.teacher_plan(pb, ("ideal_dp",), anneal_calls=0, teacher_seconds=0)
 
 
-def test_ppo_search_starts_from_the_generalist() -> None:
+def _ppo_start(init_policy: str, g: Any, c: Any, **kwargs: Any) -> Any:
+    """The network PPO starts from (no training step) when given ``init_policy``."""
     from agents.search import ppo_search
     from placement_env.generators import fixed
     from placement_env.oracles.simulator import Simulator
-
-    g, c = _problem(5, 30, "pcie", 2)
-    ref = load_policy("generalist").net.state_dict()
 
     def factory():
         import gymnasium as gym
@@ -197,11 +196,17 @@ def test_ppo_search_starts_from_the_generalist() -> None:
         cluster=c,
         oracle_factory=lambda gg, cc: Simulator(gg, cc),
         timesteps=0,
-        policy="placeto",
-        init_policy="generalist",
+        init_policy=init_policy,
         ppo_kwargs={"n_steps": 8},
+        **kwargs,
     )
-    net = found.model.policy.net
+    return found.model.policy.net
+
+
+def test_ppo_search_starts_from_the_generalist() -> None:
+    g, c = _problem(5, 30, "pcie", 2)
+    ref = load_policy("generalist").net.state_dict()
+    net = _ppo_start("generalist", g, c, policy="placeto")
     assert type(net).__name__ == "GDPNet"
     assert all(torch.equal(net.state_dict()[k], v) for k, v in ref.items())
 
@@ -210,9 +215,6 @@ def test_an_ensemble_file_plans_and_starts_ppo(tmp_path: Path) -> None:
     """A GDPEnsemble written by save_generalist loads safely, plans deterministically, and
     PPO from it (init_policy=FILE) starts from every member's weights."""
     from agents.policies import GDPEnsemble
-    from agents.search import ppo_search
-    from placement_env.generators import fixed
-    from placement_env.oracles.simulator import Simulator
 
     torch.manual_seed(0)
     nets = [G.new_network({"hidden": 16, "attn_layers": 1}) for _ in range(2)]
@@ -222,22 +224,7 @@ def test_an_ensemble_file_plans_and_starts_ppo(tmp_path: Path) -> None:
     g, c = _problem(5, 30, "pcie", 2)
     a, b = pol.plan(g, c, samples=8, seed=3), pol.plan(g, c, samples=8, seed=3)
     assert np.array_equal(a.placement, b.placement) and a.meta["oracle_calls"] <= 8
-
-    def factory():
-        import gymnasium as gym
-
-        return gym.make(G.ENV_ID, generator=fixed(g, c))
-
-    found = ppo_search(
-        factory,
-        graph=g,
-        cluster=c,
-        oracle_factory=lambda gg, cc: Simulator(gg, cc),
-        timesteps=0,
-        init_policy=str(path),
-        ppo_kwargs={"n_steps": 8},
-    )
-    net = found.model.policy.net
+    net = _ppo_start(str(path), g, c)
     assert type(net).__name__ == "GDPEnsemble" and len(net.members) == 2
     ref = pol.net.state_dict()
     assert all(torch.equal(net.state_dict()[k], v) for k, v in ref.items())
