@@ -4,17 +4,20 @@ VENV ?= .venv
 # CPU wheel by default; GPU users: make setup TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
+# exact versions of the other dependencies (empty: the newest that pyproject.toml allows)
+CONSTRAINTS ?= constraints.txt
 PIP = $(VENV)/bin/python -m pip
 PY = $(VENV)/bin/python
 
-.PHONY: setup train test lint format bench clean
+.PHONY: setup train test lint format bench clean constraints
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH_INDEX) "$(TORCH_SPEC)"
 	$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/constraints.txt
-	$(PIP) install -q -c $(VENV)/constraints.txt -e ".[dev]"
+	$(PIP) install -q -c $(VENV)/constraints.txt $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev]"
+	echo "$(CONSTRAINTS)" > $(VENV)/constraints-used
 	touch $@
 
 setup: $(VENV)/.installed
@@ -35,6 +38,9 @@ bench: setup
 	$(PY) scripts/bench_extract.py
 	$(PY) scripts/bench_simulator.py
 	$(PY) scripts/bench_env.py
+
+constraints: setup
+	$(PY) .ci/constraints.py > constraints.txt
 
 clean:
 	rm -rf $(VENV) outputs multirun wandb .pytest_cache

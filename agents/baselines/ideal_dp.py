@@ -66,7 +66,10 @@ class can take within the incumbent ``UB``; a stage after which the work left
 exceeds what the free devices can do within ``UB``; and, since the stages are
 enumerated with their items in increasing order, a skipped item and everything
 after it can no longer join the stage, so once their work exceeds what the free
-devices can do within ``UB`` the whole branch is cut.
+devices can do within ``UB`` the whole branch is cut; and (``transfer_cut=True``, the
+default) a branch is cut once the transfers that every stage in it must pay -- with
+the ideal it starts from and with the items it can no longer take -- plus its
+compute exceed ``UB`` on every class that could hold it.
 
 ``meta["exact"]`` is True only when the full DP finished on exact costs with
 nothing pinned (and, with units dropped, the re-inserted plan meets the bound):
@@ -263,6 +266,7 @@ def solve_ideal_dp(
     max_ideals: int | None = None,
     pin_isolated_above: int | None = 8,
     isolated: str = "drop",
+    transfer_cut: bool = True,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Run the chain DP then the DP over ideals; ``(device of each unit, info)`` (see the module docstring)."""
     if isolated not in ("drop", "keep"):
@@ -332,7 +336,7 @@ def solve_ideal_dp(
             B, sptr, sidx, np.diff(pptr), pptr, pidx, inptr, inidx, ni,
             optr, oidx, ocost, iptr, iidx, icost,
             comp_item[perm], work_item[perm], mem_item[perm], cap, pays, counts, float(ub),
-            keys, int(limit), float(deadline), rate, True,
+            keys, int(limit), float(deadline), rate, True, bool(transfer_cut),
         )  # fmt: skip
         if status == STATUS_COLLISION or full < 0 or not np.isfinite(dp[full].min()):
             return status, None, np.inf, nI, visited
@@ -376,7 +380,7 @@ def solve_ideal_dp(
         limit = min(4 * limit, cap_ideals)  # out of table: again with a larger one
     info.update(
         status=_STATUS[status], ideals=int(nI), stages_scored=int(visited_all),
-        ideal_limit=limit,
+        ideal_limit=limit, transfer_cut=bool(transfer_cut),
     )  # fmt: skip
     if place is None or not (val < val_lin):
         place, val = place_lin, val_lin
@@ -529,11 +533,14 @@ def ideal_dp(
     max_ideals: int | None = None,
     pin_isolated_above: int | None = 8,
     isolated: str = "drop",
+    transfer_cut: bool = True,
 ) -> Plan:
     """Max-load-optimal contiguous split by the DP over ideals (one oracle evaluation).
 
     ``isolated``: ``"drop"`` (default) solves without edge-free units and re-inserts
-    them, ``"keep"`` keeps them in the DP (see the module docstring).
+    them, ``"keep"`` keeps them in the DP (see the module docstring). ``transfer_cut``
+    (default on): cut enumeration branches by the transfers they cannot avoid; off
+    only to measure it (the optimum is the same).
 
     ``meta``: ``dp_objective`` (seconds; equals the max-load step time when
     ``exact``), ``exact``, ``dp_lower_bound``, ``dp_gap``, ``dropped_units``, ``optimal_among``, ``status`` (``done`` or the limit
@@ -545,7 +552,7 @@ def ideal_dp(
     model = build_model(graph, cluster)
     up, info = solve_ideal_dp(
         prob, model, time_limit=time_limit, max_ideals=max_ideals,
-        pin_isolated_above=pin_isolated_above, isolated=isolated,
+        pin_isolated_above=pin_isolated_above, isolated=isolated, transfer_cut=transfer_cut,
     )  # fmt: skip
     return finish(prob, up, "ideal_dp", start, objective="max_load", **info)
 
