@@ -56,7 +56,8 @@ the graph's width. Remedies, each reported in ``meta``:
    when there are more than ``pin_isolated_above`` of them they are chained to
    their neighbours in the topological order (``meta["pinned_items"]``).
 4. *Limits*: when the full DP exceeds ``max_ideals`` (default: as many ideals as
-   fit in about 1 GiB of tables) or ``time_limit`` it stops
+   fit in about 1 GiB of tables, ``TABLE_BYTES``; a value given is honoured, whatever
+   memory it takes: ``meta["ideal_table_bytes"]``) or ``time_limit`` it stops
    and the best of the chain DPs' plans and the full DP's incumbent is returned
    (``meta["status"]`` says which limit; ``meta["exact"]`` False).
 
@@ -107,6 +108,9 @@ from graphs.cluster import Cluster
 from graphs.compgraph import FWD, CompGraph
 from graphs.plan import Plan
 from placement_env.oracles.base import Oracle
+
+#: Memory for the DP's ideal tables when ``max_ideals`` is None (bytes).
+TABLE_BYTES = 1 << 30
 
 _STATUS = {
     STATUS_DONE: "done",
@@ -309,17 +313,21 @@ def solve_ideal_dp(
     optr, oidx, ocost = _csr(ps, n, pd, pc)
     iptr, iidx, icost = _csr(pd, n, ps, pc)
     keys = np.random.default_rng(0x1DEA1).integers(1, 2**63 - 1, size=B, dtype=np.int64)
-    # NK dp columns per ideal; keep the tables under ~1 GiB
+    # NK dp columns per ideal (8 + 4 + 1 bytes each), its bit set, size, hash, list link and
+    # hash-table entry; ``max_ideals=None``: as many as fit in TABLE_BYTES, an explicit value
+    # is honoured whatever it takes. The tables start at 200,000 ideals and grow fourfold
+    # while the DP runs out of them.
     NK = int(np.prod(counts + 1))
     W = (B + 63) // 64
-    # (``max_ideals=None``: as many as fit there; the tables start at 200,000 ideals and
-    # grow fourfold while the DP runs out of them)
-    if max_ideals is not None and int(max_ideals) < 1:
+    per_ideal = NK * 13 + W * 8 + 40
+    if max_ideals is not None and (
+        isinstance(max_ideals, bool)
+        or not isinstance(max_ideals, (int, float, np.integer, np.floating))
+        or not float(max_ideals).is_integer()
+        or max_ideals < 1
+    ):
         raise ValueError(f"ideal_dp: max_ideals must be a positive int or None, got {max_ideals!r}")
-    fit_ideals = (1 << 30) // (NK * 13 + W * 8 + 40)
-    cap_ideals = int(
-        max(16, fit_ideals if max_ideals is None else min(int(max_ideals), fit_ideals))
-    )
+    cap_ideals = int(max(16, TABLE_BYTES // per_ideal) if max_ideals is None else max_ideals)
 
     def run(
         perm: np.ndarray, succ: list[list[int]], ub: float, limit: int
@@ -380,7 +388,7 @@ def solve_ideal_dp(
         limit = min(4 * limit, cap_ideals)  # out of table: again with a larger one
     info.update(
         status=_STATUS[status], ideals=int(nI), stages_scored=int(visited_all),
-        ideal_limit=limit, transfer_cut=bool(transfer_cut),
+        ideal_limit=limit, ideal_table_bytes=int(limit * per_ideal), transfer_cut=bool(transfer_cut),
     )  # fmt: skip
     if place is None or not (val < val_lin):
         place, val = place_lin, val_lin

@@ -337,20 +337,53 @@ def test_ideal_dp_proves_optimality_from_the_empty_ideal_by_hand():
     assert 2 not in plan.placement.tolist()
 
 
+def _fiddle_like(g: CompGraph, A: int) -> Cluster:
+    """bench_exact.py's clusters: ``A`` accelerators holding ``2 / A`` of the parameters each
+    + a host CPU, all-to-all 25 GB/s links."""
+    mem = 2.0 * float(g.param_bytes.sum()) / A
+    devs = [
+        Device(f"acc{i}", "acc", 120e12, 900e9, mem, efficiency=0.4, launch_overhead=5e-6)
+        for i in range(A)
+    ]
+    devs.append(Device("cpu0", "cpu", 2e12, 100e9, float("inf"), 0.5, 1e-5))
+    links = tuple(Link(a, b, 25e9, 5e-6) for a in range(A + 1) for b in range(A + 1) if a != b)
+    return Cluster(f"fiddle_like_{A}", tuple(devs), links)
+
+
 def _series_parallel_s() -> tuple[CompGraph, Cluster]:
-    """bench_exact.py's series-parallel-s row: 283 nodes, 120 items, 4 accelerators holding
-    half the parameters each + a host CPU, all-to-all 25 GB/s links."""
+    """bench_exact.py's series-parallel-s row: 283 nodes, 120 items, 4 accelerators."""
     from graphs import synthetic
 
     g = synthetic.series_parallel(120, rng=1, domain="vision")
-    mem = 2.0 * float(g.param_bytes.sum()) / 4
-    devs = [
-        Device(f"acc{i}", "acc", 120e12, 900e9, mem, efficiency=0.4, launch_overhead=5e-6)
-        for i in range(4)
-    ]
-    devs.append(Device("cpu0", "cpu", 2e12, 100e9, float("inf"), 0.5, 1e-5))
-    links = tuple(Link(a, b, 25e9, 5e-6) for a in range(5) for b in range(5) if a != b)
-    return g, Cluster("fiddle_like_4", tuple(devs), links)
+    return g, _fiddle_like(g, 4)
+
+
+def test_ideal_dp_honours_max_ideals_beyond_the_default_table(monkeypatch):
+    # bench_exact.py's layered-s row (382 nodes, 154 items, 8 accelerators): the proof creates
+    # 4,210 ideals. With the default table shrunk to about 100 ideals the DP stops there; an
+    # explicit max_ideals above the default table is honoured (before 26 Nov 2026 it was cut
+    # to the 1 GiB default without a word), and one below it stops the DP at that many.
+    import agents.baselines.ideal_dp as idp
+    from graphs import synthetic
+
+    g = synthetic.layered_dag(60, 4, rng=2, domain="language")
+    c = _fiddle_like(g, 8)
+    run = lambda **kw: B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), **kw)  # noqa: E731
+    monkeypatch.setattr(idp, "TABLE_BYTES", 100 * (9 * 2 * 13 + 3 * 8 + 40))
+    small = run().meta
+    assert small["status"] == "max_ideals" and small["exact"] is False
+    assert small["ideal_limit"] == 100
+    big = run(max_ideals=10_000).meta
+    assert big["status"] == "done" and big["exact"] is True and big["ideals"] == 4210
+    assert big["ideal_limit"] == 10_000
+    assert big["ideal_table_bytes"] == 10_000 * (9 * 2 * 13 + 3 * 8 + 40)
+    assert big["dp_objective"] < small["dp_objective"]  # the proof found a better split
+    cut = run(max_ideals=1000).meta
+    assert cut["status"] == "max_ideals" and cut["ideal_limit"] == 1000 and cut["ideals"] <= 1000
+    assert run(max_ideals=1e3).meta["ideal_limit"] == 1000  # an integral float is a count
+    for bad in (0, -3, 2.5, True, "many", float("inf")):
+        with pytest.raises(ValueError, match="max_ideals must be a positive int"):
+            run(max_ideals=bad)
 
 
 def test_ideal_dp_proves_a_branchy_series_parallel_graph_within_the_default_limit():
