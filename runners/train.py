@@ -351,6 +351,33 @@ def search_ppo(
     )
 
 
+#: plan-meta keys a runner writes itself (provenance), left out of the planner's report
+_PROVENANCE_KEYS = frozenset({"env", "cluster", "model", "graph_file", "seed"})
+
+
+def planner_report(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The planner's own ``plan.meta`` without the runner's provenance keys, as JSON data
+    (numpy values as Python ones, NaN and inf as ``None``, anything else JSON cannot hold as
+    its ``str``)."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, Mapping):
+            return {str(k): plain(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        if isinstance(x, np.ndarray):
+            return plain(x.tolist())
+        if isinstance(x, np.generic):
+            return x.item()
+        if isinstance(x, float) and not np.isfinite(x):
+            return None  # JSON has no NaN / inf
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        return str(x)
+
+    return {str(k): plain(v) for k, v in meta.items() if k not in _PROVENANCE_KEYS}
+
+
 def search_baseline(
     problem: common.Problem, agent_cfg: Mapping[str, Any], *, seed: int
 ) -> SearchOutcome:
@@ -361,6 +388,11 @@ def search_baseline(
     )
     placement = None if o.plan is None or o.step_time is None else np.asarray(o.plan.placement)
     hist = [] if o.step_time is None else [(0, o.oracle_calls, o.step_time)]
+    meta: dict[str, Any] = {"baseline": name, "error": o.error}
+    if o.plan is not None:
+        # what the planner reports of its own plan: exactness and limits of ideal_dp, the MIP
+        # gap and bound of ilp, anneal's curve, ... (result.json and best_plan.json)
+        meta["planner"] = planner_report(o.plan.meta)
     return SearchOutcome(
         placement,
         o.step_time,
@@ -368,7 +400,7 @@ def search_baseline(
         hist,
         0,
         None,
-        {"baseline": name, "error": o.error},
+        meta,
         plan=o.plan if o.step_time is not None else None,
     )
 
@@ -760,6 +792,7 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
                 oracle_calls=outcome.oracle_calls,
                 env=spec.name,
                 seed=seed,
+                **({"planner": outcome.meta["planner"]} if "planner" in outcome.meta else {}),
             )
             res = common.write_plan_artifacts(problem, plan, run_dir)
             oom, sim_lb = bool(res.oom), float(res.lower_bound)

@@ -186,3 +186,29 @@ def test_a_failing_command_says_why_in_one_line(tmp_path: Path, args: list[str],
     assert p.stderr.strip().splitlines()[-1] == f"error: {message}" or message in p.stderr
     assert "Traceback" not in p.stderr
     assert message in (out / "error.txt").read_text()
+
+
+def test_exact_planner_reports_its_proof_then_its_plan_executes(tmp_path: Path) -> None:
+    # an exact planner from the CLI: what it proved (ideal_dp's status, exactness, table limit)
+    # is in result.json and in best_plan.json, and that plan runs on this machine
+    train_dir = tmp_path / "dp"
+    p = cli(
+        "runners.train", "+env=my_model", "agent=ideal_dp", "+agent.options.max_ideals=1000",
+        "env.baselines=[single]", "logger=none", f"output_dir={train_dir}",
+    )  # fmt: skip
+    assert last_line(p).startswith("my_model ideal_dp seed=0: best ")
+    result = json.loads((train_dir / "result.json").read_text())
+    report = result["meta"]["planner"]
+    assert report["algorithm"] == "ideal_dp" and report["objective"] == "max_load"
+    assert report["status"] == "done" and report["exact"] is True
+    assert report["optimal_among"] == "contiguous splits"
+    assert report["ideal_limit"] <= 1000 and report["transfer_cut"] is True
+    assert "env" not in report and "model" not in report  # provenance stays in the plan's meta
+    best = Plan.load(train_dir / "best_plan.json")
+    assert best.meta["planner"] == report
+    assert best.meta["model"]["factory"] == "examples.my_model:build"
+    assert result["best_step_time"] <= result["baselines"]["single"] + 1e-12
+    cli("runners.execute", f"plan={train_dir / 'best_plan.json'}", f"output_dir={tmp_path / 'ex'}",
+        "steps=2", "warmup=1")  # fmt: skip
+    measured = json.loads((tmp_path / "ex" / "result.json").read_text())
+    assert measured["step_time"] > 0 and measured["world_size"] == best.num_devices_used
