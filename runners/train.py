@@ -356,26 +356,9 @@ _PROVENANCE_KEYS = frozenset({"env", "cluster", "model", "graph_file", "seed"})
 
 
 def planner_report(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The planner's own ``plan.meta`` without the runner's provenance keys, as JSON data
-    (numpy values as Python ones, NaN and inf as ``None``, anything else JSON cannot hold as
-    its ``str``)."""
-
-    def plain(x: Any) -> Any:
-        if isinstance(x, Mapping):
-            return {str(k): plain(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [plain(v) for v in x]
-        if isinstance(x, np.ndarray):
-            return plain(x.tolist())
-        if isinstance(x, np.generic):
-            return x.item()
-        if isinstance(x, float) and not np.isfinite(x):
-            return None  # JSON has no NaN / inf
-        if x is None or isinstance(x, (bool, int, float, str)):
-            return x
-        return str(x)
-
-    return {str(k): plain(v) for k, v in meta.items() if k not in _PROVENANCE_KEYS}
+    """The planner's own ``plan.meta`` without the runner's provenance keys (the files'
+    writers make it JSON: ``common.write_json`` for ``result.json``, ``Plan.save``)."""
+    return {str(k): v for k, v in meta.items() if k not in _PROVENANCE_KEYS}
 
 
 def search_baseline(
