@@ -71,68 +71,41 @@ def _recompute_out(x, optr, oidx, ocost, node_item, inS):
 
 
 @njit(cache=True)
-def _charge_added(
-    v, inptr, inidx, optr, oidx, ocost, iptr, iidx, icost, node_item,
-    inJ, dead, lbo, lbi, l_node, l_kind, l_val, lbsum, ltop,
+def _charge(
+    item, own, in_a, in_b, inptr, inidx, optr, oidx, ocost, iptr, iidx, icost, node_item,
+    lb, l_node, l_kind, l_val, lbsum, ltop,
 ):  # fmt: skip
-    """Item ``v`` joined S: its nodes' consumers in J or dead items (``lbo``) and the
-    producers in J or dead items of its nodes (``lbi``) are charged for good."""
-    for q in range(inptr[v], inptr[v + 1]):
+    """Charge for good the transfers between ``item``'s nodes and the items marked in
+    ``in_a`` or ``in_b``: each node of ``item`` its dearest consumer there (row ``own`` of
+    ``lb``), each producer there its dearest consumer in ``item`` (the other row).
+
+    Item ``v`` joining S: ``own`` = 0 (``lbo``), the marked items J and the dead ones.
+    Item ``d`` dying: ``own`` = 1 (``lbi``), the marked items S (``in_a = in_b = inS``)."""
+    other = 1 - own
+    for q in range(inptr[item], inptr[item + 1]):
         x = inidx[q]
         m = 0.0
         for e in range(optr[x], optr[x + 1]):
             it = node_item[oidx[e]]
-            if (inJ[it] or dead[it]) and ocost[e] > m:
+            if (in_a[it] or in_b[it]) and ocost[e] > m:
                 m = ocost[e]
-        if m > lbo[x]:
+        if m > lb[own, x]:
             l_node[ltop] = x
-            l_kind[ltop] = 0
-            l_val[ltop] = lbo[x]
+            l_kind[ltop] = own
+            l_val[ltop] = lb[own, x]
             ltop += 1
-            lbsum += m - lbo[x]
-            lbo[x] = m
+            lbsum += m - lb[own, x]
+            lb[own, x] = m
         for e in range(iptr[x], iptr[x + 1]):
             y = iidx[e]
             it = node_item[y]
-            if (inJ[it] or dead[it]) and icost[e] > lbi[y]:
+            if (in_a[it] or in_b[it]) and icost[e] > lb[other, y]:
                 l_node[ltop] = y
-                l_kind[ltop] = 1
-                l_val[ltop] = lbi[y]
+                l_kind[ltop] = other
+                l_val[ltop] = lb[other, y]
                 ltop += 1
-                lbsum += icost[e] - lbi[y]
-                lbi[y] = icost[e]
-    return lbsum, ltop
-
-
-@njit(cache=True)
-def _charge_dead(
-    d, inptr, inidx, optr, oidx, ocost, iptr, iidx, icost, node_item,
-    inS, lbo, lbi, l_node, l_kind, l_val, lbsum, ltop,
-):  # fmt: skip
-    """Item ``d`` can no longer join S: its nodes' consumers in S (``lbi``) and the
-    producers in S of its nodes (``lbo``) are charged for good."""
-    for q in range(inptr[d], inptr[d + 1]):
-        y = inidx[q]
-        m = 0.0
-        for e in range(optr[y], optr[y + 1]):
-            if inS[node_item[oidx[e]]] and ocost[e] > m:
-                m = ocost[e]
-        if m > lbi[y]:
-            l_node[ltop] = y
-            l_kind[ltop] = 1
-            l_val[ltop] = lbi[y]
-            ltop += 1
-            lbsum += m - lbi[y]
-            lbi[y] = m
-        for e in range(iptr[y], iptr[y + 1]):
-            x = iidx[e]
-            if inS[node_item[x]] and icost[e] > lbo[x]:
-                l_node[ltop] = x
-                l_kind[ltop] = 0
-                l_val[ltop] = lbo[x]
-                ltop += 1
-                lbsum += icost[e] - lbo[x]
-                lbo[x] = icost[e]
+                lbsum += icost[e] - lb[other, y]
+                lb[other, y] = icost[e]
     return lbsum, ltop
 
 
@@ -252,8 +225,7 @@ def ideal_dp_kernel(
     # transfer charges no extension of S in this branch can avoid: lbo[x] (x in S) = x's
     # dearest consumer in J or a dead item, lbi[y] (y in J or a dead item) = y's dearest
     # consumer in S; lbsum = their total (see the module docstring)
-    lbo = np.zeros(n)
-    lbi = np.zeros(n)
+    lb = np.zeros((2, n))  # rows: lbo, lbi
     l_node = np.empty(ustack_cap, np.int64)
     l_kind = np.empty(ustack_cap, np.int8)
     l_val = np.empty(ustack_cap, np.float64)
@@ -334,10 +306,7 @@ def ideal_dp_kernel(
                     deadwork = f_dwork[depth]
                     while ltop > f_lmark[depth]:
                         ltop -= 1
-                        if l_kind[ltop] == 0:
-                            lbo[l_node[ltop]] = l_val[ltop]
-                        else:
-                            lbi[l_node[ltop]] = l_val[ltop]
+                        lb[l_kind[ltop], l_node[ltop]] = l_val[ltop]
                     lbsum = f_lsum[depth]
                     if depth == 0:
                         break
@@ -368,9 +337,9 @@ def ideal_dp_kernel(
                         d_stack[dtop] = x0
                         dtop += 1
                         deadwork += work_item[x0]
-                        lbsum, ltop = _charge_dead(
-                            x0, inptr, inidx, optr, oidx, ocost, iptr, iidx, icost, node_item,
-                            inS, lbo, lbi, l_node, l_kind, l_val, lbsum, ltop,
+                        lbsum, ltop = _charge(
+                            x0, 1, inS, inS, inptr, inidx, optr, oidx, ocost, iptr, iidx, icost,
+                            node_item, lb, l_node, l_kind, l_val, lbsum, ltop,
                         )  # fmt: skip
                         tt = 1
                         t_stack[0] = x0
@@ -384,9 +353,9 @@ def ideal_dp_kernel(
                                     d_stack[dtop] = y2
                                     dtop += 1
                                     deadwork += work_item[y2]
-                                    lbsum, ltop = _charge_dead(
-                                        y2, inptr, inidx, optr, oidx, ocost, iptr, iidx, icost,
-                                        node_item, inS, lbo, lbi, l_node, l_kind, l_val, lbsum,
+                                    lbsum, ltop = _charge(
+                                        y2, 1, inS, inS, inptr, inidx, optr, oidx, ocost, iptr,
+                                        iidx, icost, node_item, lb, l_node, l_kind, l_val, lbsum,
                                         ltop,
                                     )  # fmt: skip
                                     t_stack[tt] = y2
@@ -486,9 +455,9 @@ def ideal_dp_kernel(
                 # ---- transfers of S with J and the dead items: no extension avoids them
                 pruned = False
                 if lbcut:
-                    lbsum, ltop = _charge_added(
-                        v, inptr, inidx, optr, oidx, ocost, iptr, iidx, icost, node_item,
-                        inJ, dead, lbo, lbi, l_node, l_kind, l_val, lbsum, ltop,
+                    lbsum, ltop = _charge(
+                        v, 0, inJ, dead, inptr, inidx, optr, oidx, ocost, iptr, iidx, icost,
+                        node_item, lb, l_node, l_kind, l_val, lbsum, ltop,
                     )  # fmt: skip
                     pruned = True
                     for c in range(K):
@@ -583,6 +552,8 @@ def ideal_dp_kernel(
                 i0 = f_cs[pc] + f_cp[pc]
                 i1 = f_cs[pc] + f_cl[pc]
                 j0 = 0
+                if pruned:  # no extension of S fits UB: the frame only undoes v
+                    i0, nfr = i1, 0
                 while i0 < i1 or j0 < nfr:
                     if j0 >= nfr or (i0 < i1 and cand[i0] < fr[j0]):
                         cand[ctop] = cand[i0]
@@ -591,8 +562,6 @@ def ideal_dp_kernel(
                         cand[ctop] = fr[j0]
                         j0 += 1
                     ctop += 1
-                if pruned:  # no extension of S fits UB: the frame only undoes v
-                    ctop = start
                 f_cs[depth] = start
                 f_cl[depth] = ctop - start
                 f_cp[depth] = 0
