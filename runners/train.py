@@ -351,16 +351,6 @@ def search_ppo(
     )
 
 
-#: plan-meta keys a runner writes itself (provenance), left out of the planner's report
-_PROVENANCE_KEYS = frozenset({"env", "cluster", "model", "graph_file", "seed"})
-
-
-def planner_report(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The planner's own ``plan.meta`` without the runner's provenance keys (the files'
-    writers make it JSON: ``common.write_json`` for ``result.json``, ``Plan.save``)."""
-    return {str(k): v for k, v in meta.items() if k not in _PROVENANCE_KEYS}
-
-
 def search_baseline(
     problem: common.Problem, agent_cfg: Mapping[str, Any], *, seed: int
 ) -> SearchOutcome:
@@ -374,8 +364,9 @@ def search_baseline(
     meta: dict[str, Any] = {"baseline": name, "error": o.error}
     if o.plan is not None:
         # what the planner reports of its own plan: exactness and limits of ideal_dp, the MIP
-        # gap and bound of ilp, anneal's curve, ... (result.json and best_plan.json)
-        meta["planner"] = planner_report(o.plan.meta)
+        # gap and bound of ilp, anneal's curve, ... (result.json and best_plan.json; the files'
+        # writers make it JSON)
+        meta["planner"] = dict(o.plan.meta)
     return SearchOutcome(
         placement,
         o.step_time,
