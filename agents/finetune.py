@@ -99,6 +99,7 @@ def chain_finetune(
     window: int | None = None,
     temperature: float = 6.0,
     sequential: bool = False,
+    moves: float = 0.0,
     seed: int = 0,
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> FinetuneResult:
@@ -137,6 +138,11 @@ def chain_finetune(
             elite plans as they stand after the previous one was scored (an improvement is
             redrawn from at once); ``False``: all of a round's redraws from the elite set of
             the round's start. The network is updated between rounds either way.
+        moves: the share of each later round's local draws that are annealing's moves
+            (:func:`agents.baselines.anneal.propose`: shift a stage boundary, move a unit to
+            a neighbour's device, swap two units, move a colocation group; memory-checked)
+            of one of the ``elite`` plans instead of network redraws. ``0`` (default): the
+            network proposes every draw.
         seed: seeds the chain samples; the result is deterministic for a seed.
         on_round: called after every round with ``{"round", "calls", "seconds", "best",
             "new"}`` (a progress bar, a logger).
@@ -165,6 +171,8 @@ def chain_finetune(
         raise ValueError(f"chain_finetune: window must be >= 1, got {window}")
     if not temperature > 0:
         raise ValueError(f"chain_finetune: temperature must be > 0, got {temperature}")
+    if not 0.0 <= float(moves) <= 1.0:
+        raise ValueError(f"chain_finetune: moves must be in [0, 1], got {moves}")
     if seconds is not None and not seconds > 0:
         raise ValueError(f"chain_finetune: seconds must be > 0, got {seconds}")
     if first_samples is None:
@@ -258,6 +266,42 @@ def chain_finetune(
             )
         return out
 
+    prob = nbrs = None
+    if moves > 0:
+        from agents.baselines.anneal import propose, unit_neighbours
+        from agents.baselines.common import make_problem
+
+        prob = make_problem(graph, cluster, oracle)
+        nbrs = unit_neighbours(prob)
+        # the baselines number units by colocation group id; the encoding by topological
+        # rank: encoding unit u is the baselines' unit prob.order[u] (both sort the groups
+        # by their first topological position, stably)
+        if len(prob.order) != U:
+            raise ValueError("chain_finetune: the encoding's units differ from the baselines'")
+
+    def draw_move(k: int) -> list[np.ndarray]:
+        """``k`` annealing moves (:func:`~agents.baselines.anneal.propose`) of elite plans."""
+        if not top or k <= 0:
+            return []
+        out = []
+        for _ in range(k):
+            base = units_of[top[int(rng.integers(len(top)))][1]]
+            up = np.empty(U, dtype=np.int64)
+            up[prob.order] = base
+            step = propose(prob, up, prob.memory_use(up), rng, nbrs)
+            if step is not None:
+                out.append(step[0][prob.order])
+        return out
+
+    def draw_near(lp: np.ndarray, k: int) -> list[np.ndarray]:
+        """``k`` local draws: each an annealing move with probability ``moves``, else a
+        network window redraw."""
+        if k <= 0:
+            return []
+        n_mv = int(rng.binomial(k, moves)) if moves > 0 else 0
+        out = draw_move(n_mv) + draw_local(lp, k - n_mv)
+        return out
+
     def elapsed() -> float:
         return time.perf_counter() - t0
 
@@ -300,10 +344,10 @@ def chain_finetune(
             for _ in range(n_local):
                 if ncalls >= calls or (target is not None and best_t <= target):
                     break
-                new += score(draw_local(lp, 1), int(calls))
+                new += score(draw_near(lp, 1), int(calls))
             new += score(draw(lp, samples - n_local), int(calls))
         else:
-            cands = draw_local(lp, n_local)
+            cands = draw_near(lp, n_local)
             cands += draw(lp, samples - len(cands))
             new = score(cands, int(calls))
         if best_t < before:
@@ -334,6 +378,7 @@ def chain_finetune(
         "temperature": float(temperature),
         "sample_temperature": float(sample_temp),
         "sequential": bool(sequential),
+        "moves": float(moves),
         "seed": int(seed),
     }
     return FinetuneResult(

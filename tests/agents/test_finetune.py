@@ -141,6 +141,8 @@ def test_stops_when_the_chain_model_proposes_nothing_new() -> None:
         ({"local": 1.5}, "local must be in"),
         ({"window": 0}, "window must be >= 1"),
         ({"temperature": 0.0}, "temperature must be > 0"),
+        ({"moves": -0.1}, "moves must be in"),
+        ({"moves": 2.0}, "moves must be in"),
     ],
 )
 def test_bad_options_are_refused_by_name(kw: dict, match: str) -> None:
@@ -217,6 +219,52 @@ def test_sequential_redraws_start_from_the_best_plan_scored_so_far() -> None:
     again, seen2 = run()
     assert seen2 == seen and again.step_time == ft.step_time
     assert again.policy.meta["finetune"]["sequential"] is True
+
+
+def test_annealing_moves_are_memory_feasible_neighbours_of_the_best_plan() -> None:
+    """With ``moves=1``, ``sequential`` and one elite, every placement scored after round 0 is
+    one of annealing's moves (:func:`agents.baselines.anneal.propose`: at most 3 units change,
+    within the static memory model) of the fastest plan scored before it; deterministic for a
+    seed, and ``meta`` records the share."""
+    from agents.baselines.common import make_problem
+
+    g, c = _problem(7, 60, 4)
+    ref = sim(g, c)
+    prob = make_problem(g, c, ref)
+
+    def run() -> tuple:
+        orc = Counting(sim(g, c))
+        ft = chain_finetune(
+            load_policy("generalist"), g, c, oracle=orc, first_samples=16, samples=16,
+            calls=120, local=1.0, elite=1, sequential=True, moves=1.0, seed=4,
+        )  # fmt: skip
+        return ft, orc.seen
+
+    ft, seen = run()
+    assert ft.oracle_calls == len(seen) <= 120
+    nodes = [np.frombuffer(key, dtype=np.int64) for key in seen]
+    units = []  # the baselines' unit placement of each scored plan
+    for p in nodes:
+        up = np.full(prob.num_units, -1)
+        up[prob.unit_of] = p
+        assert np.array_equal(up[prob.unit_of], p)  # colocation groups kept together
+        units.append(up)
+    times = []
+    for p in nodes:
+        r = ref.evaluate(p)
+        times.append(r.step_time if not r.oom else np.inf)
+    assert len(units) > ft.zero_shot_calls + 10
+    for i in range(ft.zero_shot_calls, len(units)):
+        fastest = min(times[:i])
+        changed = min(
+            int((units[j] != units[i]).sum()) for j in range(i) if times[j] == fastest
+        )  # fmt: skip
+        assert 1 <= changed <= 3, i
+        assert (prob.memory_use(units[i]) <= prob.capacity + 1e-6).all(), i
+    assert ft.step_time <= ft.zero_shot_step_time
+    again, seen2 = run()
+    assert seen2 == seen and again.step_time == ft.step_time
+    assert again.policy.meta["finetune"]["moves"] == 1.0
 
 
 def test_target_stops_after_round_zero() -> None:
