@@ -41,6 +41,7 @@ _REGISTRY: dict[str, str] = {
     "pipedream_dp": "agents.baselines.pipedream:pipedream_dp",
     "chain_dp": "agents.baselines.pipedream:chain_dp",
     "ideal_dp": "agents.baselines.ideal_dp:ideal_dp",
+    "ideal_dp_makespan": "agents.baselines.ideal_dp_makespan:ideal_dp_makespan",
     "ilp": "agents.baselines.ilp:ilp",
     "anneal": "agents.baselines.anneal:anneal",
     # hybrid-parallel planners: they return plans with a HybridLayout (Plan.layout)

@@ -38,6 +38,12 @@ ideals in 600 s).
 
 Ideals are created only when reached by a stage within ``UB``, keyed by a 64-bit
 Zobrist hash and checked bit for bit.
+
+*Summed* (``summed=True``, for `ideal_dp_makespan`): ``dp[I, k]`` is the least *sum* of
+stage costs, ``UB`` a fixed cap on every stage (``strict``: below it) and every cut
+above stays valid, as each is about one stage against ``UB``. Sums are kept only
+below ``SB`` (``sb0``, then the best split of every item found); a stage's cost is at
+least its work, so ``J`` is skipped when ``dp[J] + work left >= SB``.
 """
 
 from __future__ import annotations
@@ -139,6 +145,8 @@ def ideal_dp_kernel(
     rate,  # float64[K] most work (least compute over classes) one unit of class-c time can do
     strict,  # bool: keep only splits strictly better than the bound (it is a plan's objective)
     lbcut,  # bool: cut branches by the transfers no extension of S avoids
+    summed,  # bool: dp[I, k] = least *sum* of stage costs, every stage within the cap ub0
+    sb0,  # float64 (summed) keep only sums strictly below this (inf = none)
 ):
     K = counts.shape[0]
     n = node_item.shape[0]
@@ -183,6 +191,8 @@ def ideal_dp_kernel(
     head[0] = 0
     tail[0] = 0
     UB = ub0
+    SB = sb0  # summed: the least sum of a split of every item found so far
+    stol = 1.0 - 1e-12
     # keep a value when it is <= UB * tol; with `strict` only values below UB survive
     tol = 1.0 - 1e-9 if strict else 1.0 + 1e-12
     # a branch is cut by its unavoidable transfers only past this (a hair above the relax test)
@@ -246,7 +256,7 @@ def ideal_dp_kernel(
             for k in range(NK):
                 if dp[J, k] < bestJ:
                     bestJ = dp[J, k]
-            if bestJ > UB * tol:
+            if (bestJ == np.inf) if summed else (bestJ > UB * tol):
                 J = nxt[J]
                 continue
             # ---- set up J
@@ -255,6 +265,10 @@ def ideal_dp_kernel(
                 inJ[v] = (bits[J, v >> 6] >> np.uint64(v & 63)) & np.uint64(1) == np.uint64(1)
                 if inJ[v]:
                     workJ -= work_item[v]
+            if summed and not bestJ + workJ < SB * stol:
+                # every stage costs at least its work: no split through J beats SB
+                J = nxt[J]
+                continue
             ncand = 0
             for v in range(B):
                 if inJ[v]:
@@ -270,7 +284,7 @@ def ideal_dp_kernel(
             # most work the devices left after any stage from J can absorb, per unit of bound
             amax = 0.0
             for k in range(NK):
-                if dp[J, k] > UB * tol:
+                if (not dp[J, k] + workJ < SB * stol) if summed else (dp[J, k] > UB * tol):
                     continue
                 for c in range(K):
                     if kc[k, c] < counts[c] and absorb[k, c] > amax:
@@ -477,8 +491,15 @@ def ideal_dp_kernel(
                     for k in range(NK):
                         if kc[k, c] >= counts[c]:
                             continue
-                        val = dp[J, k] if dp[J, k] > cost else cost
-                        if val > UB * tol or rest > UB * absorb[k, c] * (1.0 + 1e-9) + 1e-9 * UB:
+                        if summed:
+                            val = dp[J, k] + cost
+                            if not val + rest < SB * stol:
+                                continue
+                        else:
+                            val = dp[J, k] if dp[J, k] > cost else cost
+                            if val > UB * tol:
+                                continue
+                        if rest > UB * absorb[k, c] * (1.0 + 1e-9) + 1e-9 * UB:
                             continue
                         if Iidx < 0:
                             h = hJ ^ hS
@@ -511,9 +532,12 @@ def ideal_dp_kernel(
                             dp[Iidx, k2] = val
                             bJ[Iidx, k2] = J
                             bC[Iidx, k2] = c
-                            if s + sizeS == B and val < UB:
-                                UB = val
-                                ub_cut = UB * tol + 1e-10 * UB
+                            if s + sizeS == B:
+                                if summed:
+                                    SB = val  # val < SB * stol was checked above
+                                elif val < UB:
+                                    UB = val
+                                    ub_cut = UB * tol + 1e-10 * UB
                     if status != STATUS_DONE:
                         break
                 if status != STATUS_DONE:

@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,33 +263,78 @@ def _succ_csr(succ: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return sptr, sidx, pptr, pidx
 
 
-def solve_ideal_dp(
-    prob: Problem,
-    model: MaxLoadModel,
-    *,
-    time_limit: float = 60.0,
-    max_ideals: int | None = None,
-    pin_isolated_above: int | None = 8,
-    isolated: str = "drop",
-    transfer_cut: bool = True,
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """Run the chain DP then the DP over ideals; ``(device of each unit, info)`` (see the module docstring)."""
-    if isolated not in ("drop", "keep"):
-        raise ValueError(f"ideal_dp: isolated must be 'drop' or 'keep', got {isolated!r}")
-    t0 = time.perf_counter()
-    deadline = t0 + float(time_limit)
+@dataclass(frozen=True, eq=False)
+class StageKernel:
+    """The kernel's inputs that do not depend on the items' order, and :meth:`run` to call it.
+
+    Built by :func:`stage_kernel`; shared by `ideal_dp` (max-load) and `ideal_dp_makespan`
+    (sums of stage costs under a cap on each, ``summed=True``).
+    """
+
+    B: int  # items
+    n: int  # graph nodes
+    node_item: np.ndarray  # int64[n] item of each node (-1: dropped)
+    keepn: np.ndarray  # int64[.] nodes of kept items
+    classes: list[list[int]]  # devices of each class
+    cap: np.ndarray  # float64[K] usable bytes per class
+    pays: np.ndarray  # bool[K] class pays transfers
+    counts: np.ndarray  # int64[K] devices per class
+    comp_item: np.ndarray  # float64[B, K]
+    work_item: np.ndarray  # float64[B] least compute over classes
+    mem_item: np.ndarray  # float64[B]
+    rate: np.ndarray  # float64[K]
+    pairs: tuple[np.ndarray, ...]  # CSR consumer / producer pairs across items
+    keys: np.ndarray  # int64[B] Zobrist keys
+    per_ideal: int  # table bytes per ideal
+
+    def run(
+        self,
+        perm: np.ndarray,
+        succ: list[list[int]],
+        ub: float,
+        limit: int,
+        deadline: float,
+        transfer_cut: bool = True,
+        *,
+        summed: bool = False,
+        sum_bound: float = np.inf,
+    ) -> tuple[int, np.ndarray | None, float, int, int]:
+        """The kernel with items relabelled so that ``perm`` (new -> old) is their order;
+        ``succ`` in the new labels must only point to larger labels.
+
+        ``(status, device of each item or None, the best value, ideals, stages scored)``;
+        the value is the bottleneck, or with ``summed`` the least sum of stage costs with
+        every stage below ``ub``.
+        """
+        B, n = self.B, self.n
+        rank = np.empty(B, dtype=np.int64)
+        rank[perm] = np.arange(B)
+        ni = np.zeros(n, dtype=np.int64)  # dropped nodes: no cross pair reaches them
+        ni[self.keepn] = rank[self.node_item[self.keepn]]
+        inptr, inidx = _csr(ni[self.keepn], B, self.keepn)
+        sptr, sidx, pptr, pidx = _succ_csr(succ)
+        status, nI, dp, bJ, bC, bits, full, visited = ideal_dp_kernel(
+            B, sptr, sidx, np.diff(pptr), pptr, pidx, inptr, inidx, ni, *self.pairs,
+            self.comp_item[perm], self.work_item[perm], self.mem_item[perm], self.cap,
+            self.pays, self.counts, float(ub), self.keys, int(limit), float(deadline),
+            self.rate, True, bool(transfer_cut), bool(summed), float(sum_bound),
+        )  # fmt: skip
+        if status == STATUS_COLLISION or full < 0 or not np.isfinite(dp[full].min()):
+            return status, None, np.inf, nI, visited
+        dev = _backtrack(dp, bJ, bC, bits, full, self.counts, self.classes, B)
+        out = np.empty(B, dtype=np.int64)
+        out[perm] = dev
+        return status, out, float(dp[full].min()), nI, visited
+
+
+def stage_kernel(
+    prob: Problem, model: MaxLoadModel, items: Items, keepu: np.ndarray
+) -> StageKernel:
+    """Per-item compute, work, memory and the transfer pairs of ``items`` (kept units ``keepu``)."""
     graph = prob.graph
-    unit_of = prob.unit_of
-    drop = np.zeros(prob.num_units, dtype=bool)
-    if isolated == "drop" and prob.num_units > 1:
-        drop = edge_free_units(graph, unit_of)
-        if drop.all():  # keep one unit for the DP
-            drop[0] = False
-    items = precedence_items(graph, unit_of, pin_isolated_above, drop=drop)
     B = len(items.succ)
-    node_item = items.item_of_unit[unit_of]
+    node_item = items.item_of_unit[prob.unit_of]
     keepn = np.flatnonzero(node_item >= 0)
-    keepu = np.flatnonzero(~drop)
     classes, cap, pays = device_classes(model, prob.capacity)
     counts = np.array([len(c) for c in classes], dtype=np.int64)
     K = len(classes)
@@ -314,44 +360,81 @@ def solve_ideal_dp(
     iptr, iidx, icost = _csr(pd, n, ps, pc)
     keys = np.random.default_rng(0x1DEA1).integers(1, 2**63 - 1, size=B, dtype=np.int64)
     # NK dp columns per ideal (8 + 4 + 1 bytes each), its bit set, size, hash, list link and
-    # hash-table entry; ``max_ideals=None``: as many as fit in TABLE_BYTES, an explicit value
-    # is honoured whatever it takes. The tables start at 200,000 ideals and grow fourfold
-    # while the DP runs out of them.
+    # hash-table entry
     NK = int(np.prod(counts + 1))
     W = (B + 63) // 64
-    per_ideal = NK * 13 + W * 8 + 40
+    return StageKernel(
+        B=B, n=n, node_item=node_item, keepn=keepn, classes=classes, cap=cap, pays=pays,
+        counts=counts, comp_item=comp_item, work_item=work_item, mem_item=mem_item, rate=rate,
+        pairs=(optr, oidx, ocost, iptr, iidx, icost), keys=keys, per_ideal=NK * 13 + W * 8 + 40,
+    )  # fmt: skip
+
+
+def ideal_capacity(max_ideals: int | None, per_ideal: int, name: str = "ideal_dp") -> int:
+    """Ideals the tables may hold: ``max_ideals`` (checked) or as many as fit in TABLE_BYTES."""
     if max_ideals is not None and (
         isinstance(max_ideals, bool)
         or not isinstance(max_ideals, (int, float, np.integer, np.floating))
         or not float(max_ideals).is_integer()
         or max_ideals < 1
     ):
-        raise ValueError(f"ideal_dp: max_ideals must be a positive int or None, got {max_ideals!r}")
-    cap_ideals = int(max(16, TABLE_BYTES // per_ideal) if max_ideals is None else max_ideals)
+        raise ValueError(f"{name}: max_ideals must be a positive int or None, got {max_ideals!r}")
+    return int(max(16, TABLE_BYTES // per_ideal) if max_ideals is None else max_ideals)
+
+
+def run_growing(
+    call: Callable[[int], tuple[int, np.ndarray | None, float, int, int]], cap_ideals: int
+) -> tuple[tuple[int, np.ndarray | None, float, int, int], int]:
+    """``(call(limit), limit)``: the kernel run with tables of 200,000 ideals, again with
+    four times as many while it runs out of them, up to ``cap_ideals``; the stages scored
+    (the result's last field) are summed over the tries."""
+    limit = min(cap_ideals, 200_000)
+    visited = 0
+    while True:
+        out = call(limit)
+        visited += out[4]
+        if out[0] != STATUS_IDEALS or limit >= cap_ideals:
+            return (*out[:4], visited), limit
+        limit = min(4 * limit, cap_ideals)  # out of table: again with a larger one
+
+
+def solve_ideal_dp(
+    prob: Problem,
+    model: MaxLoadModel,
+    *,
+    time_limit: float = 60.0,
+    max_ideals: int | None = None,
+    pin_isolated_above: int | None = 8,
+    isolated: str = "drop",
+    transfer_cut: bool = True,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Run the chain DP then the DP over ideals; ``(device of each unit, info)`` (see the module docstring)."""
+    if isolated not in ("drop", "keep"):
+        raise ValueError(f"ideal_dp: isolated must be 'drop' or 'keep', got {isolated!r}")
+    t0 = time.perf_counter()
+    deadline = t0 + float(time_limit)
+    graph = prob.graph
+    unit_of = prob.unit_of
+    drop = np.zeros(prob.num_units, dtype=bool)
+    if isolated == "drop" and prob.num_units > 1:
+        drop = edge_free_units(graph, unit_of)
+        if drop.all():  # keep one unit for the DP
+            drop[0] = False
+    items = precedence_items(graph, unit_of, pin_isolated_above, drop=drop)
+    B = len(items.succ)
+    keepu = np.flatnonzero(~drop)
+    kern = stage_kernel(prob, model, items, keepu)
+    classes = kern.classes
+    # ``max_ideals=None``: as many as fit in TABLE_BYTES, an explicit value is honoured
+    # whatever it takes. The tables start at 200,000 ideals and grow fourfold while the DP
+    # runs out of them.
+    per_ideal = kern.per_ideal
+    cap_ideals = ideal_capacity(max_ideals, per_ideal)
 
     def run(
         perm: np.ndarray, succ: list[list[int]], ub: float, limit: int
     ) -> tuple[int, np.ndarray | None, float, int, int]:
-        """The kernel with items relabelled so that ``perm`` (new -> old) is their order;
-        ``succ`` in the new labels must only point to larger labels."""
-        rank = np.empty(B, dtype=np.int64)
-        rank[perm] = np.arange(B)
-        ni = np.zeros(n, dtype=np.int64)  # dropped nodes: no cross pair reaches them
-        ni[keepn] = rank[node_item[keepn]]
-        inptr, inidx = _csr(ni[keepn], B, keepn)
-        sptr, sidx, pptr, pidx = _succ_csr(succ)
-        status, nI, dp, bJ, bC, bits, full, visited = ideal_dp_kernel(
-            B, sptr, sidx, np.diff(pptr), pptr, pidx, inptr, inidx, ni,
-            optr, oidx, ocost, iptr, iidx, icost,
-            comp_item[perm], work_item[perm], mem_item[perm], cap, pays, counts, float(ub),
-            keys, int(limit), float(deadline), rate, True, bool(transfer_cut),
-        )  # fmt: skip
-        if status == STATUS_COLLISION or full < 0 or not np.isfinite(dp[full].min()):
-            return status, None, np.inf, nI, visited
-        dev = _backtrack(dp, bJ, bC, bits, full, counts, classes, B)
-        out = np.empty(B, dtype=np.int64)
-        out[perm] = dev
-        return status, out, float(dp[full].min()), nI, visited
+        return kern.run(perm, succ, ub, limit, deadline, transfer_cut)
 
     # ---- chain DPs over a few topological orders: the upper bound (and the fallback plan)
     place_lin, val_lin, vis_lin = None, np.inf, 0
@@ -378,14 +461,10 @@ def solve_ideal_dp(
         "cost_model_exact": bool(model.exact and model.uniform),
     }
     # ---- the DP over ideals, bounded by the chains' best
-    limit = min(cap_ideals, 200_000)
-    visited_all = vis_lin
-    while True:
-        status, place, val, nI, visited = run(np.arange(B), items.succ, val_lin, limit)
-        visited_all += visited
-        if status != STATUS_IDEALS or limit >= cap_ideals:
-            break
-        limit = min(4 * limit, cap_ideals)  # out of table: again with a larger one
+    (status, place, val, nI, visited), limit = run_growing(
+        lambda lim: run(np.arange(B), items.succ, val_lin, lim), cap_ideals
+    )
+    visited_all = vis_lin + visited
     info.update(
         status=_STATUS[status], ideals=int(nI), stages_scored=int(visited_all),
         ideal_limit=limit, ideal_table_bytes=int(limit * per_ideal), transfer_cut=bool(transfer_cut),

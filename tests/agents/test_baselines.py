@@ -26,6 +26,7 @@ ALL = [
     "expert",
     "hybrid_anneal",
     "ideal_dp",
+    "ideal_dp_makespan",
     "ilp",
     "m_etf",
     "m_sct",
