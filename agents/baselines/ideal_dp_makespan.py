@@ -33,7 +33,9 @@ stage whose input arrives in pieces can let a backward in between (on GPT-2 XL,
 the 8-GPU DGX-1, M = 8, splits within 1 % of the least ``T`` took 500-609 ms
 under 1F1B, 492-502 ms under GPipe). Hence, by default (``score_splits=True``), the
 planner scores every split the walk found (the max-load one and one per walk
-step, usually a few to a few dozen) with the oracle and returns the fastest;
+step, usually a few to a few dozen) and `ideal_dp`'s own plan (its DP drops edge-free
+units and re-inserts them, which the walk, pinning them, cannot express) with the
+oracle and returns the fastest, so it is never slower than `ideal_dp` by the oracle;
 ``score_splits=False`` returns the ``T``-optimal split (one oracle call).
 
 **Exact, by a walk over a cap on the bottleneck.** ``g(C)`` = the least
@@ -361,7 +363,7 @@ def ideal_dp_makespan(
     ``walk_runs``, ``maxload_surrogate_objective`` (``T`` of the max-load-optimal split
     the walk starts from), ``returned``, ``returned_estimate``, ``splits_scored``,
     ``step_time`` (the oracle's). ``routes``: ``"chain"`` or ``"dearest"``
-    (:func:`price_routes`); ``score_splits``: return the fastest of the walk's splits by
+    (:func:`price_routes`); ``score_splits``: return the fastest of the walk's splits and `ideal_dp`'s plan by
     the oracle (default) or the ``T``-optimal one.
     """
     start = oracle_calls_start(oracle)
@@ -387,11 +389,29 @@ def ideal_dp_makespan(
         seen: dict[bytes, tuple[float, np.ndarray]] = {}
         for e, u in splits:
             seen.setdefault(u.tobytes(), (e, u))
+        # `ideal_dp`'s own plan too (edge-free units dropped from its DP and re-inserted,
+        # which the walk's items, pinned instead, cannot express): so the returned plan is
+        # never slower by the oracle than `ideal_dp`'s
+        try:
+            u_ml, _ = solve_ideal_dp(
+                prob, build_model(graph, cluster), time_limit=time_limit,
+                max_ideals=max_ideals, pin_isolated_above=pin_isolated_above,
+                transfer_cut=transfer_cut,
+            )  # fmt: skip
+        except InfeasiblePlanError:
+            u_ml = None
+        if u_ml is not None:
+            e_ml = pipeline_estimate(
+                stage_times(model, prob.node_placement(u_ml)), prob.microbatches
+            )
+            seen.setdefault(u_ml.tobytes(), (e_ml * 1e-6, u_ml))
         scored = [(evaluate_units(prob, u), e, u) for e, u in seen.values()]
         ok = [r for r in scored if result_ok(r[0])]
         if ok:
             result, est, up = min(ok, key=lambda r: (r[0].step_time, r[1]))
-            info["returned"] = f"the fastest by the oracle of the walk's {len(scored)} splits"
+            info["returned"] = (
+                f"the fastest by the oracle of {len(scored)} splits: the walk's and ideal_dp's plan"
+            )
         info["splits_scored"] = len(scored)
     node_dev = prob.node_placement(up)
     info["returned_estimate"] = est

@@ -182,3 +182,20 @@ def test_memory_infeasible_names_the_cause():
     c = cluster_of(np.random.default_rng(0), 2, cpu=False, mem=50.0)
     with pytest.raises(B.InfeasiblePlanError, match="ideal_dp_makespan: no contiguous split"):
         B.get("ideal_dp_makespan")(g, c, Simulator(g, c, microbatches=2))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_never_slower_than_ideal_dp_by_the_oracle(seed):
+    """The scored candidates include `ideal_dp`'s own plan (its DP drops edge-free units and
+    re-inserts them; the walk pins them, here after 2), so the returned plan is never slower
+    by the oracle than `ideal_dp`'s; ``score_splits=False`` has no such guarantee."""
+    rng = np.random.default_rng(seed)
+    g = dag_graph(rng, 11, 0.12, groups=False, explicit=False)  # sparse: edge-free nodes
+    c = cluster_of(rng, 3, cpu=bool(seed % 2), mem=1e9)
+    sim = Simulator(g, c, microbatches=4, schedule="1f1b")
+    plan = B.get("ideal_dp_makespan")(g, c, sim, pin_isolated_above=2)
+    ref = B.get("ideal_dp")(g, c, Simulator(g, c, microbatches=4, schedule="1f1b"))
+    assert "ideal_dp's plan" in plan.meta["returned"]
+    assert plan.meta["step_time"] <= ref.meta["step_time"] * (1 + 1e-12)
+    res = Simulator(g, c, microbatches=4, schedule="1f1b").evaluate(plan)
+    assert res.step_time == pytest.approx(plan.meta["step_time"]) and not res.oom
