@@ -357,7 +357,8 @@ def ideal_dp_makespan(
     For makespan oracles (``M`` and the schedule from the oracle); under a max-load
     oracle ``T / M`` tends to the bottleneck and the planner solves it as `ideal_dp`
     (``meta["objective"] == "max_load"``). Options as `ideal_dp`'s (``time_limit``
-    covers the whole walk). ``meta``: ``surrogate_objective`` (``T`` in seconds), ``exact`` (optimal for
+    covers the whole walk and `ideal_dp`'s candidate, which gets what the walk left, at least
+    a tenth of it: ``meta["ideal_dp_candidate_status"]``). ``meta``: ``surrogate_objective`` (``T`` in seconds), ``exact`` (optimal for
     ``T`` among contiguous splits), ``surrogate_lower_bound``, ``status``,
     ``surrogate_max_stage``, ``surrogate_sum_stages``, ``surrogate_stages``,
     ``walk_runs``, ``maxload_surrogate_objective`` (``T`` of the max-load-optimal split
@@ -367,6 +368,7 @@ def ideal_dp_makespan(
     the oracle (default) or the ``T``-optimal one.
     """
     start = oracle_calls_start(oracle)
+    t_start = time.perf_counter()
     prob = exact_problem(graph, cluster, oracle)
     if getattr(oracle, "objective", "makespan") == "max_load":
         # T / M -> max_k t_k as M grows: under a max-load oracle this is `ideal_dp`
@@ -392,14 +394,18 @@ def ideal_dp_makespan(
         # `ideal_dp`'s own plan too (edge-free units dropped from its DP and re-inserted,
         # which the walk's items, pinned instead, cannot express): so the returned plan is
         # never slower by the oracle than `ideal_dp`'s
+        # within what the walk left of ``time_limit`` (at least a tenth of it: its chain DPs
+        # give a plan at once, the full DP may stop at the limit)
+        left = max(time_limit - (time.perf_counter() - t_start), 0.1 * time_limit)
         try:
-            u_ml, _ = solve_ideal_dp(
-                prob, build_model(graph, cluster), time_limit=time_limit,
+            u_ml, ml_info = solve_ideal_dp(
+                prob, build_model(graph, cluster), time_limit=left,
                 max_ideals=max_ideals, pin_isolated_above=pin_isolated_above,
                 transfer_cut=transfer_cut,
             )  # fmt: skip
         except InfeasiblePlanError:
-            u_ml = None
+            u_ml, ml_info = None, {"status": "infeasible"}
+        info["ideal_dp_candidate_status"] = ml_info["status"]
         if u_ml is not None:
             e_ml = pipeline_estimate(
                 stage_times(model, prob.node_placement(u_ml)), prob.microbatches

@@ -196,6 +196,7 @@ def test_never_slower_than_ideal_dp_by_the_oracle(seed):
     plan = B.get("ideal_dp_makespan")(g, c, sim, pin_isolated_above=2)
     ref = B.get("ideal_dp")(g, c, Simulator(g, c, microbatches=4, schedule="1f1b"))
     assert "ideal_dp's plan" in plan.meta["returned"]
+    assert plan.meta["ideal_dp_candidate_status"] == "done"
     assert plan.meta["step_time"] <= ref.meta["step_time"] * (1 + 1e-12)
     res = Simulator(g, c, microbatches=4, schedule="1f1b").evaluate(plan)
     assert res.step_time == pytest.approx(plan.meta["step_time"]) and not res.oom
