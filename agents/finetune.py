@@ -299,8 +299,7 @@ def chain_finetune(
         if k <= 0:
             return []
         n_mv = int(rng.binomial(k, moves)) if moves > 0 else 0
-        out = draw_move(n_mv) + draw_local(lp, k - n_mv)
-        return out
+        return draw_move(n_mv) + draw_local(lp, k - n_mv)
 
     def elapsed() -> float:
         return time.perf_counter() - t0

@@ -370,15 +370,16 @@ def ideal_dp_makespan(
     start = oracle_calls_start(oracle)
     t_start = time.perf_counter()
     prob = exact_problem(graph, cluster, oracle)
+    full = build_model(graph, cluster)  # whole-step costs, as `ideal_dp` plans with
     if getattr(oracle, "objective", "makespan") == "max_load":
         # T / M -> max_k t_k as M grows: under a max-load oracle this is `ideal_dp`
         up, info = solve_ideal_dp(
-            prob, build_model(graph, cluster), time_limit=time_limit, max_ideals=max_ideals,
+            prob, full, time_limit=time_limit, max_ideals=max_ideals,
             pin_isolated_above=pin_isolated_above, transfer_cut=transfer_cut,
         )  # fmt: skip
         info["returned"] = "the max-load optimum (a max-load oracle: solved as ideal_dp)"
         return finish(prob, up, "ideal_dp_makespan", start, objective="max_load", **info)
-    true = microbatch_model(prob, build_model(graph, cluster))
+    true = microbatch_model(prob, full)
     model = price_routes(true, cluster, routes)
     up, info, splits = solve_makespan_dp(
         prob, model, time_limit=time_limit, max_ideals=max_ideals,
@@ -392,14 +393,13 @@ def ideal_dp_makespan(
         for e, u in splits:
             seen.setdefault(u.tobytes(), (e, u))
         # `ideal_dp`'s own plan too (edge-free units dropped from its DP and re-inserted,
-        # which the walk's items, pinned instead, cannot express): so the returned plan is
-        # never slower by the oracle than `ideal_dp`'s
-        # within what the walk left of ``time_limit`` (at least a tenth of it: its chain DPs
-        # give a plan at once, the full DP may stop at the limit)
+        # which the walk's items, pinned instead, cannot express), so the returned plan is
+        # never slower by the oracle than `ideal_dp`'s; within what the walk left of
+        # ``time_limit``, at least a tenth of it (its chain DPs give a plan at once)
         left = max(time_limit - (time.perf_counter() - t_start), 0.1 * time_limit)
         try:
             u_ml, ml_info = solve_ideal_dp(
-                prob, build_model(graph, cluster), time_limit=left,
+                prob, full, time_limit=left,
                 max_ideals=max_ideals, pin_isolated_above=pin_isolated_above,
                 transfer_cut=transfer_cut,
             )  # fmt: skip
