@@ -120,7 +120,8 @@ def first_failure(
     2. the earliest rank that died without an error record (killed by a signal: a
        negative code; or a non-zero code), else the earliest that left early (exit 0
        while others failed): such a rank writes nothing, and its peers only report a
-       closed connection;
+       closed connection. A rank ended by SIGTERM comes after any other death, since
+       launchers stop the survivors with it;
     3. the earliest symptom.
     """
     by_rank = {int(r.get("rank", -1)): r for r in records}
@@ -132,11 +133,14 @@ def first_failure(
         return RankFailure(e["rank"], e["type"], e["message"], e["traceback"], exit_codes)
     failed = any(c != 0 for c, _ in exits.values()) or bool(records)
     # a rank killed or failing silently outranks one that merely returned before the others
+    # and one a launcher stopped (SIGTERM) ranks after any other death
     silent = [
-        (c == 0, t, r, c) for r, (c, t) in exits.items() if r not in by_rank and (c != 0 or failed)
+        (c == 0, c == -15, t, r, c)
+        for r, (c, t) in exits.items()
+        if r not in by_rank and (c != 0 or failed)
     ]
     if silent:
-        _, _, r, c = min(silent)
+        *_, r, c = min(silent)
         kind = "signal" if c < 0 else ("left_early" if c == 0 else "exit")
         return RankFailure(r, kind, f"rank {r} {describe_exit(c)}{after}", "", exit_codes)
     if records:
@@ -164,21 +168,35 @@ def with_silent_exits(
 
 
 def torchrun_failures(log: str) -> dict[int, tuple[int, float]]:
-    """``{rank: (exit code, unix time)}`` of the failures torchrun's summary lists."""
+    """``{rank: (exit code, unix time)}`` of the failures torchrun's summary lists.
+
+    The rank under "Root Cause (first observed failure)" is given the earliest time: the
+    summary prints whole seconds, and ranks torchrun stopped often share its second."""
     out: dict[int, tuple[int, float]] = {}
     pat = re.compile(
         r"time\s*:\s*(?P<time>[^\n]+)\n\s*host\s*:[^\n]*\n\s*rank\s*:\s*(?P<rank>\d+)"
         r"[^\n]*\n\s*exitcode\s*:\s*(?P<code>-?\d+)"
     )
-    for m in pat.finditer(log or ""):
+    from datetime import datetime
+
+    log = log or ""
+    root = log.rfind("Root Cause")
+    root_rank = None
+    for m in pat.finditer(log):
         when = 0.0
         try:
-            from datetime import datetime
-
             when = datetime.strptime(m["time"].strip(), "%Y-%m-%d_%H:%M:%S").timestamp()
         except ValueError:
             pass
         out.setdefault(int(m["rank"]), (int(m["code"]), when))
+        if root >= 0 and m.start() > root and root_rank is None:
+            root_rank = int(m["rank"])
+    if root_rank is not None and len(out) > 1:
+        # the summary's times are whole seconds: a rank torchrun stopped (SIGTERM) in the
+        # same second as the root cause would tie with it; torchrun's own choice decides
+        first = min(t for r, (_, t) in out.items() if r != root_rank)
+        code, when = out[root_rank]
+        out[root_rank] = (code, min(when, first - 0.5))
     return out
 
 

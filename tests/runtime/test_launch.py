@@ -101,6 +101,34 @@ Root Cause (first observed failure):
     assert got[2][1] < got[0][1]
 
 
+def test_torchrun_root_cause_wins_a_tie_in_whole_seconds():
+    """Seen in CI: rank 1 was SIGKILLed and torchrun SIGTERMed rank 0 in the same second;
+    the summary lists rank 0 first. Its "Root Cause" section names rank 1."""
+    entry = """[{i}]:
+  time      : 2026-11-26_09:40:12
+  host      : box
+  rank      : {rank} (local_rank: {rank})
+  exitcode  : {code} (pid: 2225{rank})
+  error_file: <N/A>
+  traceback : Signal {sig} received by PID 2225{rank}
+"""
+    log = (
+        "Failures:\n" + entry.format(i=1, rank=0, code=-15, sig="15 (SIGTERM)")
+        + entry.format(i=2, rank=2, code=-15, sig="15 (SIGTERM)")
+        + "------\nRoot Cause (first observed failure):\n"
+        + entry.format(i=0, rank=1, code=-9, sig="9 (SIGKILL)")
+    )  # fmt: skip
+    got = torchrun_failures(log)
+    assert {r: c for r, (c, _) in got.items()} == {0: -15, 1: -9, 2: -15}
+    assert got[1][1] < got[0][1] == got[2][1]
+    f = first_failure([], got)
+    assert (f.rank, f.error_type) == (1, "signal"), str(f)
+    # without the summary's help: a SIGTERM is the launcher's, any other death comes first
+    assert first_failure([], {0: (-15, 5.0), 1: (-9, 5.0)}).rank == 1
+    assert first_failure([], {0: (-15, 4.0), 2: (1, 5.0)}).rank == 2
+    assert first_failure([], {0: (-15, 4.0)}).rank == 0
+
+
 @pytest.mark.parametrize(
     "how,error_type,says",
     [("kill", "signal", "killed by signal 9 (SIGKILL)"), ("exit", "left_early", "left early")],
