@@ -44,6 +44,11 @@ stage costs, ``UB`` a fixed cap on every stage (``strict``: below it) and every 
 above stays valid, as each is about one stage against ``UB``. Sums are kept only
 below ``SB`` (``sb0``, then the best split of every item found); a stage's cost is at
 least its work, so ``J`` is skipped when ``dp[J] + work left >= SB``.
+
+*Position-dependent memory* (``posmem``, for `ideal_dp_makespan` under 1F1B): a stage
+placed after ``p`` others holds ``mem_item`` plus ``act_extra[p]`` of its items'
+``act_item``; ``mem_item`` is the least over positions (``act_extra >= 0``), so the
+branch cuts on it stay valid and the position is checked when a stage is relaxed.
 """
 
 from __future__ import annotations
@@ -147,6 +152,9 @@ def ideal_dp_kernel(
     lbcut,  # bool: cut branches by the transfers no extension of S avoids
     summed,  # bool: dp[I, k] = least *sum* of stage costs, every stage within the cap ub0
     sb0,  # float64 (summed) keep only sums strictly below this (inf = none)
+    posmem,  # bool: a stage's memory also depends on its position (see act_extra)
+    act_item,  # float64[B] (posmem) activation bytes of the item, all microbatches
+    act_extra,  # float64[P] (posmem) share of act_item a stage at position p adds to mem_item
 ):
     K = counts.shape[0]
     n = node_item.shape[0]
@@ -162,6 +170,11 @@ def ideal_dp_kernel(
         for c in range(K):
             kc[k, c] = r % (counts[c] + 1)
             r //= counts[c] + 1
+    # position of the next stage: the devices used so far
+    npos = np.zeros(NK, np.int64)
+    for k in range(NK):
+        for c in range(K):
+            npos[k] += kc[k, c]
     # what the devices left after a stage on class c can absorb, per unit of bound
     absorb = np.zeros((NK, K))
     for k in range(NK):
@@ -217,6 +230,7 @@ def ideal_dp_kernel(
     f_cp = np.zeros(B + 1, np.int64)
     f_comp = np.zeros((B + 1, K))
     f_mem = np.zeros(B + 1)
+    f_act = np.zeros(B + 1)
     f_comm = np.zeros(B + 1)
     f_work = np.zeros(B + 1)
     cand_cap = 64 * B + 1024
@@ -308,6 +322,7 @@ def ideal_dp_kernel(
             for c in range(K):
                 f_comp[0, c] = 0.0
             f_mem[0] = 0.0
+            f_act[0] = 0.0
             f_comm[0] = 0.0
             f_work[0] = 0.0
             ctop = ncand
@@ -402,6 +417,7 @@ def ideal_dp_kernel(
                         break
                 # ---- memory and compute of S + v; cut if no class can take it
                 memv = f_mem[depth] + mem_item[v]
+                actv = f_act[depth] + act_item[v] if posmem else 0.0
                 anyok = False
                 for c in range(K):
                     comp = f_comp[depth, c] + comp_item[v, c]
@@ -491,6 +507,8 @@ def ideal_dp_kernel(
                     for k in range(NK):
                         if kc[k, c] >= counts[c]:
                             continue
+                        if posmem and memv + actv * act_extra[npos[k]] > cap[c]:
+                            continue
                         if summed:
                             val = dp[J, k] + cost
                             if not val + rest < SB * stol:
@@ -553,6 +571,7 @@ def ideal_dp_kernel(
                 for c in range(K):
                     f_comp[depth, c] = costc[c]
                 f_mem[depth] = memv
+                f_act[depth] = actv
                 f_comm[depth] = comm
                 f_work[depth] = workS
                 start = ctop

@@ -286,6 +286,9 @@ class StageKernel:
     pairs: tuple[np.ndarray, ...]  # CSR consumer / producer pairs across items
     keys: np.ndarray  # int64[B] Zobrist keys
     per_ideal: int  # table bytes per ideal
+    # position-dependent memory (see `stage_kernel`'s ``act_frac``); off by default
+    act_item: np.ndarray | None = None  # float64[B]
+    act_extra: np.ndarray | None = None  # float64[P]
 
     def run(
         self,
@@ -307,6 +310,8 @@ class StageKernel:
         every stage below ``ub``.
         """
         B, n = self.B, self.n
+        act_item = self.act_item if self.act_item is not None else np.zeros(B)
+        act_extra = self.act_extra if self.act_extra is not None else np.zeros(1)
         rank = np.empty(B, dtype=np.int64)
         rank[perm] = np.arange(B)
         ni = np.zeros(n, dtype=np.int64)  # dropped nodes: no cross pair reaches them
@@ -318,6 +323,7 @@ class StageKernel:
             self.comp_item[perm], self.work_item[perm], self.mem_item[perm], self.cap,
             self.pays, self.counts, float(ub), self.keys, int(limit), float(deadline),
             self.rate, True, bool(transfer_cut), bool(summed), float(sum_bound),
+            self.act_extra is not None, act_item[perm], act_extra,
         )  # fmt: skip
         if status == STATUS_COLLISION or full < 0 or not np.isfinite(dp[full].min()):
             return status, None, np.inf, nI, visited
@@ -328,9 +334,18 @@ class StageKernel:
 
 
 def stage_kernel(
-    prob: Problem, model: MaxLoadModel, items: Items, keepu: np.ndarray
+    prob: Problem,
+    model: MaxLoadModel,
+    items: Items,
+    keepu: np.ndarray,
+    act_frac: np.ndarray | None = None,
 ) -> StageKernel:
-    """Per-item compute, work, memory and the transfer pairs of ``items`` (kept units ``keepu``)."""
+    """Per-item compute, work, memory and the transfer pairs of ``items`` (kept units ``keepu``).
+
+    Memory is ``prob.mem`` per unit; with ``act_frac`` (one share per stage position
+    ``0 .. D - 1``) it is ``prob.param + act_frac[p] * prob.act`` for a stage placed
+    after ``p`` others instead (1F1B: stage ``p`` keeps ``min(M, D - p)`` of ``M``
+    microbatches' activations)."""
     graph = prob.graph
     B = len(items.succ)
     node_item = items.item_of_unit[prob.unit_of]
@@ -351,7 +366,21 @@ def stage_kernel(
         )
     rate = np.minimum(ratio.max(axis=0), 1.0) if B else np.ones(K)
     rate = np.where(rate > 0, rate, 1.0)  # no item has compute there: no bound from it
-    mem_item = np.bincount(items.item_of_unit[keepu], weights=prob.mem[keepu], minlength=B)
+    iu = items.item_of_unit[keepu]
+    act_item = act_extra = None
+    if act_frac is None:
+        mem_item = np.bincount(iu, weights=prob.mem[keepu], minlength=B)
+    else:
+        assert prob.param is not None and prob.act is not None
+        act_frac = np.asarray(act_frac, dtype=np.float64)
+        if act_frac.shape != (prob.num_devices,) or (act_frac < 0).any():
+            raise ValueError(
+                f"stage_kernel: act_frac must hold {prob.num_devices} shares >= 0, got {act_frac}"
+            )
+        fmin = float(act_frac.min())
+        mem_item = np.bincount(iu, weights=prob.param[keepu] + fmin * prob.act[keepu], minlength=B)
+        act_item = np.bincount(iu, weights=prob.act[keepu], minlength=B)
+        act_extra = act_frac - fmin
     cost = model.uniform_cost()
     cross = node_item[model.psrc] != node_item[model.pdst]
     ps, pd, pc = model.psrc[cross], model.pdst[cross], cost[cross]
@@ -367,6 +396,7 @@ def stage_kernel(
         B=B, n=n, node_item=node_item, keepn=keepn, classes=classes, cap=cap, pays=pays,
         counts=counts, comp_item=comp_item, work_item=work_item, mem_item=mem_item, rate=rate,
         pairs=(optr, oidx, ocost, iptr, iidx, icost), keys=keys, per_ideal=NK * 13 + W * 8 + 40,
+        act_item=act_item, act_extra=act_extra,
     )  # fmt: skip
 
 
@@ -407,8 +437,12 @@ def solve_ideal_dp(
     pin_isolated_above: int | None = 8,
     isolated: str = "drop",
     transfer_cut: bool = True,
+    act_frac: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Run the chain DP then the DP over ideals; ``(device of each unit, info)`` (see the module docstring)."""
+    """Run the chain DP then the DP over ideals; ``(device of each unit, info)`` (see the module docstring).
+
+    ``act_frac``: position-dependent stage memory (:func:`stage_kernel`), for
+    `ideal_dp_makespan` under 1F1B; ``prob.mem`` per unit when None."""
     if isolated not in ("drop", "keep"):
         raise ValueError(f"ideal_dp: isolated must be 'drop' or 'keep', got {isolated!r}")
     t0 = time.perf_counter()
@@ -423,7 +457,7 @@ def solve_ideal_dp(
     items = precedence_items(graph, unit_of, pin_isolated_above, drop=drop)
     B = len(items.succ)
     keepu = np.flatnonzero(~drop)
-    kern = stage_kernel(prob, model, items, keepu)
+    kern = stage_kernel(prob, model, items, keepu, act_frac=act_frac)
     classes = kern.classes
     # ``max_ideals=None``: as many as fit in TABLE_BYTES, an explicit value is honoured
     # whatever it takes. The tables start at 200,000 ideals and grow fourfold while the DP

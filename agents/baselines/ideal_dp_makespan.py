@@ -60,10 +60,14 @@ stage within the cap, so all its cuts stay valid), and
 Each step lowers the cap below the last split's bottleneck, so the walk ends; it
 visits only the breakpoints of ``g`` between ``lo`` and ``lo + (T(P0) - W) / (M - 1)``.
 
-**Memory.** Every unit is charged all ``M`` microbatches' activations
-(:func:`agents.baselines.ideal_dp.exact_problem`): exact for GPipe, an upper bound
-under 1F1B (whose stage ``k`` of ``S`` keeps ``min(M, S - k)``), as for `ideal_dp`;
-the simulator's OOM check has the last word (``InfeasiblePlanError``).
+**Memory.** Under GPipe every unit is charged all ``M`` microbatches' activations
+(:func:`agents.baselines.ideal_dp.exact_problem`), as by the simulator. Under 1F1B
+the stage placed after ``p`` others is charged ``min(M, D - p)`` of them (the kernel's
+position-dependent memory; the simulator's cap for stage ``p`` of ``S <= D`` stages
+is ``min(M, S - p)``, so this is exact when every device holds a stage and an upper
+bound otherwise); ``meta["memory"]`` says which. The max-load DP of step 1 uses the
+same rule; `ideal_dp`'s candidate keeps its all-``M`` charge (a split feasible there is
+feasible here). The simulator's OOM check has the last word (``InfeasiblePlanError``).
 
 ``meta["exact"]`` is True when every DP of the walk finished with no item pinned:
 ``meta["surrogate_objective"]`` (and ``surrogate_max_stage``, ``surrogate_sum_stages``,
@@ -240,16 +244,20 @@ def solve_makespan_dp(
     M = int(prob.microbatches)
     D = prob.num_devices
     name = prob.graph.meta.get("name", "?")
+    # 1F1B: the stage after p others keeps min(M, D - p) of the M microbatches in flight
+    positional = prob.schedule == "1f1b" and M > 1
+    act_frac = np.minimum(M, D - np.arange(D)) / M if positional else None
     # ---- 1. the least bottleneck (max-load DP on the same costs) and the first incumbent
     try:
         up0, minfo = solve_ideal_dp(
             prob, model, time_limit=time_limit, max_ideals=max_ideals,
             pin_isolated_above=pin_isolated_above, isolated="keep", transfer_cut=transfer_cut,
+            act_frac=act_frac,
         )  # fmt: skip
     except InfeasiblePlanError as exc:
         raise InfeasiblePlanError(str(exc).replace("ideal_dp:", "ideal_dp_makespan:")) from exc
     items = precedence_items(prob.graph, prob.unit_of, pin_isolated_above)
-    kern = stage_kernel(prob, model, items, np.arange(prob.num_units))
+    kern = stage_kernel(prob, model, items, np.arange(prob.num_units), act_frac=act_frac)
     B = kern.B
     W = float(kern.work_item.sum())
     lo = max(W / D, float(kern.work_item.max(initial=0.0)))
@@ -331,6 +339,9 @@ def solve_makespan_dp(
         if done
         else "none proven: a limit stopped a DP; the best split found",
         "microbatches": M,
+        "memory": "1f1b: min(M, D - p) microbatches at stage position p"
+        if positional
+        else "all M microbatches' activations",
     }
     if not np.isfinite(best):
         raise InfeasiblePlanError(
