@@ -244,12 +244,27 @@ def lower_bound(problem: Problem) -> float:
     return float(sim.lower_bound())
 
 
+#: The env id of hybrid (data / tensor / pipeline parallel) plans.
+HYBRID_ENV_ID = "placement_env/Hybrid-v0"
+
+
 def build_problem(spec: EnvSpec) -> Problem:
     """Load the graph and cluster of ``spec`` and pair them with its oracle factory."""
     from graphs import clusters
 
     graph = load_graph(spec)
     cluster = clusters.load(spec.cluster)
+    if spec.env_id != HYBRID_ENV_ID:  # hybrid plans shard the state (ZeRO): not this bound
+        from placement_env.oracles.simulator import memory_floor
+
+        why = memory_floor(graph, cluster, spec.microbatches, spec.objective)
+        if why is not None:
+            raise ValueError(
+                f"env {spec.name!r}: no placement can fit: {why}. Make the model smaller "
+                "(env.model_config, e.g. its n_layer), give it a larger cluster (env.cluster), "
+                "or plan it in the hybrid plan space, whose ZeRO stages shard that state "
+                "(env_id placement_env/Hybrid-v0, e.g. +env=gpt2_8gpu_hybrid)"
+            )
     return Problem(spec, graph, cluster, oracle_factory(spec))
 
 

@@ -478,7 +478,7 @@ def search_finetune(
     )
 
 
-HYBRID_ENV_ID = "placement_env/Hybrid-v0"
+HYBRID_ENV_ID = common.HYBRID_ENV_ID
 
 
 def search_hybrid_ppo(

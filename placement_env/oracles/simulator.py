@@ -581,6 +581,32 @@ def _refuse_unmodelled(plan: Plan) -> None:
         )
 
 
+def memory_floor(
+    graph: CompGraph, cluster: Any, microbatches: int = 1, objective: str = "makespan"
+) -> str | None:
+    """Why no op placement of ``graph`` can fit ``cluster``'s memory, or None when one might.
+
+    A necessary condition, so a reason is a proof: every node's ``param_bytes`` sit on one
+    device, and (``makespan``) a device that runs a node holds at least one microbatch of
+    its activations, so the devices together need at least ``sum(param_bytes) +
+    sum(act_bytes) / M`` (``max_load``: the parameters alone) against the sum of their
+    memories. None does not promise that a plan fits."""
+    params = float(np.sum(graph.param_bytes))
+    act = float(np.sum(graph.act_bytes)) / max(int(microbatches), 1)
+    need = params + (act if objective != "max_load" else 0.0)
+    have = float(np.sum(cluster.memory))
+    if need <= have:
+        return None
+    what = f"{params / 2**30:,.1f} GiB of parameter state" + (
+        f" + {act / 2**30:,.1f} GiB for one microbatch's activations" if need > params else ""
+    )
+    return (
+        f"{graph.meta.get('name', 'the graph')!r} needs at least {what} = {need / 2**30:,.1f} GiB "
+        f"on every placement, more than the {have / 2**30:,.1f} GiB of {cluster.name!r} "
+        f"({cluster.num_devices} devices) together"
+    )
+
+
 def forward_of(graph: CompGraph) -> np.ndarray:
     """``int64[n]``: for each backward node its forward node (``"bwd:" + name``, else the
     forward node of its colocation group when there is exactly one), for a forward node

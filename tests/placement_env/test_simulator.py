@@ -463,3 +463,27 @@ def test_zero_length_hop_waiting_for_a_link_ends_before_the_dispatch() -> None:
     assert ref["starts"][(1, 1)] == pytest.approx(9.25e-6)
     starts = {(e.node, e.microbatch): e.start for e in r.events if e.resource == "device"}
     assert starts == pytest.approx(ref["starts"])
+
+
+def test_memory_floor_by_hand():
+    """3 nodes of 100 B parameters and 80 B activations (whole batch), M = 4: any placement
+    needs 300 + 240 / 4 = 360 B over all devices; max-load counts parameters only (300 B)."""
+    from graphs.cluster import Cluster, Device, Link
+    from graphs.compgraph import CompGraph
+    from placement_env.oracles.simulator import memory_floor
+
+    g = CompGraph.build(
+        3, [(0, 1), (1, 2)], flops=1e6, param_bytes=100.0, act_bytes=80.0, meta={"name": "g3"}
+    )
+
+    def two(mem: float) -> Cluster:
+        devs = tuple(Device(f"d{i}", "acc", 1e12, 1e12, mem) for i in range(2))
+        return Cluster("two", devs, (Link(0, 1, 1e9, 1e-6), Link(1, 0, 1e9, 1e-6)))
+
+    why = memory_floor(g, two(179.0), microbatches=4)
+    assert why is not None and "360" not in why  # GiB, not bytes
+    assert "'g3' needs at least" in why and "'two' (2 devices)" in why
+    assert memory_floor(g, two(180.0), microbatches=4) is None  # 360 B exactly
+    assert memory_floor(g, two(179.0), microbatches=1) is not None  # 300 + 240 > 358
+    assert memory_floor(g, two(150.0), objective="max_load") is None  # 300 B exactly
+    assert memory_floor(g, two(149.0), objective="max_load") is not None

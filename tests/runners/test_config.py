@@ -142,3 +142,33 @@ def test_missing_env_lists_envs(capsys: pytest.CaptureFixture[str]) -> None:
 def test_env_spec_refuses_unknown_keys() -> None:
     with pytest.raises(ValueError, match="unknown keys \\['bogus'\\]"):
         common.env_spec({"name": "x", "bogus": 1})
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_every_op_placement_env_has_a_plan_that_fits(env: str) -> None:
+    """A shipped env that no plan can fit is a defect (moe_a100_8 was one until 26 Nov 2026:
+    Mixtral-8x7B's 696 GiB of parameter state on 640 GiB of A100s): the chain DP finds a
+    plan the simulator does not flag OOM on every op-placement env."""
+    from agents import baselines
+    from placement_env.oracles.simulator import Simulator
+
+    spec = common.env_spec(compose([f"+env={env}"]).env)
+    if spec.env_id == common.HYBRID_ENV_ID:
+        pytest.skip("hybrid plans shard the state; covered by the hybrid tests")
+    p = common.build_problem(spec)
+    kw = dict(microbatches=spec.microbatches, schedule=spec.schedule, objective=spec.objective)
+    sim = Simulator(p.graph, p.cluster, **kw)
+    plan = baselines.get("pipedream_dp")(p.graph, p.cluster, sim, None)
+    assert not Simulator(p.graph, p.cluster, **kw).evaluate(plan).oom
+
+
+def test_an_env_no_placement_can_fit_is_refused_by_name() -> None:
+    """The full 32-layer Mixtral on 8 A100-80GB: refused before any planner runs, with the
+    sizes and the ways out."""
+    spec = common.env_spec(compose(["+env=moe_a100_8", "env.model_config.n_layer=32"]).env)
+    with pytest.raises(ValueError) as info:
+        common.build_problem(spec)
+    msg = str(info.value)
+    assert "env 'moe_a100_8': no placement can fit" in msg
+    assert "695.9 GiB of parameter state" in msg and "640.0 GiB of 'dgx_a100_8'" in msg
+    assert "env.model_config" in msg and "Hybrid-v0" in msg

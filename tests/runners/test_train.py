@@ -97,6 +97,21 @@ def test_no_env_lists_envs(tmp_path: Path) -> None:
     assert "+env=" in p.stderr and "gpt2_8gpu" in p.stderr and "rnnlm_k40_2" in p.stderr
 
 
+def test_env_no_placement_fits_stops_in_one_line(tmp_path: Path) -> None:
+    """Mixtral-8x7B at its full 32 layers on 8 A100-80GB: before any baseline runs, one
+    error line with the sizes, exit 2, error.txt in the run folder."""
+    run = tmp_path / "run"
+    p = _run(
+        ["runners.train", "+env=moe_a100_8", "env.model_config.n_layer=32", "logger=none",
+         f"output_dir={run}"],
+        tmp_path, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.stderr.startswith("error: env 'moe_a100_8': no placement can fit: 'mixtral' needs")
+    assert "baseline" not in p.stdout
+    assert "no placement can fit" in (run / "error.txt").read_text()
+
+
 def test_bad_key_names_valid_keys(tmp_path: Path) -> None:
     p = _run(["runners.train", "+env=gpt2_8gpu", "train.step=3"], tmp_path, timeout=120)
     assert p.returncode == 2
