@@ -120,7 +120,7 @@ def first_failure(
     2. the earliest rank that died without an error record (killed by a signal: a
        negative code; or a non-zero code), else the earliest that left early (exit 0
        while others failed): such a rank writes nothing, and its peers only report a
-       closed connection. A rank ended by SIGTERM comes after any other death, since
+       closed connection. A rank ended by SIGTERM comes after all of these, since
        launchers stop the survivors with it;
     3. the earliest symptom.
     """
@@ -132,10 +132,10 @@ def first_failure(
         e = min(roots, key=lambda r: r.get("time", 0.0))
         return RankFailure(e["rank"], e["type"], e["message"], e["traceback"], exit_codes)
     failed = any(c != 0 for c, _ in exits.values()) or bool(records)
-    # a rank killed or failing silently outranks one that merely returned before the others
-    # and one a launcher stopped (SIGTERM) ranks after any other death
+    # a rank killed or failing silently outranks one that merely returned before the others,
+    # and a rank a launcher stopped (SIGTERM) comes after both
     silent = [
-        (c == 0, c == -15, t, r, c)
+        (c == -15, c == 0, t, r, c)
         for r, (c, t) in exits.items()
         if r not in by_rank and (c != 0 or failed)
     ]

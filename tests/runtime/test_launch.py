@@ -127,6 +127,11 @@ def test_torchrun_root_cause_wins_a_tie_in_whole_seconds():
     assert first_failure([], {0: (-15, 5.0), 1: (-9, 5.0)}).rank == 1
     assert first_failure([], {0: (-15, 4.0), 2: (1, 5.0)}).rank == 2
     assert first_failure([], {0: (-15, 4.0)}).rank == 0
+    # rank 1 returned early (no trace: exit 0), rank 0 failed on its closed connection and
+    # torchrun stopped rank 2 before it wrote its record: rank 1 left early, not rank 2
+    sym = {"rank": 0, "type": "RuntimeError", "message": "Connection closed by peer", "time": 3.0}
+    f = first_failure([{**sym, "traceback": ""}], {1: (0, 0.0), 2: (-15, 5.0), 0: (1, 3.0)})
+    assert (f.rank, f.error_type) == (1, "left_early"), str(f)
 
 
 @pytest.mark.parametrize(
