@@ -438,11 +438,14 @@ def solve_ideal_dp(
     isolated: str = "drop",
     transfer_cut: bool = True,
     act_frac: np.ndarray | None = None,
+    reverse: bool = False,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Run the chain DP then the DP over ideals; ``(device of each unit, info)`` (see the module docstring).
 
     ``act_frac``: position-dependent stage memory (:func:`stage_kernel`), for
-    `ideal_dp_makespan` under 1F1B; ``prob.mem`` per unit when None."""
+    `ideal_dp_makespan` under 1F1B; ``prob.mem`` per unit when None. ``reverse``: the DPs
+    build the splits from the last stage backwards (:func:`reversed_order`), so that a
+    stage's position counts the stages after it; the splits and their costs are the same."""
     if isolated not in ("drop", "keep"):
         raise ValueError(f"ideal_dp: isolated must be 'drop' or 'keep', got {isolated!r}")
     t0 = time.perf_counter()
@@ -473,6 +476,7 @@ def solve_ideal_dp(
     # ---- chain DPs over a few topological orders: the upper bound (and the fallback plan)
     place_lin, val_lin, vis_lin = None, np.inf, 0
     for perm in linear_extensions(items.succ):
+        perm = perm[::-1].copy() if reverse else perm
         chain = [[i + 1] if i + 1 < B else [] for i in range(B)]
         st, pl, v, _, vis = run(perm, chain, val_lin, B + 2)
         vis_lin += vis
@@ -495,8 +499,9 @@ def solve_ideal_dp(
         "cost_model_exact": bool(model.exact and model.uniform),
     }
     # ---- the DP over ideals, bounded by the chains' best
+    full_perm, full_succ = reversed_order(items.succ) if reverse else (np.arange(B), items.succ)
     (status, place, val, nI, visited), limit = run_growing(
-        lambda lim: run(np.arange(B), items.succ, val_lin, lim), cap_ideals
+        lambda lim: run(full_perm, full_succ, val_lin, lim), cap_ideals
     )
     visited_all = vis_lin + visited
     info.update(
@@ -581,6 +586,19 @@ def reinsert_isolated(
         loads[d] += T[u, d]
         use[d] += prob.mem[u]
     return up
+
+
+def reversed_order(succ: list[list[int]]) -> tuple[np.ndarray, list[list[int]]]:
+    """``(perm, succ')`` for :meth:`StageKernel.run` on the reversed precedence: new label
+    ``i`` is item ``B - 1 - i`` and ``succ'`` its predecessors, relabelled (larger labels).
+    A stage's cost depends only on its item set, so the DP finds the same splits, built
+    from the last stage backwards."""
+    B = len(succ)
+    pred: list[list[int]] = [[] for _ in range(B)]
+    for a, sa in enumerate(succ):
+        for b in sa:
+            pred[B - 1 - b].append(B - 1 - a)
+    return np.arange(B)[::-1].copy(), [sorted(p) for p in pred]
 
 
 def linear_extensions(succ: list[list[int]]) -> list[np.ndarray]:

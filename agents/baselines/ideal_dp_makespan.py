@@ -33,7 +33,8 @@ stage whose input arrives in pieces can let a backward in between (on GPT-2 XL,
 the 8-GPU DGX-1, M = 8, splits within 1 % of the least ``T`` took 500-609 ms
 under 1F1B, 492-502 ms under GPipe). Hence, by default (``score_splits=True``), the
 planner scores every split the walk found (the max-load one and one per walk
-step, usually a few to a few dozen) and `ideal_dp`'s own plan (its DP drops edge-free
+step, usually a few to a few dozen; under 1F1B those of the walk forwards too, see
+**Memory**) and `ideal_dp`'s own plan (its DP drops edge-free
 units and re-inserts them, which the walk, pinning them, cannot express) with the
 oracle and returns the fastest, so it is never slower than `ideal_dp` by the oracle;
 ``score_splits=False`` returns the ``T``-optimal split (one oracle call).
@@ -61,13 +62,20 @@ Each step lowers the cap below the last split's bottleneck, so the walk ends; it
 visits only the breakpoints of ``g`` between ``lo`` and ``lo + (T(P0) - W) / (M - 1)``.
 
 **Memory.** Under GPipe every unit is charged all ``M`` microbatches' activations
-(:func:`agents.baselines.ideal_dp.exact_problem`), as by the simulator. Under 1F1B
-the stage placed after ``p`` others is charged ``min(M, D - p)`` of them (the kernel's
-position-dependent memory; the simulator's cap for stage ``p`` of ``S <= D`` stages
-is ``min(M, S - p)``, so this is exact when every device holds a stage and an upper
-bound otherwise); ``meta["memory"]`` says which. The max-load DP of step 1 uses the
-same rule; `ideal_dp`'s candidate keeps its all-``M`` charge (a split feasible there is
-feasible here). The simulator's OOM check has the last word (``InfeasiblePlanError``).
+(:func:`agents.baselines.ideal_dp.exact_problem`), as by the simulator. Under 1F1B a
+stage with ``q`` stages after it is charged ``min(M, q + 1)`` of them: the DPs (step 1's
+and the walk's) build splits from the last stage backwards
+(:func:`agents.baselines.ideal_dp.reversed_order`; a stage's cost depends only on its
+item set), so ``q`` is the number of stages placed before it, and the kernel's
+position-dependent memory charges it. The simulator caps a stage at ``min(M, 1 +`` the
+most device changes on a forward path from it``)``, which is at most ``q + 1`` in any
+order of the stages that the precedence allows, and equal to it on a chain of stages; so
+every split accepted fits, and the rule is exact on chains. ``meta["memory"]`` says which
+rule ran. With ``score_splits`` the walk also runs forwards, charging the stage after
+``p`` others ``min(M, D - p)`` (stricter), for its splits as extra candidates: both
+orientations reach the same ``T*`` but break ties between equal splits differently, and
+the simulator may tell those apart (``meta["forward_walk"]``). `ideal_dp`'s candidate
+keeps its all-``M`` charge (a split feasible there is feasible here). The simulator's OOM check has the last word (``InfeasiblePlanError``).
 
 ``meta["exact"]`` is True when every DP of the walk finished with no item pinned:
 ``meta["surrogate_objective"]`` (and ``surrogate_max_stage``, ``surrogate_sum_stages``,
@@ -103,6 +111,7 @@ from agents.baselines.ideal_dp import (
     exact_problem,
     ideal_capacity,
     precedence_items,
+    reversed_order,
     run_growing,
     solve_ideal_dp,
     stage_kernel,
@@ -231,28 +240,38 @@ def solve_makespan_dp(
     max_ideals: int | None = None,
     pin_isolated_above: int | None = 8,
     transfer_cut: bool = True,
+    reverse: bool | None = None,
 ) -> tuple[np.ndarray, dict[str, Any], list[tuple[float, np.ndarray]]]:
     """The walk of the module docstring; ``(device of each unit, info, splits)``.
 
     ``splits``: ``(T in seconds, device of each unit)`` of every split the walk found,
     the max-load one first, each mapped onto the device chain.
 
-    ``model``: the per-microbatch costs (:func:`microbatch_model`).
+    ``model``: the per-microbatch costs (:func:`microbatch_model`). ``reverse`` (default:
+    under 1F1B): build the splits from the last stage backwards, charging a stage with
+    ``q`` stages after it ``min(M, q + 1)`` microbatches; ``False`` under 1F1B builds them
+    forwards and charges the stage after ``p`` others ``min(M, D - p)`` (stricter: the
+    same or fewer splits fit; the DPs then break ties between equal splits differently).
     """
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit)
     M = int(prob.microbatches)
     D = prob.num_devices
     name = prob.graph.meta.get("name", "?")
-    # 1F1B: the stage after p others keeps min(M, D - p) of the M microbatches in flight
+    # 1F1B: a stage with q stages after it keeps at most min(M, q + 1) of the M microbatches
+    # in flight; the DPs run from the last stage backwards, so q is the stages placed so far
     positional = prob.schedule == "1f1b" and M > 1
-    act_frac = np.minimum(M, D - np.arange(D)) / M if positional else None
+    reverse = positional if reverse is None else bool(reverse and positional)
+    act_frac = None
+    if positional:
+        pos = np.arange(D)
+        act_frac = np.minimum(M, pos + 1 if reverse else D - pos) / M
     # ---- 1. the least bottleneck (max-load DP on the same costs) and the first incumbent
     try:
         up0, minfo = solve_ideal_dp(
             prob, model, time_limit=time_limit, max_ideals=max_ideals,
             pin_isolated_above=pin_isolated_above, isolated="keep", transfer_cut=transfer_cut,
-            act_frac=act_frac,
+            act_frac=act_frac, reverse=reverse,
         )  # fmt: skip
     except InfeasiblePlanError as exc:
         raise InfeasiblePlanError(str(exc).replace("ideal_dp:", "ideal_dp_makespan:")) from exc
@@ -270,6 +289,7 @@ def solve_makespan_dp(
     splits = [(best, up0)]
     first = best
     cap_ideals = ideal_capacity(max_ideals, kern.per_ideal, "ideal_dp_makespan")
+    order, succ = reversed_order(items.succ) if reverse else (np.arange(B), items.succ)
     # ---- 2-3. the walk over the cap on the bottleneck
     cap = np.inf
     sum_lb = W  # least sum of any split with its bottleneck below `cap`
@@ -282,8 +302,7 @@ def solve_makespan_dp(
         bound = best - (M - 1) * lo
         (status, place, val, nI, visited), limit = run_growing(
             lambda lim, c=cap, sb=bound: kern.run(
-                np.arange(B), items.succ, c, lim, deadline, transfer_cut,
-                summed=True, sum_bound=sb,
+                order, succ, c, lim, deadline, transfer_cut, summed=True, sum_bound=sb,
             ),
             cap_ideals,
         )  # fmt: skip
@@ -339,9 +358,13 @@ def solve_makespan_dp(
         if done
         else "none proven: a limit stopped a DP; the best split found",
         "microbatches": M,
-        "memory": "1f1b: min(M, D - p) microbatches at stage position p"
-        if positional
-        else "all M microbatches' activations",
+        "memory": (
+            "1f1b: min(M, q + 1) microbatches on a stage with q stages after it"
+            if reverse
+            else "1f1b: min(M, D - p) microbatches on the stage after p others"
+            if positional
+            else "all M microbatches' activations"
+        ),
     }
     if not np.isfinite(best):
         raise InfeasiblePlanError(
@@ -373,7 +396,7 @@ def ideal_dp_makespan(
     ``T`` among contiguous splits), ``surrogate_lower_bound``, ``status``,
     ``surrogate_max_stage``, ``surrogate_sum_stages``, ``surrogate_stages``,
     ``walk_runs``, ``maxload_surrogate_objective`` (``T`` of the max-load-optimal split
-    the walk starts from), ``returned``, ``returned_estimate``, ``splits_scored``,
+    the walk starts from), ``returned``, ``returned_estimate``, ``splits_scored``, ``forward_walk`` (1F1B),
     ``step_time`` (the oracle's). ``routes``: ``"chain"`` or ``"dearest"``
     (:func:`price_routes`); ``score_splits``: return the fastest of the walk's splits and `ideal_dp`'s plan by
     the oracle (default) or the ``T``-optimal one.
@@ -396,6 +419,21 @@ def ideal_dp_makespan(
         prob, model, time_limit=time_limit, max_ideals=max_ideals,
         pin_isolated_above=pin_isolated_above, transfer_cut=transfer_cut,
     )  # fmt: skip
+    if score_splits and prob.schedule == "1f1b" and prob.microbatches > 1:
+        # the walk forwards too (its stricter memory rule keeps only splits that fit here):
+        # it breaks ties between equal-T splits differently, and the oracle tells them apart
+        left = max(time_limit - (time.perf_counter() - t_start), 0.1 * time_limit)
+        try:
+            _, finfo, fsplits = solve_makespan_dp(
+                prob, model, time_limit=left, max_ideals=max_ideals,
+                pin_isolated_above=pin_isolated_above, transfer_cut=transfer_cut, reverse=False,
+            )  # fmt: skip
+            splits = splits + fsplits
+            info["forward_walk"] = {
+                k: finfo[k] for k in ("status", "exact", "surrogate_objective", "walk_runs")
+            }
+        except InfeasiblePlanError:
+            info["forward_walk"] = {"status": "infeasible"}
     info["routes"] = "uniform" if true.uniform else routes
     result, est = None, info["surrogate_objective"]
     info["returned"] = "the surrogate optimum"
@@ -427,7 +465,7 @@ def ideal_dp_makespan(
         if ok:
             result, est, up = min(ok, key=lambda r: (r[0].step_time, r[1]))
             info["returned"] = (
-                f"the fastest by the oracle of {len(scored)} splits: the walk's and ideal_dp's plan"
+                f"the fastest by the oracle of {len(scored)} splits: the walks' and ideal_dp's plan"
             )
         info["splits_scored"] = len(scored)
     node_dev = prob.node_placement(up)

@@ -16,6 +16,7 @@ from agents.baselines.ideal_dp_makespan import (
     microbatch_model,
     pipeline_estimate,
     price_routes,
+    solve_makespan_dp,
     stage_times,
 )
 from agents.baselines.maxload import build_model
@@ -119,8 +120,8 @@ def test_walk_equals_brute_force_over_contiguous_splits(seed, n, p, cpu, M, sche
 
 def _brute_force_1f1b(g: CompGraph, c: Cluster, sim: Simulator) -> float:
     """Least estimate (s) over contiguous splits that fit with 1F1B's in-flight activations:
-    some order of the stages consistent with the precedence puts each stage, as the one
-    after ``p`` others, within memory with ``param + min(M, D - p) / M * act``."""
+    some order of the ``S`` stages consistent with the precedence puts each stage, with
+    ``q`` stages after it, within memory with ``param + min(M, q + 1) / M * act``."""
     prob = exact_problem(g, c, sim)
     model = price_routes(microbatch_model(prob, build_model(g, c)), c, "chain")
     items = precedence_items(g, prob.unit_of, pin_isolated_above=None)
@@ -140,7 +141,7 @@ def _brute_force_1f1b(g: CompGraph, c: Cluster, sim: Simulator) -> float:
         for order in itertools.permutations(used):
             pos = {d: k for k, d in enumerate(order)}
             if all(pos[a] < pos[b] for a, b in edges) and all(
-                param[d] + min(M, D - pos[d]) / M * act[d] <= prob.capacity[d] for d in used
+                param[d] + min(M, len(used) - pos[d]) / M * act[d] <= prob.capacity[d] for d in used
             ):
                 fits = True
                 break
@@ -153,7 +154,7 @@ def _brute_force_1f1b(g: CompGraph, c: Cluster, sim: Simulator) -> float:
 @slow(15)
 @given(st.integers(0, 2**31), st.integers(2, 7), st.booleans(), st.sampled_from([2, 4, 8]))
 def test_1f1b_memory_by_stage_position_equals_brute_force(seed, n, cpu, M):
-    """Under 1F1B a stage after ``p`` others keeps ``min(M, D - p)`` microbatches'
+    """Under 1F1B a stage with ``q`` stages after it keeps ``min(M, q + 1)`` microbatches'
     activations: the walk's optimum equals brute force with that rule, on graphs whose
     activations decide which splits fit."""
     rng = np.random.default_rng(seed)
@@ -178,7 +179,7 @@ def test_1f1b_memory_by_stage_position_equals_brute_force(seed, n, cpu, M):
         return
     m = plan.meta
     assert m["memory"].startswith("1f1b")
-    # the simulator's cap for stage p of S <= D stages is min(M, S - p): no OOM
+    # the simulator's cap is at most min(M, q + 1): no OOM
     res = Simulator(g, c, microbatches=M, schedule="1f1b").evaluate(plan)
     assert not res.oom and res.step_time == pytest.approx(m["step_time"])
 
@@ -203,6 +204,17 @@ def test_1f1b_memory_lets_a_split_fit_that_all_microbatches_would_not():
     assert not sim.evaluate(plan).oom
     # the schedule's cap (the simulated peak may be lower: no backward keeps them here)
     np.testing.assert_allclose(sim.static_memory(plan.placement)[[p[0], p[1]]], [600.0, 350.0])
+    # a third device of the same size, unused: the first stage still has one stage after it
+    # and keeps 2 microbatches (600 B; counting all 3 devices, min(4, 3) = 3 would be 850 B)
+    devs = tuple(Device(f"acc{i}", "acc", 1e12, 1e12, 700.0) for i in range(3))
+    c3 = Cluster(
+        "acc3", devs, tuple(Link(a, b, 1e9, 1e-6) for a in range(3) for b in range(3) if a != b)
+    )
+    sim3 = Simulator(g, c3, microbatches=4, schedule="1f1b")
+    plan = B.get("ideal_dp_makespan")(g, c3, sim3)
+    p = np.asarray(plan.placement)
+    assert p[0] != p[1] and plan.meta["exact"] is True and not sim3.evaluate(plan).oom
+    np.testing.assert_allclose(sim3.static_memory(plan.placement)[[p[0], p[1]]], [600.0, 350.0])
 
 
 def test_four_node_chain_by_hand():
@@ -299,3 +311,28 @@ def test_never_slower_than_ideal_dp_by_the_oracle(seed):
     assert plan.meta["step_time"] <= ref.meta["step_time"] * (1 + 1e-12)
     res = Simulator(g, c, microbatches=4, schedule="1f1b").evaluate(plan)
     assert res.step_time == pytest.approx(plan.meta["step_time"]) and not res.oom
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_1f1b_scores_the_splits_of_both_walks(seed):
+    """Under 1F1B the walk runs from the last stage backwards (the exact memory rule) and
+    again forwards (a stricter rule; other splits among equal ones): the plan returned is
+    at least as fast, by the oracle, as every split either walk found."""
+    rng = np.random.default_rng(seed)
+    g = dag_graph(rng, 9, 0.3, groups=False, explicit=False)
+    c = cluster_of(rng, 3, cpu=bool(seed % 2), mem=1e9)
+    kw = dict(microbatches=4, schedule="1f1b")
+    plan = B.get("ideal_dp_makespan")(g, c, Simulator(g, c, **kw), pin_isolated_above=None)
+    assert plan.meta["forward_walk"]["status"] == "done"
+    assert plan.meta["memory"].startswith("1f1b: min(M, q + 1)")
+    sim = Simulator(g, c, **kw)
+    prob = exact_problem(g, c, sim)
+    model = price_routes(microbatch_model(prob, build_model(g, c)), c, "chain")
+    times = []
+    for reverse in (True, False):
+        _, info, splits = solve_makespan_dp(prob, model, pin_isolated_above=None, reverse=reverse)
+        assert info["memory"].startswith(
+            "1f1b: min(M, q + 1)" if reverse else "1f1b: min(M, D - p)"
+        )
+        times += [sim.evaluate(prob.node_placement(u)).step_time for _, u in splits]
+    assert plan.meta["step_time"] <= min(times) * (1 + 1e-12)
