@@ -37,7 +37,9 @@ step, usually a few to a few dozen; under 1F1B those of the walk forwards too, s
 **Memory**) and `ideal_dp`'s own plan (its DP drops edge-free
 units and re-inserts them, which the walk, pinning them, cannot express) with the
 oracle and returns the fastest, so it is never slower than `ideal_dp` by the oracle;
-``score_splits=False`` returns the ``T``-optimal split (one oracle call).
+``score_splits=False`` returns the ``T``-optimal split (one oracle call). ``slack``
+(default 0.02, with ``score_splits`` only): the walk goes on past the optimum over the
+splits within ``(1 + slack) T*`` (the least-sum split under each cap), all scored too.
 
 **Exact, by a walk over a cap on the bottleneck.** ``g(C)`` = the least
 ``sum_k t_k`` over splits whose every stage costs less than ``C`` is a DP over
@@ -241,6 +243,7 @@ def solve_makespan_dp(
     pin_isolated_above: int | None = 8,
     transfer_cut: bool = True,
     reverse: bool | None = None,
+    slack: float = 0.0,
 ) -> tuple[np.ndarray, dict[str, Any], list[tuple[float, np.ndarray]]]:
     """The walk of the module docstring; ``(device of each unit, info, splits)``.
 
@@ -252,6 +255,9 @@ def solve_makespan_dp(
     ``q`` stages after it ``min(M, q + 1)`` microbatches; ``False`` under 1F1B builds them
     forwards and charges the stage after ``p`` others ``min(M, D - p)`` (stricter: the
     same or fewer splits fit; the DPs then break ties between equal splits differently).
+    ``slack``: the walk goes on past the optimum, over the splits whose ``T`` is within
+    ``(1 + slack) T*`` (the least sum under each cap), returning them too; ``T*`` and its
+    proof are unchanged.
     """
     t0 = time.perf_counter()
     deadline = t0 + float(time_limit)
@@ -294,12 +300,20 @@ def solve_makespan_dp(
     cap = np.inf
     sum_lb = W  # least sum of any split with its bottleneck below `cap`
     status, runs, ideals, scored, limit = STATUS_DONE, 0, 0, 0, 0
+    proven = False  # every split not yet seen has T >= best
     while M > 1 or runs == 0:
-        hi = (best - W) / (M - 1) if M > 1 else np.inf
+        # with `slack`, the walk goes on to the splits within (1 + slack) of the best
+        reach = best * (1.0 + slack)
+        hi = (reach - W) / (M - 1) if M > 1 else np.inf
         cap = min(cap, hi)
-        if M > 1 and (cap <= lo * (1 - 1e-12) or sum_lb + (M - 1) * lo >= best * (1 - 1e-12)):
+        if M > 1 and (
+            min(cap, (best - W) / (M - 1)) <= lo * (1 - 1e-12)
+            or sum_lb + (M - 1) * lo >= best * (1 - 1e-12)
+        ):
+            proven = True
+        if M > 1 and (cap <= lo * (1 - 1e-12) or sum_lb + (M - 1) * lo >= reach * (1 - 1e-12)):
             break
-        bound = best - (M - 1) * lo
+        bound = reach - (M - 1) * lo
         (status, place, val, nI, visited), limit = run_growing(
             lambda lim, c=cap, sb=bound: kern.run(
                 order, succ, c, lim, deadline, transfer_cut, summed=True, sum_bound=sb,
@@ -316,11 +330,14 @@ def solve_makespan_dp(
             splits.append((est, up))
             if est < best:
                 best, best_up = est, up
-        if status != STATUS_DONE or place is None:
+        if status != STATUS_DONE:
+            break
+        if place is None or M == 1:  # nothing below the cap within reach; M = 1: one DP
+            proven = True
             break
         sum_lb = float(val)
         cap = float(t.max())
-    done = status == STATUS_DONE and minfo["status"] == "done"
+    done = proven and minfo["status"] == "done"
     exact = bool(done and items.pinned == 0)
     item_dev = np.empty(B, dtype=np.int64)
     for i, (est, up) in enumerate(splits):
@@ -358,6 +375,7 @@ def solve_makespan_dp(
         if done
         else "none proven: a limit stopped a DP; the best split found",
         "microbatches": M,
+        "slack": float(slack),
         "memory": (
             "1f1b: min(M, q + 1) microbatches on a stage with q stages after it"
             if reverse
@@ -385,6 +403,7 @@ def ideal_dp_makespan(
     transfer_cut: bool = True,
     routes: str = "chain",
     score_splits: bool = True,
+    slack: float = 0.02,
 ) -> Plan:
     """Contiguous split minimising the pipeline estimate ``T`` (one oracle call per split scored).
 
@@ -403,6 +422,9 @@ def ideal_dp_makespan(
     """
     start = oracle_calls_start(oracle)
     t_start = time.perf_counter()
+    if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not 0 <= slack < np.inf:
+        raise ValueError(f"ideal_dp_makespan: slack must be a number >= 0, got {slack!r}")
+    slack = float(slack) if score_splits else 0.0
     prob = exact_problem(graph, cluster, oracle)
     full = build_model(graph, cluster)  # whole-step costs, as `ideal_dp` plans with
     if getattr(oracle, "objective", "makespan") == "max_load":
@@ -417,7 +439,7 @@ def ideal_dp_makespan(
     model = price_routes(true, cluster, routes)
     up, info, splits = solve_makespan_dp(
         prob, model, time_limit=time_limit, max_ideals=max_ideals,
-        pin_isolated_above=pin_isolated_above, transfer_cut=transfer_cut,
+        pin_isolated_above=pin_isolated_above, transfer_cut=transfer_cut, slack=slack,
     )  # fmt: skip
     if score_splits and prob.schedule == "1f1b" and prob.microbatches > 1:
         # the walk forwards too (its stricter memory rule keeps only splits that fit here):
@@ -427,6 +449,7 @@ def ideal_dp_makespan(
             _, finfo, fsplits = solve_makespan_dp(
                 prob, model, time_limit=left, max_ideals=max_ideals,
                 pin_isolated_above=pin_isolated_above, transfer_cut=transfer_cut, reverse=False,
+                slack=slack,
             )  # fmt: skip
             splits = splits + fsplits
             info["forward_walk"] = {

@@ -336,3 +336,23 @@ def test_1f1b_scores_the_splits_of_both_walks(seed):
         )
         times += [sim.evaluate(prob.node_placement(u)).step_time for _, u in splits]
     assert plan.meta["step_time"] <= min(times) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_slack_adds_splits_near_the_optimum_and_keeps_its_proof(seed):
+    """With ``slack`` the walk goes on past the optimum: ``T*``, its proof and every split
+    of the exact walk stay, and more splits come (candidates for the oracle)."""
+    rng = np.random.default_rng(seed)
+    g = dag_graph(rng, 9, 0.3, groups=False, explicit=False)
+    c = cluster_of(rng, 3, cpu=bool(seed % 2), mem=1e9)
+    sim = Simulator(g, c, microbatches=4, schedule="1f1b" if seed % 3 else "gpipe")
+    prob = exact_problem(g, c, sim)
+    model = price_routes(microbatch_model(prob, build_model(g, c)), c, "chain")
+    _, exact, s0 = solve_makespan_dp(prob, model, pin_isolated_above=None)
+    _, wide, s1 = solve_makespan_dp(prob, model, pin_isolated_above=None, slack=0.2)
+    assert exact["exact"] is True and wide["exact"] is True
+    assert wide["surrogate_objective"] == pytest.approx(exact["surrogate_objective"], rel=1e-12)
+    assert {u.tobytes() for _, u in s0} <= {u.tobytes() for _, u in s1}
+    assert wide["walk_runs"] >= exact["walk_runs"]
+    with pytest.raises(ValueError, match="slack must be a number >= 0"):
+        B.get("ideal_dp_makespan")(g, c, sim, slack=-0.1)
