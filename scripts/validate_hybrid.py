@@ -245,8 +245,9 @@ def search_rows() -> str:
 
 
 #: The fastest op placement (one device per node) known for the default experiment, ms:
-#: annealing given PPO-gdp's wall time, `docs/results_exact_table_seed1.md` (26 Nov 2026;
-#: 489 ms, warm PPO-placeto, until then).
+#: annealing given PPO-gdp's wall time (10,993 calls in 6.8 s), seed 1 of the 26 Nov 2026
+#: 09:06 UTC run of `docs/results_exact_table_seed1.md` (in git at `1e158b7`; 489 ms, warm
+#: PPO-placeto, until then).
 BEST_OP_PLACEMENT_MS = 448.5
 
 
