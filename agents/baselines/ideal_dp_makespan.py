@@ -348,7 +348,9 @@ def solve_makespan_dp(
     t = stage_times(model, prob.node_placement(best_up))
     used = np.unique(best_up)
     info: dict[str, Any] = {
-        "status": minfo["status"] if minfo["status"] != "done" else _STATUS[status],
+        "status": minfo["status"]
+        if minfo["status"] != "done"
+        else _STATUS[STATUS_DONE if proven else status],
         "exact": exact,
         "surrogate": "sum_k t_k + (M - 1) * max_k t_k",
         "surrogate_objective": best * 1e-6,
