@@ -478,9 +478,6 @@ def search_finetune(
     )
 
 
-HYBRID_ENV_ID = common.HYBRID_ENV_ID
-
-
 def search_hybrid_ppo(
     problem: common.Problem,
     agent_cfg: Mapping[str, Any],
@@ -659,7 +656,7 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         f"{problem.cluster.name} ({problem.cluster.num_devices} devices), "
         f"{spec.microbatches} microbatches, {spec.schedule}, oracle {spec.oracle}"
     )
-    hybrid = spec.env_id == HYBRID_ENV_ID
+    hybrid = spec.env_id == common.HYBRID_ENV_ID
     if hybrid:  # model FLOPs at peak: no op-level tables of a thousand-GPU cluster
         from placement_env.oracles.hybrid import hybrid_lower_bound
 

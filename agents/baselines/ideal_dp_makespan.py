@@ -228,6 +228,12 @@ def stage_times(model: MaxLoadModel, node_dev: np.ndarray) -> np.ndarray:
     return load
 
 
+def in_flight_by_position(prob: Problem) -> bool:
+    """True under 1F1B with more than one microbatch: a stage's activations in flight
+    depend on its position in the pipeline (see the module docstring, **Memory**)."""
+    return prob.schedule == "1f1b" and prob.microbatches > 1
+
+
 def pipeline_estimate(t: np.ndarray, microbatches: int) -> float:
     """``sum_k t_k + (M - 1) * max_k t_k`` over the stages (the nonzero entries of ``t``)."""
     t = np.asarray(t, dtype=float)
@@ -263,10 +269,9 @@ def solve_makespan_dp(
     deadline = t0 + float(time_limit)
     M = int(prob.microbatches)
     D = prob.num_devices
-    name = prob.graph.meta.get("name", "?")
     # 1F1B: a stage with q stages after it keeps at most min(M, q + 1) of the M microbatches
     # in flight; the DPs run from the last stage backwards, so q is the stages placed so far
-    positional = prob.schedule == "1f1b" and M > 1
+    positional = in_flight_by_position(prob)
     reverse = positional if reverse is None else bool(reverse and positional)
     act_frac = None
     if positional:
@@ -289,7 +294,6 @@ def solve_makespan_dp(
     maxload_done = minfo["status"] == "done" and minfo["pinned_items"] == 0
     if maxload_done:
         lo = max(lo, minfo["dp_objective"] * 1e6)
-    best_up = up0
     t = stage_times(model, prob.node_placement(up0))
     best = pipeline_estimate(t, M)
     splits = [(best, up0)]
@@ -328,8 +332,7 @@ def solve_makespan_dp(
             t = stage_times(model, prob.node_placement(up))
             est = pipeline_estimate(t, M)
             splits.append((est, up))
-            if est < best:
-                best, best_up = est, up
+            best = min(best, est)
         if status != STATUS_DONE:
             break
         if place is None or M == 1:  # nothing below the cap within reach; M = 1: one DP
@@ -386,10 +389,6 @@ def solve_makespan_dp(
             else "all M microbatches' activations"
         ),
     }
-    if not np.isfinite(best):
-        raise InfeasiblePlanError(
-            f"ideal_dp_makespan: no contiguous split of {name!r} onto {D} devices fits in memory"
-        )
     return best_up, info, splits
 
 
@@ -412,8 +411,9 @@ def ideal_dp_makespan(
     For makespan oracles (``M`` and the schedule from the oracle); under a max-load
     oracle ``T / M`` tends to the bottleneck and the planner solves it as `ideal_dp`
     (``meta["objective"] == "max_load"``). Options as `ideal_dp`'s (``time_limit``
-    covers the whole walk and `ideal_dp`'s candidate, which gets what the walk left, at least
-    a tenth of it: ``meta["ideal_dp_candidate_status"]``). ``meta``: ``surrogate_objective`` (``T`` in seconds), ``exact`` (optimal for
+    covers the whole walk; the forwards walk under 1F1B and `ideal_dp`'s candidate each get
+    what is left of it, at least a tenth: ``meta["forward_walk"]``,
+    ``meta["ideal_dp_candidate_status"]``). ``meta``: ``surrogate_objective`` (``T`` in seconds), ``exact`` (optimal for
     ``T`` among contiguous splits), ``surrogate_lower_bound``, ``status``,
     ``surrogate_max_stage``, ``surrogate_sum_stages``, ``surrogate_stages``,
     ``walk_runs``, ``maxload_surrogate_objective`` (``T`` of the max-load-optimal split
@@ -443,7 +443,7 @@ def ideal_dp_makespan(
         prob, model, time_limit=time_limit, max_ideals=max_ideals,
         pin_isolated_above=pin_isolated_above, transfer_cut=transfer_cut, slack=slack,
     )  # fmt: skip
-    if score_splits and prob.schedule == "1f1b" and prob.microbatches > 1:
+    if score_splits and in_flight_by_position(prob):
         # the walk forwards too (its stricter memory rule keeps only splits that fit here):
         # it breaks ties between equal-T splits differently, and the oracle tells them apart
         left = max(time_limit - (time.perf_counter() - t_start), 0.1 * time_limit)
