@@ -499,9 +499,16 @@ class Cluster:
             links.append(Link(a, b, bw * mult, lat, label))
             if not directed:
                 links.append(Link(b, a, bw * mult, lat, label))
-        meta = dict(f.obj(d.get("meta") or {}, "meta", free=True))
-        if "device_forwarding" in meta:  # the one meta key routing reads
-            f.boolean(meta["device_forwarding"], "meta.device_forwarding")
+        meta_in = d.get("meta")
+        meta = {} if meta_in is None else dict(f.obj(meta_in, "meta", free=True))
+        # the meta keys the code reads, checked here rather than at first use
+        for k in ("device_forwarding", "overlap_grad_reduce"):
+            if k in meta:
+                f.boolean(meta[k], f"meta.{k}")
+        if "gemm_efficiency" in meta:
+            f.number(meta["gemm_efficiency"], "meta.gemm_efficiency", lo=0, lo_open=True, hi=1)
+        if "gpus_per_node" in meta:
+            f.integer(meta["gpus_per_node"], "meta.gpus_per_node", lo=1)
         for k in ("description", "source"):
             if k in d:
                 meta[k] = d[k]

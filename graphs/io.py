@@ -13,6 +13,7 @@ import numpy as np
 
 from graphs.cluster import Cluster, Device, Link
 from graphs.compgraph import BWD, FWD, CompGraph
+from graphs.layout import dims_from_mapping
 from graphs.schema import Fields, read_json
 
 GRAPH_FORMAT = "devplace.graph"
@@ -221,6 +222,11 @@ def from_dict(d: Any, *, source: str = "graph") -> CompGraph:
             f.number(meta[k], f"meta.{k}", lo=0, lo_open=True)
     if "name" in meta:
         f.text(meta["name"], "meta.name")
+    if "model_dims" in meta:  # what hybrid layouts read: checked here, not at first use
+        try:
+            dims_from_mapping(meta["model_dims"])
+        except ValueError as exc:
+            raise f.fail("meta.model_dims", f"does not describe a model: {exc}") from None
     try:
         return CompGraph(
             flops=np.asarray(arrays["flops"], dtype=np.float64).reshape(-1),

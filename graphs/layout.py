@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any
 
 #: Recomputation modes: keep every activation, recompute attention's core
@@ -131,6 +131,8 @@ class ModelDims:
     def __post_init__(self) -> None:
         if self.arch not in ("gpt", "llama"):
             raise ValueError(f"ModelDims.arch {self.arch!r}: expected 'gpt' or 'llama'")
+        if not isinstance(self.tied, bool):
+            raise ValueError(f"ModelDims.tied = {self.tied!r}: expected true or false")
         for f in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "seq", "batch"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -277,32 +279,75 @@ class ModelDims:
         return d
 
 
+def dims_from_mapping(d: Any) -> ModelDims:
+    """:class:`ModelDims` from a mapping of its fields (``graph.meta["model_dims"]``, as
+    :meth:`ModelDims.to_dict` writes it). Raises ``ValueError`` naming what is wrong: not a
+    mapping, a missing or unknown field, or a bad value (:meth:`ModelDims.__post_init__`)."""
+    if not isinstance(d, Mapping):
+        raise ValueError(f"model_dims must be a mapping of ModelDims fields, got {d!r}")
+    fields = ModelDims.__dataclass_fields__
+    unknown = sorted(str(k) for k in d if k not in fields)
+    if unknown:
+        raise ValueError(f"model_dims: unknown field(s) {unknown}; known: {sorted(fields)}")
+    missing = [k for k, f in fields.items() if k not in d and f.default is MISSING]
+    if missing:
+        raise ValueError(f"model_dims: missing field(s) {missing}")
+    try:
+        return ModelDims(**dict(d))
+    except ValueError as exc:
+        raise ValueError(f"model_dims: {exc}") from None
+
+
 def model_dims(graph: Any) -> ModelDims:
     """The :class:`ModelDims` of a graph: ``graph.meta["model_dims"]`` (parametric zoo
-    builders) or the config of an extracted ``gpt2*`` / ``llama`` zoo graph."""
+    builders) or the config of an extracted ``gpt2*`` / ``llama`` zoo graph. Raises
+    ``ValueError`` (naming the graph and the field) for a graph that has neither, or a
+    malformed one."""
     meta = getattr(graph, "meta", {}) or {}
-    if "model_dims" in meta:
-        return ModelDims(**dict(meta["model_dims"]))
-    cfg = meta.get("config") or {}
     name = str(meta.get("name", ""))
+    if "model_dims" in meta:
+        try:
+            return dims_from_mapping(meta["model_dims"])
+        except ValueError as exc:
+            raise ValueError(f"graph {name or '?'!r}: meta.{exc}") from None
+    cfg = meta.get("config") or {}
     if cfg and name.startswith(("gpt2", "llama")) and not cfg.get("n_expert"):
-        llama = name.startswith("llama")
-        return ModelDims(
-            arch="llama" if llama else "gpt",
-            hidden=int(cfg["d_model"]),
-            layers=int(cfg["n_layer"]),
-            heads=int(cfg["n_head"]),
-            kv_heads=int(cfg.get("n_kv_head", cfg["n_head"])),
-            ffn=int(cfg.get("d_ff", 4 * cfg["d_model"])),
-            vocab=int(cfg["vocab"]),
-            seq=int(cfg["seq"]),
-            tied=not llama,
-            batch=int(cfg.get("batch", meta.get("batch", 1))),
-        )
+        try:
+            return _dims_from_config(cfg, name, meta)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"graph {name!r}: meta.config does not give the model's dimensions "
+                f"({type(exc).__name__}: {exc}); it needs d_model, n_layer, n_head, vocab and "
+                "seq as integers >= 1 (n_kv_head, d_ff, batch optional)"
+            ) from None
     raise ValueError(
         f"graph {name or '?'!r} is not a layered transformer with known dimensions "
         "(hybrid layouts need graph.meta['model_dims'], as zoo.build('gpt'/'llama', ...) sets, "
         "or an extracted gpt2*/llama zoo graph)"
+    )
+
+
+def _dims_from_config(cfg: Mapping[str, Any], name: str, meta: Mapping[str, Any]) -> ModelDims:
+    """:class:`ModelDims` of an extracted ``gpt2*`` / ``llama`` zoo graph from its config."""
+
+    def whole(key: str, default: Any = None) -> int:
+        v = cfg.get(key, default) if default is not None else cfg[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+            raise ValueError(f"{key} = {v!r} is not an integer")
+        return int(v)
+
+    llama = name.startswith("llama")
+    return ModelDims(
+        arch="llama" if llama else "gpt",
+        hidden=whole("d_model"),
+        layers=whole("n_layer"),
+        heads=whole("n_head"),
+        kv_heads=whole("n_kv_head", cfg.get("n_head")),
+        ffn=whole("d_ff", 4 * whole("d_model")),
+        vocab=whole("vocab"),
+        seq=whole("seq"),
+        tied=not llama,
+        batch=whole("batch", meta.get("batch", 1)),
     )
 
 

@@ -306,6 +306,11 @@ def _cluster_yaml_rows() -> list[Bad]:
         row(k, "wrong_type", "device_types.g.kind", 3),
         row(k, "wrong_type", "switches[0]", ["host"]),
         row(k, "wrong_type", "meta.device_forwarding", "yes"),
+        row(k, "wrong_type", "meta.overlap_grad_reduce", "no"),
+        row(k, "wrong_type", "meta.gemm_efficiency", "high"),
+        row(k, "out_of_range", "meta.gemm_efficiency", 1.5),
+        row(k, "out_of_range", "meta.gpus_per_node", 0),
+        row(k, "non_object", "meta", []),
         row(k, "unknown_key", "links[0].latnecy", 5),
         row(k, "unknown_key", "device_types.g.colour", "green"),
         row(k, "unknown_key", "link_types.pcie.bw", 1e9),
@@ -344,6 +349,9 @@ def _cluster_json_rows() -> list[Bad]:
     k = "cluster_json"
     dp, dv = deep_path("meta.deep", 2)
     return [
+        row(k, "wrong_type", "meta.gpus_per_node", 8.0),
+        row(k, "wrong_type", "meta.overlap_grad_reduce", 1),
+        row(k, "out_of_range", "meta.gemm_efficiency", 0),
         row(k, "wrong_type", "devices[0].memory", True),
         row(k, "wrong_type", "devices[1].peak_flops", "fast"),
         row(k, "wrong_type", "links[0].bandwidth", [1]),

@@ -408,3 +408,61 @@ def test_fiddle_not_json(tmp_path):
     f.write_text("maxFPGAs: 2")
     with pytest.raises(ValueError, match="x.json: not valid JSON"):
         io.read_fiddle(f)
+
+
+@pytest.mark.parametrize(
+    "change, names",
+    [
+        (lambda md: md.update(vocab="x"), ["ModelDims.vocab", "'x'"]),
+        (lambda md: md.update(hidden=-64), ["ModelDims.hidden", "-64"]),
+        (lambda md: md.update(tied="yes"), ["ModelDims.tied", "'yes'"]),
+        (lambda md: md.update(heads=3), ["heads (3) must divide hidden (64)"]),
+        (lambda md: md.update(n_layers=2), ["unknown field(s) ['n_layers']"]),
+        (lambda md: md.pop("seq"), ["missing field(s) ['seq']"]),
+        (lambda md: md.clear(), ["missing field(s) ['arch', 'hidden'"]),
+    ],
+)
+def test_a_malformed_model_description_is_refused_at_load(tmp_path, change, names) -> None:
+    """``meta.model_dims`` (what hybrid layouts read) is checked when the file is read, so a
+    typo does not load and then crash the hybrid simulator (before: a ``TypeError``)."""
+    from graphs import zoo
+
+    d = io.to_dict(zoo.build("gpt", hidden=64, layers=2, heads=4, vocab=128, seq=16))
+    change(d["meta"]["model_dims"])
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ValueError) as info:
+        io.load(path)
+    msg = str(info.value)
+    assert str(path) in msg and "'meta.model_dims'" in msg, msg
+    for name in names:
+        assert name in msg, msg
+
+
+@pytest.mark.parametrize("value", [None, -1, [], "gpt"])
+def test_model_dims_that_is_not_a_mapping_is_refused(tmp_path, value) -> None:
+    from graphs import zoo
+
+    d = io.to_dict(zoo.build("gpt", hidden=64, layers=2, heads=4, vocab=128, seq=16))
+    d["meta"]["model_dims"] = value
+    with pytest.raises(ValueError, match="must be a mapping of ModelDims fields"):
+        io.from_dict(d, source="g.json")
+
+
+def test_model_dims_of_a_graph_built_in_memory_names_the_problem() -> None:
+    """Graphs made in memory skip the loader: ``model_dims`` itself refuses a malformed
+    description or config with a ``ValueError`` naming the graph and the field."""
+    from graphs import zoo
+    from graphs.layout import model_dims
+
+    g = zoo.build("gpt", hidden=64, layers=2, heads=4, vocab=128, seq=16)
+    assert model_dims(g).vocab == 128
+    object.__setattr__(g, "meta", {**g.meta, "model_dims": None})
+    with pytest.raises(ValueError, match=r"graph 'gpt': meta.model_dims must be a mapping"):
+        model_dims(g)
+    object.__setattr__(g, "meta", {"name": "gpt2", "config": {"d_model": 64, "n_layer": "x"}})
+    with pytest.raises(ValueError, match=r"meta.config .*n_layer = 'x' is not an integer"):
+        model_dims(g)
+    object.__setattr__(g, "meta", {"name": "gpt2", "config": {"d_model": 64, "n_layer": 2}})
+    with pytest.raises(ValueError, match=r"meta.config .*KeyError: 'n_head'"):
+        model_dims(g)
