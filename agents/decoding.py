@@ -175,6 +175,21 @@ def candidates(
     return out
 
 
+def bottleneck_edges(units: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    """The unit positions ``i`` (``1 <= i < U``) where ``units`` changes device into or out
+    of its busiest device (``argmax busy`` over the devices it uses): the edges of the
+    bottleneck device's runs along the unit order. Empty when one device holds every unit."""
+    units = np.asarray(units, dtype=np.int64)
+    busy = np.asarray(busy, dtype=np.float64)
+    if len(units) < 2:
+        return np.zeros(0, dtype=np.int64)
+    used = np.unique(units)
+    b = int(used[np.argmax(busy[used])])
+    change = np.flatnonzero(units[1:] != units[:-1]) + 1
+    on_b = (units[change] == b) | (units[change - 1] == b)
+    return change[on_b]
+
+
 def resample_window(
     logp: np.ndarray,
     base: np.ndarray,
@@ -183,13 +198,18 @@ def resample_window(
     *,
     window: int,
     temperature: float = 1.0,
+    around: int | None = None,
 ) -> tuple[np.ndarray, int, int]:
     """``base`` with the units ``[start, start + length)`` redrawn: ``length`` uniform in
     ``1..window`` (at most the number of units), ``start`` uniform; the window's devices are
     an exact sample of the chain model with the window's log-probabilities divided by
     ``temperature`` (> 1: flatter), conditioned on every unit outside it keeping its device in
     ``base`` (the device changes at the window's two edges pay the penalty too). Returns
-    ``(placement, start, length)``; the placement may equal ``base``."""
+    ``(placement, start, length)``; the placement may equal ``base``.
+
+    ``around``: a unit the window must contain (``start`` then uniform over the windows of
+    that length that hold it), e.g. the first unit after a device change of the plan's
+    bottleneck device (:func:`bottleneck_edges`)."""
     U, D = logp.shape
     base = np.asarray(base, dtype=np.int64)
     if base.shape != (U,):
@@ -201,7 +221,13 @@ def resample_window(
     if U == 0:
         return base.copy(), 0, 0
     length = int(rng.integers(1, min(int(window), U) + 1))
-    start = int(rng.integers(0, U - length + 1))
+    if around is None:
+        start = int(rng.integers(0, U - length + 1))
+    else:
+        if not 0 <= int(around) < U:
+            raise ValueError(f"resample_window: around={around} is not a unit in [0, {U})")
+        lo, hi = max(0, int(around) - length + 1), min(int(around), U - length)
+        start = int(rng.integers(lo, hi + 1))
     cond = np.full((U, D), -np.inf)
     cond[np.arange(U), base] = 0.0
     cond[start : start + length] = logp[start : start + length] / float(temperature)

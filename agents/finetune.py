@@ -100,6 +100,8 @@ def chain_finetune(
     temperature: float = 6.0,
     sequential: bool = False,
     moves: float = 0.0,
+    focus: float = 0.0,
+    screen: int = 1,
     seed: int = 0,
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> FinetuneResult:
@@ -143,6 +145,16 @@ def chain_finetune(
             a neighbour's device, swap two units, move a colocation group; memory-checked)
             of one of the ``elite`` plans instead of network redraws. ``0`` (default): the
             network proposes every draw.
+        focus: the share of the network's window redraws placed on the plan's bottleneck:
+            the window holds the first unit after one of the device changes into or out of
+            the elite plan's busiest device (by the oracle's ``device_busy`` of that plan,
+            :func:`agents.decoding.bottleneck_edges`), drawn uniformly; the others anywhere.
+            ``0`` (default): anywhere.
+        screen: each annealing move (``moves > 0``) is the one of ``screen`` proposals of
+            the same elite plan that the network's chain model scores highest
+            (:func:`agents.decoding.chain_score` of the current log-probabilities at the first
+            penalty): the fine-tuned network screens the moves, and only the chosen one is
+            scored by the oracle. ``1`` (default): no screening.
         seed: seeds the chain samples; the result is deterministic for a seed.
         on_round: called after every round with ``{"round", "calls", "seconds", "best",
             "new"}`` (a progress bar, a logger).
@@ -173,6 +185,10 @@ def chain_finetune(
         raise ValueError(f"chain_finetune: temperature must be > 0, got {temperature}")
     if not 0.0 <= float(moves) <= 1.0:
         raise ValueError(f"chain_finetune: moves must be in [0, 1], got {moves}")
+    if int(screen) < 1:
+        raise ValueError(f"chain_finetune: screen must be >= 1, got {screen}")
+    if not 0.0 <= float(focus) <= 1.0:
+        raise ValueError(f"chain_finetune: focus must be in [0, 1], got {focus}")
     if seconds is not None and not seconds > 0:
         raise ValueError(f"chain_finetune: seconds must be > 0, got {seconds}")
     if first_samples is None:
@@ -213,6 +229,7 @@ def chain_finetune(
 
     scored: dict[bytes, float] = {}  # unit placement -> step time (inf: out of memory)
     units_of: dict[bytes, np.ndarray] = {}
+    edges_of: dict[bytes, np.ndarray] = {}  # bottleneck edges of each plan (focus > 0)
     best_t, best_key = float("inf"), None
     ncalls = 0
     curve: list[tuple[int, int, float, float]] = []
@@ -233,6 +250,8 @@ def chain_finetune(
             t = float(res.step_time)
             t = t if (not res.oom and np.isfinite(t)) else float("inf")
             scored[key], units_of[key] = t, units.copy()
+            if focus > 0 and np.isfinite(t):
+                edges_of[key] = decoding.bottleneck_edges(units, np.asarray(res.device_busy))
             if t < best_t:
                 best_t, best_key = t, key
             if np.isfinite(t) and (len(top) < elite or (t, key) < top[-1]):
@@ -256,13 +275,20 @@ def chain_finetune(
         """``k`` window redraws (:func:`agents.decoding.resample_window`) of elite plans."""
         if not top or k <= 0:
             return []
-        bases = [units_of[key] for _, key in top]
+        keys = [key for _, key in top]
         out = []
         for _ in range(k):
-            base = bases[int(rng.integers(len(bases)))]
+            key = keys[int(rng.integers(len(keys)))]
             pen = pens[int(rng.integers(len(pens)))]
+            around = None
+            if focus > 0 and rng.random() < focus:
+                edges = edges_of.get(key)
+                if edges is not None and len(edges):
+                    around = int(edges[int(rng.integers(len(edges)))])
             out.append(
-                decoding.resample_window(lp, base, pen, rng, window=win, temperature=temperature)[0]
+                decoding.resample_window(
+                    lp, units_of[key], pen, rng, window=win, temperature=temperature, around=around
+                )[0]
             )
         return out
 
@@ -279,8 +305,9 @@ def chain_finetune(
         if len(prob.order) != U:
             raise ValueError("chain_finetune: the encoding's units differ from the baselines'")
 
-    def draw_move(k: int) -> list[np.ndarray]:
-        """``k`` annealing moves (:func:`~agents.baselines.anneal.propose`) of elite plans."""
+    def draw_move(k: int, lp: np.ndarray | None = None) -> list[np.ndarray]:
+        """``k`` annealing moves (:func:`~agents.baselines.anneal.propose`) of elite plans,
+        each the best of ``screen`` proposals by the chain score under ``lp``."""
         if not top or k <= 0:
             return []
         out = []
@@ -288,9 +315,23 @@ def chain_finetune(
             base = units_of[top[int(rng.integers(len(top)))][1]]
             up = np.empty(U, dtype=np.int64)
             up[prob.order] = base
-            step = propose(prob, up, prob.memory_use(up), rng, nbrs)
-            if step is not None:
-                out.append(step[0][prob.order])
+            use = prob.memory_use(up)
+            best, best_s = None, -np.inf
+            for _ in range(int(screen) if lp is not None else 1):
+                step = propose(prob, up, use, rng, nbrs)
+                if step is None:
+                    continue
+                cand = step[0][prob.order]
+                if screen > 1 and lp is not None:
+                    sc = decoding.chain_score(lp, cand, pens[0])
+                    if best is not None and not sc > best_s:
+                        continue
+                    best_s = sc
+                best = cand
+                if screen == 1:
+                    break
+            if best is not None:
+                out.append(best)
         return out
 
     def draw_near(lp: np.ndarray, k: int) -> list[np.ndarray]:
@@ -299,7 +340,7 @@ def chain_finetune(
         if k <= 0:
             return []
         n_mv = int(rng.binomial(k, moves)) if moves > 0 else 0
-        return draw_move(n_mv) + draw_local(lp, k - n_mv)
+        return draw_move(n_mv, lp) + draw_local(lp, k - n_mv)
 
     def elapsed() -> float:
         return time.perf_counter() - t0
@@ -378,6 +419,8 @@ def chain_finetune(
         "sample_temperature": float(sample_temp),
         "sequential": bool(sequential),
         "moves": float(moves),
+        "focus": float(focus),
+        "screen": int(screen),
         "seed": int(seed),
     }
     return FinetuneResult(

@@ -159,6 +159,14 @@ def main(argv: list[str] | None = None) -> None:
         help="chain fine-tuning: score each local redraw before drawing the next",
     )  # fmt: skip
     ap.add_argument(
+        "--ft-focus", type=float, default=0.0,
+        help="chain fine-tuning: share of window redraws on the bottleneck device's edges",
+    )  # fmt: skip
+    ap.add_argument(
+        "--ft-screen", type=int, default=1,
+        help="chain fine-tuning: each annealing move is the best of this many by the network",
+    )  # fmt: skip
+    ap.add_argument(
         "--ft-moves", type=float, default=0.0,
         help="chain fine-tuning: share of local draws that are annealing moves of elite plans",
     )  # fmt: skip
@@ -242,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
                 samples=args.ft_samples, elite=args.ft_elite, updates=args.ft_updates,
                 lr=args.ft_lr, local=args.ft_local, window=args.ft_window,
                 temperature=args.ft_temperature, sequential=args.ft_sequential,
-                moves=args.ft_moves,
+                moves=args.ft_moves, focus=args.ft_focus, screen=args.ft_screen,
             )  # fmt: skip
             r["chain"] = {**rec.summary(target), "rounds": ft.rounds, "stop": ft.stop}
         print(pb.name, {m: r[m] for m in METHODS if m in r}, flush=True)

@@ -299,3 +299,48 @@ def test_resample_window_bad_inputs_are_refused() -> None:
         decoding.resample_window(logp, np.zeros(3, int), 1.0, rng, window=2, temperature=0.0)
     with pytest.raises(ValueError, match="base has shape"):
         decoding.resample_window(logp, np.zeros(4, int), 1.0, rng, window=2)
+
+
+def test_bottleneck_edges_by_hand() -> None:
+    # devices along the units: 0 0 | 2 2 2 | 1 | 2 ; device 2 is the busiest it uses
+    units = np.array([0, 0, 2, 2, 2, 1, 2])
+    busy = np.array([1.0, 0.5, 3.0, 9.0])  # device 3 is idle in this plan: not a candidate
+    assert decoding.bottleneck_edges(units, busy).tolist() == [2, 5, 6]
+    busy = np.array([4.0, 0.5, 3.0, 9.0])  # now device 0: its one edge, at unit 2
+    assert decoding.bottleneck_edges(units, busy).tolist() == [2]
+    assert decoding.bottleneck_edges(np.array([1, 1, 1]), busy).size == 0
+    assert decoding.bottleneck_edges(np.array([1]), busy).size == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(chains(), st.integers(0, 1000), st.integers(1, 6), st.data())
+def test_resample_window_around_a_unit_holds_it(case, seed: int, window: int, data) -> None:
+    logits, mask, penalty = case
+    logp = decoding.masked_log_probs(logits, mask)
+    U = logp.shape[0]
+    around = data.draw(st.integers(0, U - 1))
+    rng = np.random.default_rng(seed)
+    base = np.array([rng.choice(np.flatnonzero(np.isfinite(logp[u]))) for u in range(U)])
+    out, start, length = decoding.resample_window(
+        logp, base, penalty, rng, window=window, temperature=2.0, around=around
+    )
+    assert 1 <= length <= min(window, U) and start <= around < start + length
+    assert 0 <= start <= U - length
+    outside = np.ones(U, dtype=bool)
+    outside[start : start + length] = False
+    assert (out[outside] == base[outside]).all()
+
+
+def test_resample_window_around_spreads_over_the_windows_that_hold_the_unit() -> None:
+    logp = np.log(np.full((6, 2), 0.5))
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(400):
+        _, start, length = decoding.resample_window(
+            logp, np.zeros(6, int), 1.0, rng, window=3, around=4
+        )
+        seen.add((start, length))
+    # every window of length 1-3 inside [0, 6) that contains unit 4
+    assert seen == {(4, 1), (3, 2), (4, 2), (2, 3), (3, 3)}
+    with pytest.raises(ValueError, match="around=6 is not a unit"):
+        decoding.resample_window(logp, np.zeros(6, int), 1.0, rng, window=2, around=6)

@@ -143,6 +143,7 @@ def test_stops_when_the_chain_model_proposes_nothing_new() -> None:
         ({"temperature": 0.0}, "temperature must be > 0"),
         ({"moves": -0.1}, "moves must be in"),
         ({"moves": 2.0}, "moves must be in"),
+        ({"focus": 1.5}, "focus must be in"),
     ],
 )
 def test_bad_options_are_refused_by_name(kw: dict, match: str) -> None:
@@ -265,6 +266,84 @@ def test_annealing_moves_are_memory_feasible_neighbours_of_the_best_plan() -> No
     again, seen2 = run()
     assert seen2 == seen and again.step_time == ft.step_time
     assert again.policy.meta["finetune"]["moves"] == 1.0
+
+
+def test_focused_redraws_change_units_at_the_bottleneck_devices_edges() -> None:
+    """With ``focus=1``, ``sequential`` and one elite, every redraw after round 0 changes a
+    window of the fastest plan scored before it that holds an edge of that plan's busiest
+    device (by the simulator's ``device_busy``); ``meta`` records the share."""
+    g, c = _problem(7, 60, 4)
+    ug = unit_graph(g)
+    first = np.array([np.flatnonzero(ug.node_unit == u)[0] for u in range(ug.num_units)])
+    ref = sim(g, c)
+    orc = Counting(sim(g, c))
+    ft = chain_finetune(
+        load_policy("generalist"), g, c, oracle=orc, first_samples=16, samples=16,
+        calls=160, local=1.0, window=3, elite=1, sequential=True, focus=1.0, seed=2,
+    )  # fmt: skip
+    res = [ref.evaluate(np.frombuffer(k, dtype=np.int64)) for k in orc.seen]
+    times = [r.step_time if not r.oom else np.inf for r in res]
+    units = [np.frombuffer(k, dtype=np.int64)[first] for k in orc.seen]
+    assert len(units) > ft.zero_shot_calls + 10
+    for i in range(ft.zero_shot_calls, len(units)):
+        fastest = min(times[:i])
+        ok = False
+        for j in range(i):
+            if times[j] != fastest:
+                continue
+            diff = np.flatnonzero(units[j] != units[i])
+            edges = decoding.bottleneck_edges(units[j], res[j].device_busy)
+            # the changed units lie in a window of <= 3 units holding one of the edges
+            ok |= bool(diff.size) and any(
+                max(diff[-1], e) - min(diff[0], e) + 1 <= 3 for e in edges
+            )
+        assert ok, i
+    assert ft.policy.meta["finetune"]["focus"] == 1.0
+
+
+def test_screened_moves_are_the_networks_favourite_of_each_batch(monkeypatch) -> None:
+    """With ``moves=1`` and ``screen=4`` each move draws 4 annealing proposals and only the
+    one the network's chain score ranks first is scored by the oracle."""
+    import agents.baselines.anneal as A
+
+    g, c = _problem(7, 60, 4)
+    ug = unit_graph(g)
+    first = np.array([np.flatnonzero(ug.node_unit == u)[0] for u in range(ug.num_units)])
+    proposals: list[bytes | None] = []  # every propose() result, in call order
+    scores: list[float] = []  # chain_score of every non-None proposal, in call order
+    real_propose, real_score = A.propose, decoding.chain_score
+
+    def propose(prob, up, *a, **k):
+        out = real_propose(prob, up, *a, **k)
+        proposals.append(None if out is None else out[0][prob.order].tobytes())
+        return out
+
+    def score(lp, path, pen):
+        scores.append(real_score(lp, path, pen))
+        return scores[-1]
+
+    monkeypatch.setattr(A, "propose", propose)
+    monkeypatch.setattr(decoding, "chain_score", score)
+    orc = Counting(sim(g, c))
+    ft = chain_finetune(
+        load_policy("generalist"), g, c, oracle=orc, first_samples=16, samples=8,
+        calls=60, local=1.0, moves=1.0, screen=4, elite=1, sequential=True, seed=3,
+    )  # fmt: skip
+    assert len(proposals) % 4 == 0 and len(scores) == sum(p is not None for p in proposals)
+    it = iter(scores)
+    favourites, passed_over = set(), set()
+    for k in range(0, len(proposals), 4):
+        batch = [(p, next(it)) for p in proposals[k : k + 4] if p is not None]
+        if batch:
+            best = max(range(len(batch)), key=lambda i: (batch[i][1], -i))  # first of ties
+            favourites.add(batch[best][0])
+            passed_over |= {p for i, (p, _) in enumerate(batch) if i != best}
+    later = [np.frombuffer(key, dtype=np.int64)[first].tobytes() for key in orc.seen]
+    later = later[ft.zero_shot_calls :]
+    assert len(later) > 5
+    assert all(p in favourites for p in later)
+    assert not (set(later) & (passed_over - favourites))
+    assert ft.policy.meta["finetune"]["screen"] == 4
 
 
 def test_target_stops_after_round_zero() -> None:
