@@ -14,6 +14,9 @@ RECOMPUTE = ("none", "selective", "full")
 HYBRID_SCHEDULES = ("gpipe", "1f1b", "interleaved")
 #: ZeRO stages (0: none; 1: optimizer state; 2: + gradients; 3: + parameters, i.e. FSDP).
 ZERO_STAGES = (0, 1, 2, 3)
+#: Most microbatches per replica a layout may have (``graphs.plan.MAX_MICROBATCHES`` is the
+#: same bound for an op-placement plan): the pipeline kernel steps through every one.
+MAX_LAYOUT_MICROBATCHES = 2**20
 #: Names of the device-mesh dimensions, outermost first.
 MESH_DIM_NAMES = ("pp", "dp", "tp")
 
@@ -570,6 +573,14 @@ def _check_fields(obj: Any, source: str) -> None:
             "(the global batch must split into whole microbatches per replica)",
         )
     m = gb // (dp * mbs)
+    if m > MAX_LAYOUT_MICROBATCHES:
+        raise bad(
+            "global_batch",
+            gb,
+            f"at most {MAX_LAYOUT_MICROBATCHES:,} microbatches per replica (global_batch / "
+            f"(dp * microbatch_size) = {m:,}; the pipeline is simulated microbatch by "
+            "microbatch)",
+        )
     if (v > 1) != (get("schedule") == "interleaved"):
         raise bad(
             "virtual_stages",

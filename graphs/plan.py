@@ -13,7 +13,7 @@ import numpy as np
 
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
-from graphs.layout import HybridLayout, balanced_stage_layers, model_dims
+from graphs.layout import MAX_LAYOUT_MICROBATCHES, HybridLayout, balanced_stage_layers, model_dims
 from graphs.schema import Fields, read_json, show
 
 PLAN_FORMAT = "devplace.plan"
@@ -21,8 +21,8 @@ PLAN_VERSION = 1
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 #: Largest device index, stage id or tensor-parallel degree a plan file may hold.
 MAX_DEVICE = 2**20
-#: Most microbatches a plan file may ask for.
-MAX_MICROBATCHES = 2**20
+#: Most microbatches a plan file may ask for (a hybrid layout: per replica).
+MAX_MICROBATCHES = MAX_LAYOUT_MICROBATCHES
 #: A content hash as written by ``CompGraph.content_hash`` / ``Cluster.content_hash``.
 _HASH = re.compile(r"[0-9a-z]{8,64}")
 

@@ -77,6 +77,8 @@ def test_json_round_trip_and_plan_key():
         (dict(stage_layers=[[0, 2], [3, 4]]), "layout.stage_layers[1]"),
         (dict(stage_layers=[[0, 4]]), "layout.stage_layers"),
         (dict(bogus=1), "unknown key"),
+        (dict(global_batch=2 * 2**21), "layout.global_batch"),  # 2**21 microbatches
+        (dict(global_batch=10**20), "layout.global_batch"),  # past int64: was OverflowError
     ],
 )
 def test_from_dict_is_strict(change, field):
@@ -131,3 +133,12 @@ def test_model_dims_of_extracted_zoo_config():
     assert (d.arch, d.layers, d.heads, d.ffn, d.tied) == ("gpt", 48, 25, 6400, True)
     # GPT-2 XL has 1,557,611,200 parameters (the extracted graph's count)
     assert d.num_params() == 1_557_611_200
+
+
+def test_microbatches_per_replica_are_bounded():
+    """The pipeline kernel steps through every microbatch: a layout of more than 2**20 per
+    replica (a typo in the global batch) is refused by name instead of running for minutes or
+    overflowing; 2**20 itself is accepted."""
+    assert _layout(global_batch=2 * 2**20).num_microbatches == 2**20
+    with pytest.raises(ValueError, match=r"at most 1,048,576 microbatches per replica"):
+        _layout(global_batch=2 * 2**20 + 2)
