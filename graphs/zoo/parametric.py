@@ -33,21 +33,37 @@ def dims_from_kwargs(name: str, kw: dict[str, Any]) -> ModelDims:
     missing = [k for k in ("hidden", "layers", "heads", "vocab", "seq") if k not in kw]
     if missing:
         raise ValueError(f"graphs.zoo: parametric {name!r} needs {missing}")
-    h = int(kw["hidden"])
+
+    def whole(key: str, default: Any = None) -> int:
+        """``kw[key]`` as an int: an integer or an integral float, never a bool or a string
+        (``int()`` would read ``"12288"``, truncate ``1600.5`` and fail on ``"abc"`` without
+        naming the key)."""
+        v = kw.get(key, default)
+        ok = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+        if isinstance(v, bool) or not ok:
+            raise ValueError(f"graphs.zoo: parametric {name!r}: {key} = {v!r}; expected an integer")
+        return int(v)
+
+    h = whole("hidden")
     gpt = name == "gpt"
     if gpt and ("kv_heads" in kw or "tied" in kw):
         raise ValueError("graphs.zoo: 'gpt' has full multi-head attention and a tied head")
+    tied = kw.get("tied", gpt)
+    if not isinstance(tied, bool):
+        raise ValueError(
+            f"graphs.zoo: parametric {name!r}: tied = {tied!r}; expected true or false"
+        )
     return ModelDims(
         arch=name,
         hidden=h,
-        layers=int(kw["layers"]),
-        heads=int(kw["heads"]),
-        kv_heads=int(kw.get("kv_heads", kw["heads"])),
-        ffn=int(kw.get("ffn", 4 * h)),
-        vocab=int(kw["vocab"]),
-        seq=int(kw["seq"]),
-        tied=bool(kw.get("tied", gpt)),
-        batch=int(kw.get("batch", 8)),
+        layers=whole("layers"),
+        heads=whole("heads"),
+        kv_heads=whole("kv_heads", kw["heads"]),
+        ffn=whole("ffn", 4 * h),
+        vocab=whole("vocab"),
+        seq=whole("seq"),
+        tied=tied,
+        batch=whole("batch", 8),
         flash_attention=kw.get("flash_attention", False),
         loss_logit_bytes=kw.get("loss_logit_bytes", 4.0),
         fsdp_root_unsharded=kw.get("fsdp_root_unsharded", False),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -47,6 +48,25 @@ def test_parametric_keys_are_checked():
         zoo.build("gpt", hidden=64, layers=2, heads=4, vocab=10, seq=8, ffns=3)
     with pytest.raises(ValueError, match="needs"):
         zoo.build("gpt", hidden=64, layers=2)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"hidden": "abc"}, "hidden = 'abc'; expected an integer"),
+        ({"hidden": "1024"}, "hidden = '1024'; expected an integer"),  # int() would read it
+        ({"hidden": 1600.5}, "hidden = 1600.5; expected an integer"),  # int() would truncate
+        ({"layers": True}, "layers = True; expected an integer"),
+        ({"batch": "8"}, "batch = '8'; expected an integer"),
+    ],
+)
+def test_parametric_dimensions_must_be_integers(kw, message):
+    base = dict(hidden=64, layers=2, heads=4, vocab=128, seq=16)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        zoo.build("gpt", **{**base, **kw})
+    with pytest.raises(ValueError, match=re.escape("tied = 'false'; expected true or false")):
+        zoo.build("llama", **base, kv_heads=4, tied="false")  # bool('false') is True
+    assert zoo.build("gpt", **{**base, "hidden": 64.0}).meta["model_dims"]["hidden"] == 64
 
 
 def test_dgx_presets_scale_to_many_nodes():
