@@ -198,6 +198,31 @@ def names() -> list[str]:
     ]  # fmt: skip
 
 
+def _check_config_value(name: str, key: str, value: Any, default: Any) -> None:
+    """Refuse an override whose type differs from the default's, naming the key: an integer
+    size (>= 1 where the default is), a finite number, a boolean, or a sequence."""
+
+    def bad(expected: str) -> ValueError:
+        return ValueError(f"graphs.zoo: {name!r} config {key} = {value!r}; expected {expected}")
+
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+    elif isinstance(default, int):
+        ok = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not ok:
+            raise bad("an integer")
+        if default >= 1 and value < 1:
+            raise bad("an integer >= 1")
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise bad("a number")
+        if abs(value) == float("inf"):
+            raise bad("a finite number")
+    elif isinstance(default, (list, tuple)) and not isinstance(value, (list, tuple)):
+        raise bad("a list")
+
+
 def resolve_config(
     name: str, *, batch: int | None = None, seq: int | None = None, **config: Any
 ) -> dict[str, Any]:
@@ -212,6 +237,16 @@ def resolve_config(
         )
     if seq is not None and spec.seq is None:
         raise ValueError(f"graphs.zoo: {name!r} takes images, not sequences; use image_size=")
+    params = inspect.signature(spec.cls).parameters
+    config = dict(config)
+    for k, v in config.items():  # an override must have the type of the key's default
+        default = spec.config.get(k, params[k].default)
+        _check_config_value(name, k, v, default)
+        if isinstance(default, int) and not isinstance(default, bool):
+            config[k] = int(v)  # 2.0 -> 2 (the models index with it)
+    for k, v in (("batch", batch), ("seq", seq)):
+        if v is not None:
+            _check_config_value(name, k, v, 1)
     cfg = dict(spec.config, **config)
     if isinstance(cfg.get("blocks"), list):
         cfg["blocks"] = tuple(cfg["blocks"])

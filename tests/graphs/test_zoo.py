@@ -136,3 +136,27 @@ def test_cache_key_changes_with_the_extraction_source(tmp_path, monkeypatch) -> 
     monkeypatch.setattr(zoo_mod, "SOURCE_DIGEST", "edited-source")
     zoo_mod.build("gpt2", **cfg)
     assert len(list(tmp_path.glob("*.npz"))) == 2  # a new entry, not the stale one
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"n_layer": "abc"}, "config n_layer = 'abc'; expected an integer"),  # was a TypeError
+        ({"n_layer": 2.5}, "config n_layer = 2.5; expected an integer"),  # was a TypeError
+        ({"n_layer": True}, "config n_layer = True; expected an integer"),  # was 1 layer
+        ({"n_layer": 0}, "config n_layer = 0; expected an integer >= 1"),  # was no layer
+        ({"d_model": "64"}, "config d_model = '64'; expected an integer"),
+        ({"dropout": "x"}, "config dropout = 'x'; expected a number"),
+        ({"batch": "4"}, "config batch = '4'; expected an integer"),
+        ({"seq": 0}, "config seq = 0; expected an integer >= 1"),
+    ],
+)
+def test_extracted_model_overrides_are_type_checked(kw, message) -> None:
+    """An override of an extracted model's config must have its default's type; the error
+    names the model and the key (``python -m runners.train +env=gpt2_8gpu
+    +env.model_config.n_layer=abc`` used to end in a ``TypeError`` from inside PyTorch)."""
+    base = dict(n_layer=2, d_model=64, n_head=2, seq=16, vocab=64)
+    with pytest.raises(ValueError, match=f"graphs.zoo: 'gpt2' {message}".replace("(", r"\(")):
+        zoo.build("gpt2", cache=False, **{**base, **kw})
+    g = zoo.build("gpt2", cache=False, **{**base, "n_layer": 2.0})  # an integral float is fine
+    assert g.meta["config"]["n_layer"] == 2 and isinstance(g.meta["config"]["n_layer"], int)
