@@ -35,6 +35,13 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
     run_dir.mkdir(parents=True, exist_ok=True)
     common.seed_everything(int(cfg.seed))
     spec = common.env_spec(cfg.env)
+    if spec.env_id == common.HYBRID_ENV_ID:  # refuse before building a 1,000-GPU problem
+        raise ValueError(
+            f"env {spec.name!r} poses hybrid-parallel problems (data x tensor x pipeline "
+            "layouts); runners.plan places operators with a graph policy. Plan it with "
+            f"python -m runners.train +env={spec.name} agent=megatron_grid (or alpa, "
+            "hybrid_anneal, ppo)"
+        )
     problem = common.build_problem(spec)
     policy = agents.load_policy(policy_path)
     oracle = problem.oracle()

@@ -115,3 +115,18 @@ def test_plan_missing_policy_file(tmp_path: Path) -> None:
     cfg = compose([f"policy={tmp_path / 'nope.pt'}", "+env=rnnlm_k40_2"], config="plan")
     with pytest.raises(ValueError, match="nope.pt: no such file"):
         plan(cfg, tmp_path)
+
+
+def test_plan_refuses_a_hybrid_env_before_building_it(tmp_path: Path, monkeypatch) -> None:
+    """A hybrid env (layouts, not operator placements) is refused at once with the command
+    that plans it; it used to build the 1,024-GPU problem and search op placements for
+    20 s before saying that none fits."""
+    from runners import common
+
+    def never(*a, **k):
+        raise AssertionError("the problem was built")
+
+    monkeypatch.setattr(common, "build_problem", never)
+    cfg = compose(["+env=gpt3_175b_a100_1024"], config="plan")
+    with pytest.raises(ValueError, match=r"hybrid-parallel problems.*agent=megatron_grid"):
+        plan(cfg, tmp_path / "plan", echo=lambda s: None)
