@@ -148,8 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     info.add_argument("--no-cache", action="store_true", help="rebuild, bypassing the graph cache")
     args = parser.parse_args(argv)
-    graph = _load(args)
-    print(summary(graph, device=args.device, cluster=args.cluster))
+    try:
+        graph = _load(args)
+        text = summary(graph, device=args.device, cluster=args.cluster)
+    except ValueError as exc:  # a bad file, model, option or value: one line, exit 2
+        print(f"graphs info: {exc}", file=sys.stderr)
+        return 2
+    print(text)
     return 0
 
 

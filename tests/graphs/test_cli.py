@@ -46,3 +46,20 @@ def test_info_rejects_unknown_name() -> None:
         main(["info", "no-such-model"])
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         main(["info", "gpt2", "-c", "n_layer"])
+
+
+def test_info_reports_a_bad_file_or_value_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A bad graph file, ``--max-groups 0`` or a bad config value: one line on stderr and
+    exit status 2 (a Python traceback before)."""
+    bad = tmp_path / "g.json"
+    bad.write_text("not json")
+    assert main(["info", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphs info: ") and "not valid JSON" in err and str(bad) in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert main(["info", "gpt2", "--max-groups", "0"]) == 2
+    assert "max_groups must be >= 1, got 0" in capsys.readouterr().err
+    assert main(["info", "gpt2", "-c", "n_layer=abc"]) == 2
+    assert "config n_layer = 'abc'; expected an integer" in capsys.readouterr().err
