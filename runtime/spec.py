@@ -220,6 +220,13 @@ def make_run_spec(
         )
     if getattr(plan, "layout", None) is not None:
         return hybrid_run_spec(plan, model, **options)
+    batch = graph.meta.get("batch")  # the model's global batch, split into microbatches
+    if isinstance(batch, int) and batch > 0 and batch % int(plan.microbatches):
+        raise ValueError(
+            f"plan.microbatches = {plan.microbatches} does not divide the model's batch of "
+            f"{batch} (graph {graph.meta.get('name', '?')!r}): each microbatch must have the "
+            "same number of samples"
+        )
     fwd = forward_names(graph)
     degrees = {d for d in plan.tp_degree.values() if d > 1}
     if len(degrees) > 1:

@@ -81,6 +81,15 @@ def test_refuses_plan_without_model(graph, cluster):
         execute(plan, graph, cluster)
 
 
+def test_refuses_microbatches_that_do_not_divide_the_batch(graph, cluster):
+    """Checked by ``make_run_spec``, before any process starts (each rank used to fail on
+    its own after the launch)."""
+    assert graph.meta["batch"] == 8
+    with pytest.raises(ValueError, match=r"microbatches = 3 does not divide the model's batch"):
+        make_run_spec(ping_pong(graph, cluster, microbatches=3), graph, cluster)
+    make_run_spec(ping_pong(graph, cluster, microbatches=4), graph, cluster)  # 4 divides 8
+
+
 def test_refuses_multiple_stages_per_device_without_interleaving(graph, cluster):
     stage = np.arange(graph.num_nodes) % 2
     plan = Plan.for_graph(
@@ -150,9 +159,12 @@ def test_run_specs_refuses_mixed_world_sizes(graph, cluster):
 
 
 def test_run_specs_one_failing_spec_fails_the_launch(graph, cluster):
-    """The second spec's microbatches do not divide the batch: every rank raises there."""
+    """The second spec's microbatches do not divide the batch: every rank raises there.
+    (``make_run_spec`` refuses such a plan before launch, so the spec is edited after it.)"""
+    import dataclasses
+
     good = make_run_spec(ping_pong(graph, cluster), graph, cluster, steps=1, warmup=0)
-    bad = make_run_spec(ping_pong(graph, cluster, microbatches=3), graph, cluster, steps=1)
+    bad = dataclasses.replace(good, microbatches=3, steps=1, warmup=1)
     with pytest.raises(RankFailure, match="cannot be split into 3 equal microbatches"):
         run_specs([good, bad], timeout_s=120)
 
