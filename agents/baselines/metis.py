@@ -14,6 +14,13 @@ cut (:func:`repair_memory`).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+
 import numpy as np
 import pymetis
 
@@ -42,11 +49,16 @@ def _int_weights(x: np.ndarray) -> np.ndarray:
     return np.maximum(np.rint(x / top * WEIGHT_SCALE), 1).astype(np.int64)
 
 
-def metis_parts(prob: Problem, nparts: int, tpwgts: list[float] | None, seed: int) -> np.ndarray:
-    """METIS part of each unit (``int64[U]``) for the undirected byte-weighted unit graph."""
+def metis_parts(
+    prob: Problem, nparts: int, tpwgts: list[float] | None, seed: int
+) -> tuple[np.ndarray, list[str]]:
+    """METIS part of each unit (``int64[U]``) for the undirected byte-weighted unit graph, and
+    the lines the METIS C library printed meanwhile (e.g. "Cannot bisect a graph with 0
+    vertices!" when a part's target share is below one unit), which are captured for the
+    plan's ``meta["metis_messages"]`` rather than left on the user's terminal."""
     U = prob.num_units
     if nparts <= 1 or U <= 1:
-        return np.zeros(U, dtype=np.int64)
+        return np.zeros(U, dtype=np.int64), []
     a = np.concatenate([prob.usrc, prob.udst])
     b = np.concatenate([prob.udst, prob.usrc])
     w = np.concatenate([prob.ubytes, prob.ubytes])
@@ -57,16 +69,65 @@ def metis_parts(prob: Problem, nparts: int, tpwgts: list[float] | None, seed: in
     xadj = np.zeros(U + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=U), out=xadj[1:])
     vw = mean_finite(prob.time)
+    if tpwgts is not None:
+        # METIS refuses a target weight that is 0 in float32 (a device 1e300 times slower
+        # than the others: "Incorrect tpwgts", then a RuntimeError); such a device gets a
+        # share of at least MIN_SHARE, which changes no ordinary cluster's targets
+        tp = np.maximum(np.asarray(tpwgts, dtype=np.float64), MIN_SHARE)
+        tpwgts = (tp / tp.sum()).tolist()
     opts = pymetis.Options(seed=seed)
-    _, parts = pymetis.part_graph(
-        nparts,
-        adjacency=pymetis.CSRAdjacency(xadj.tolist(), dst.tolist()),
-        vweights=_int_weights(vw).tolist(),
-        eweights=_int_weights(wsum).tolist(),
-        tpwgts=tpwgts,
-        options=opts,
-    )
-    return np.asarray(parts, dtype=np.int64)
+    with _c_output_captured() as said:
+        _, parts = pymetis.part_graph(
+            nparts,
+            adjacency=pymetis.CSRAdjacency(xadj.tolist(), dst.tolist()),
+            vweights=_int_weights(vw).tolist(),
+            eweights=_int_weights(wsum).tolist(),
+            tpwgts=tpwgts,
+            options=opts,
+        )
+    messages = [ln.strip().lstrip("*") for ln in said.text.splitlines() if ln.strip()]
+    return np.asarray(parts, dtype=np.int64), messages
+
+
+#: Smallest target share of one part handed to METIS (see :func:`metis_parts`).
+MIN_SHARE = 1e-6
+
+
+class _Captured:
+    text = ""
+
+
+@contextlib.contextmanager
+def _c_output_captured() -> Iterator[_Captured]:
+    """Capture what C code writes to file descriptors 1 and 2 (METIS prints its warnings
+    with ``printf``, past Python's ``sys.stdout``) while the block runs."""
+    out = _Captured()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        try:
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            yield out
+        finally:
+            try:
+                libc_flush()
+            finally:
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                os.close(saved[0])
+                os.close(saved[1])
+            tmp.seek(0)
+            out.text = tmp.read().decode(errors="replace")
+
+
+def libc_flush() -> None:
+    """Flush C's stdio buffers (``fflush(NULL)``) so that captured output is complete."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no libc to call: nothing buffered we can reach
+        pass
 
 
 def metis(
@@ -85,7 +146,7 @@ def metis(
     speed = np.array([1.0 / max(prob.time[:, d].sum(), 1e-30) for d in chain])
     homogeneous = bool(np.allclose(speed, speed[0]))
     tpwgts = None if homogeneous else (speed / speed.sum()).tolist()
-    parts = metis_parts(prob, D, tpwgts, seed)
+    parts, messages = metis_parts(prob, D, tpwgts, seed)
     if homogeneous:
         pos = np.empty(prob.num_units)
         pos[prob.order] = np.arange(prob.num_units)
@@ -105,4 +166,5 @@ def metis(
         cut_bytes=float(prob.ubytes[a != b].sum()),
         repaired=not fitted,
         seed=seed,
+        metis_messages=messages,
     )

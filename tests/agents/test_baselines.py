@@ -276,6 +276,29 @@ def test_metis_cuts_the_thin_edge():
     assert plan.meta["cut_bytes"] == pytest.approx(1.0)
 
 
+def test_metis_keeps_the_c_librarys_messages_off_the_terminal(capfd, tmp_path):
+    """A device ~1e300 times slower than the others: METIS used to refuse its target
+    weight (0 in float32) and pymetis raise ``RuntimeError: Caught an unknown exception!``;
+    now the plan comes back, and what METIS printed ("Cannot bisect a graph with 0
+    vertices!") is in ``meta["metis_messages"]``, not on the terminal."""
+    import json
+    from pathlib import Path
+
+    from graphs import io as gio
+
+    data = Path(__file__).resolve().parents[1] / "data" / "fiddle_tiny_training.json"
+    d = json.loads(data.read_text())
+    d["nodes"][4]["fpgaLatency"] = 1e300
+    (tmp_path / "f.json").write_text(json.dumps(d))
+    g, c = gio.read_fiddle(tmp_path / "f.json")
+    capfd.readouterr()
+    plan = run("metis", g, c, Simulator(g, c, objective="max_load"))
+    out, err = capfd.readouterr()
+    assert "bisect" not in out + err and "too many parts" not in out + err
+    assert any("Cannot bisect" in m for m in plan.meta["metis_messages"]), plan.meta
+    assert np.isfinite(plan.meta["step_time"])
+
+
 def test_expert_equal_cost_split_by_hand():
     g, c = chain6(), uniform_cluster(3)
     plan = run("expert", g, c, Simulator(g, c))
