@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import sys
 import tempfile
@@ -102,9 +103,14 @@ def _c_output_captured() -> Iterator[_Captured]:
     """Capture what C code writes to file descriptors 1 and 2 (METIS prints its warnings
     with ``printf``, past Python's ``sys.stdout``) while the block runs."""
     out = _Captured()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or replaced stream: nothing to flush
+            stream.flush()
+    try:  # copies above 2, so that redirecting 1 and 2 cannot overwrite them
+        saved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) for fd in (1, 2)]
+    except OSError:  # descriptor 1 or 2 closed (a daemon): nothing reaches a terminal
+        yield out
+        return
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         try:
             os.dup2(tmp.fileno(), 1)
