@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import fcntl
 import itertools
+import os
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -485,3 +492,50 @@ def finish(
         meta=info,
         **kw,
     )
+
+
+# ---------------------------------------------------------------- C library output
+class CapturedOutput:
+    """What :func:`c_output_captured` caught."""
+
+    text = ""
+
+
+@contextlib.contextmanager
+def c_output_captured() -> Iterator[CapturedOutput]:
+    """Capture what C code writes to file descriptors 1 and 2 while the block runs (METIS
+    prints its warnings and HiGHS its banner past Python's ``sys.stdout``); the text is in
+    the yielded object's ``text`` afterwards. Nothing is captured when descriptor 1 or 2 is
+    closed."""
+    out = CapturedOutput()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or replaced stream: nothing to flush
+            stream.flush()
+    try:  # copies above 2, so that redirecting 1 and 2 cannot overwrite them
+        saved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) for fd in (1, 2)]
+    except OSError:  # descriptor 1 or 2 closed (a daemon): nothing reaches a terminal
+        yield out
+        return
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        try:
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            yield out
+        finally:
+            try:
+                _libc_flush()
+            finally:
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+                os.close(saved[0])
+                os.close(saved[1])
+            tmp.seek(0)
+            out.text = tmp.read().decode(errors="replace")
+
+
+def _libc_flush() -> None:
+    """Flush C's stdio buffers (``fflush(NULL)``) so that captured output is complete."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no libc to call: nothing buffered we can reach
+        pass

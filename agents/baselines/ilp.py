@@ -42,7 +42,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from agents.baselines.anneal import unit_placement
-from agents.baselines.common import InfeasiblePlanError, Problem, finish, oracle_calls_start
+from agents.baselines.common import (
+    InfeasiblePlanError,
+    Problem,
+    c_output_captured,
+    finish,
+    oracle_calls_start,
+)
 from agents.baselines.ideal_dp import device_classes, exact_problem, solve_ideal_dp
 from agents.baselines.maxload import MaxLoadModel, build_model
 from graphs.cluster import Cluster
@@ -250,7 +256,8 @@ def solve_max_load(
     lp.integrality_ = [highspy.HighsVarType.kInteger] * nx + [highspy.HighsVarType.kContinuous] * (
         nvar - nx
     )
-    h = highspy.Highs()
+    with c_output_captured():  # HiGHS prints its banner when constructed
+        h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
     h.setOptionValue("mip_rel_gap", float(mip_rel_gap))

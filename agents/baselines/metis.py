@@ -14,19 +14,12 @@ cut (:func:`repair_memory`).
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import fcntl
-import os
-import sys
-import tempfile
-from collections.abc import Iterator
-
 import numpy as np
 import pymetis
 
 from agents.baselines.common import (
     Problem,
+    c_output_captured,
     device_chain,
     finish,
     make_problem,
@@ -77,7 +70,7 @@ def metis_parts(
         tp = np.maximum(np.asarray(tpwgts, dtype=np.float64), MIN_SHARE)
         tpwgts = (tp / tp.sum()).tolist()
     opts = pymetis.Options(seed=seed)
-    with _c_output_captured() as said:
+    with c_output_captured() as said:
         _, parts = pymetis.part_graph(
             nparts,
             adjacency=pymetis.CSRAdjacency(xadj.tolist(), dst.tolist()),
@@ -92,48 +85,6 @@ def metis_parts(
 
 #: Smallest target share of one part handed to METIS (see :func:`metis_parts`).
 MIN_SHARE = 1e-6
-
-
-class _Captured:
-    text = ""
-
-
-@contextlib.contextmanager
-def _c_output_captured() -> Iterator[_Captured]:
-    """Capture what C code writes to file descriptors 1 and 2 (METIS prints its warnings
-    with ``printf``, past Python's ``sys.stdout``) while the block runs."""
-    out = _Captured()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed or replaced stream: nothing to flush
-            stream.flush()
-    try:  # copies above 2, so that redirecting 1 and 2 cannot overwrite them
-        saved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) for fd in (1, 2)]
-    except OSError:  # descriptor 1 or 2 closed (a daemon): nothing reaches a terminal
-        yield out
-        return
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        try:
-            os.dup2(tmp.fileno(), 1)
-            os.dup2(tmp.fileno(), 2)
-            yield out
-        finally:
-            try:
-                libc_flush()
-            finally:
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
-                os.close(saved[0])
-                os.close(saved[1])
-            tmp.seek(0)
-            out.text = tmp.read().decode(errors="replace")
-
-
-def libc_flush() -> None:
-    """Flush C's stdio buffers (``fflush(NULL)``) so that captured output is complete."""
-    try:
-        ctypes.CDLL(None).fflush(None)
-    except (OSError, AttributeError):  # no libc to call: nothing buffered we can reach
-        pass
 
 
 def metis(

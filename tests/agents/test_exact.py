@@ -519,6 +519,19 @@ def test_ilp_symmetry_rows_keep_the_optimum_and_options_pass_through():
         )
 
 
+def test_ilp_prints_nothing(capfd):
+    """HiGHS prints a licence banner when a solver object is made ("Running HiGHS 1.16.0 ...
+    Copyright ..."), once per ``ilp`` call; it is kept off the terminal."""
+    g = CompGraph.build(4, [(0, 1), (1, 2), (2, 3)], flops=1.0)
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 1e12) for i in range(2))
+    c = Cluster("two", devs, (Link(0, 1, 1.0, 0.0), Link(1, 0, 1.0, 0.0)))
+    capfd.readouterr()
+    plan = B.get("ilp")(g, c, Simulator(g, c, objective="max_load"), None)
+    out, err = capfd.readouterr()
+    assert "HiGHS" not in out + err and "Copyright" not in out + err, out + err
+    assert plan.meta["step_time"] == pytest.approx(2.0)
+
+
 def test_ilp_init_is_its_start_and_is_checked():
     rng = np.random.default_rng(5)
     g = dag_graph(rng, 6, 0.5, groups=False, explicit=False).replace(
