@@ -31,6 +31,10 @@ def calibration_path() -> Path:
     return Path.home() / ".cache" / "devplace" / "cpu_calibration.json"
 
 
+#: The top-level keys of a calibration file (what ``runners.profile`` writes, plus ``hybrid``).
+CALIBRATION_KEYS = ("device", "link", "measured", "concurrency", "runtime", "hybrid")
+
+
 def load_calibration(path: str | Path) -> dict[str, Any]:
     """The calibration JSON at ``path`` (``~`` expanded), read strictly: its ``device`` and
     ``link`` figures build the cluster, so a wrong type, an unknown figure, a negative or
@@ -43,6 +47,17 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
         )
     f = Fields(p)
     cal = dict(f.obj(read_json(p), "", free=True))
+    unknown = sorted(set(cal) - set(CALIBRATION_KEYS))
+    if unknown:  # a typo ("devices") would leave the defaults in place without a word
+        hint = (
+            "; a hybrid calibration (runtime.hybrid_profile.calibrate_hybrid, e.g. "
+            "scripts/fidelity_hybrid.py's *.calibration.json) goes under the key 'hybrid'"
+            if set(unknown) & {"segments", "collectives", "runtime_probes"}
+            else ""
+        )
+        raise f.fail(
+            unknown[0], f"is not a calibration key; expected one of {list(CALIBRATION_KEYS)}{hint}"
+        )
     dev = f.obj(cal.get("device") or {}, "device", optional=DEVICE_FIGURES)
     for k, v in dev.items():
         f.number(v, f"device.{k}", lo=0, allow_inf=k == "memory")
@@ -51,6 +66,8 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
         f.number(v, f"link.{k}", lo=0)
     for k in ("concurrency", "runtime", "hybrid"):
         f.obj(cal.get(k) or {}, k, free=True)
+    if not set(cal) & {"device", "link", "hybrid"}:
+        raise f.fail("(top level)", "holds no figures: expected 'device', 'link' or 'hybrid'")
     return cal
 
 

@@ -554,6 +554,27 @@ def test_bad_cpu_calibration_is_refused(tmp_path, text, field, value) -> None:
     assert str(path) in msg and repr(field) in msg and show(value) in msg, msg
 
 
+@pytest.mark.parametrize(
+    ("text", "field", "says"),
+    [
+        ('{"devices": {"peak_flops": 1e9}}', "devices", "is not a calibration key"),  # a typo
+        ('{"bad": 1}', "bad", "is not a calibration key"),
+        ('{"segments": {}, "model": {}}', "model", "goes under the key 'hybrid'"),
+        ("{}", "(top level)", "holds no figures"),
+        ('{"measured": {"time": 1}}', "(top level)", "holds no figures"),
+    ],
+)
+def test_calibration_keys_are_checked(tmp_path, text, field, says) -> None:
+    """The calibration's top level holds only what runners.profile writes (and 'hybrid'):
+    an unknown key used to be ignored, leaving the default figures in place without a word."""
+    path = tmp_path / "cal.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as info:
+        clusters.load(f"cpu_2@{path}")
+    msg = str(info.value)
+    assert str(path) in msg and repr(field) in msg and says in msg, msg
+
+
 @pytest.mark.parametrize("name", ["cpu_0", "cpu_100000000000000000000"])
 def test_cpu_n_out_of_range_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match=f"cluster '{name}': cpu_N needs N >= 1 and N <= 1024"):
