@@ -135,15 +135,24 @@ def row_of_run(run: Path) -> dict[str, Any]:
     """One table row from a ``runners.train`` or ``runners.plan`` run's ``result.json``."""
     import json
 
-    res = json.loads((run / "result.json").read_text())
+    path = run / "result.json"
+    try:
+        res = json.loads(path.read_text())
+    except ValueError as exc:  # a run killed while writing it, or an edited file
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(res, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(res).__name__}")
+    train = "best_step_time" in res
+    need = ("env", "agent", "best_step_time") if train else ("env", "policy", "step_time")
+    missing = [k for k in need if k not in res]
+    if missing and ("best_step_time" in res or "planning_seconds" in res):
+        raise ValueError(f"{path}: missing key(s) {missing} of a runners result")
     if "best_step_time" in res:  # runners.train
         agent, step, seed = res["agent"], res["best_step_time"], res.get("seed", 0)
     elif "planning_seconds" in res:  # runners.plan
         agent, step, seed = f"plan:{Path(res['policy']).parent.name}", res["step_time"], 0
     else:
-        raise ValueError(
-            f"{run / 'result.json'}: neither a runners.train nor a runners.plan result"
-        )
+        raise ValueError(f"{path}: neither a runners.train nor a runners.plan result")
     if res.get("oom"):
         step = None
     return {

@@ -130,3 +130,24 @@ def test_plan_refuses_a_hybrid_env_before_building_it(tmp_path: Path, monkeypatc
     cfg = compose(["+env=gpt3_175b_a100_1024"], config="plan")
     with pytest.raises(ValueError, match=r"hybrid-parallel problems.*agent=megatron_grid"):
         plan(cfg, tmp_path / "plan", echo=lambda s: None)
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("{bad", "not valid JSON"),
+        ("[1]", "expected a JSON object, got list"),
+        ('{"best_step_time": 0.1}', "missing key(s) ['env', 'agent']"),
+        ('{"planning_seconds": 1, "env": "x"}', "missing key(s) ['policy', 'step_time']"),
+        ('{"env": "x"}', "neither a runners.train nor a runners.plan result"),
+    ],
+)
+def test_evaluate_names_a_broken_result_file(tmp_path: Path, text: str, says: str) -> None:
+    """A run's result.json cut short (a killed run) or edited: one error naming the file
+    (a bare json or KeyError before)."""
+    from runners.evaluate import row_of_run
+
+    (tmp_path / "result.json").write_text(text)
+    with pytest.raises(ValueError) as info:
+        row_of_run(tmp_path)
+    assert str(tmp_path / "result.json") in str(info.value) and says in str(info.value)
