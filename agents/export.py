@@ -553,8 +553,14 @@ class ExportedPolicy:
         Raises:
             agents.baselines.InfeasiblePlanError: every evaluated placement ran out of memory.
         """
-        if samples < 1:
-            raise ValueError(f"samples must be >= 1, got {samples}")
+        if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
+            raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        if not isinstance(greedy, (bool, np.bool_)):
+            raise ValueError(f"greedy must be True or False, got {greedy!r}")
+        if oracle is not None:
+            _check_oracle_problem(oracle, graph, cluster)
         if oracle is None:
             from placement_env.oracles.simulator import Simulator
 
@@ -711,6 +717,22 @@ class ExportedPolicy:
 
     def __repr__(self) -> str:
         return f"ExportedPolicy({self.net!r}, mode={self.mode!r}, env_id={self.env_id!r})"
+
+
+def _check_oracle_problem(oracle: Any, graph: CompGraph, cluster: Cluster) -> None:
+    """Refuse an oracle built for another graph or cluster than the one to plan (it would
+    score placements of the wrong problem, or fail on array shapes far from the cause)."""
+    og, oc = getattr(oracle, "graph", None), getattr(oracle, "cluster", None)
+    if oc is not None and oc is not cluster and oc.content_hash() != cluster.content_hash():
+        raise ValueError(
+            f"oracle is for cluster {oc.name!r} ({oc.num_devices} devices), not the cluster "
+            f"to plan {cluster.name!r} ({cluster.num_devices} devices)"
+        )
+    if og is not None and og is not graph and og.content_hash() != graph.content_hash():
+        raise ValueError(
+            f"oracle is for graph {og.meta.get('name', '?')!r} ({og.num_nodes} nodes), not the "
+            f"graph to plan {graph.meta.get('name', '?')!r} ({graph.num_nodes} nodes)"
+        )
 
 
 def chain_inputs(env: gym.Env, seed: int) -> tuple[dict[str, Any], Any, np.ndarray]:

@@ -114,8 +114,37 @@ def test_plan_reports_infeasible_instead_of_returning_an_oom_plan(tmp_path: Path
     huge = _chain(param_bytes=64 * 2**30)  # 64 GiB per node; cpu devices hold 4 GiB
     with pytest.raises(InfeasiblePlanError, match="no memory-feasible placement"):
         loaded.plan(huge, load("cpu_4"))
-    with pytest.raises(ValueError, match="samples must be >= 1"):
+    with pytest.raises(ValueError, match="samples must be an integer >= 1"):
         loaded.plan(_chain(), load("cpu_4"), samples=0)
+
+
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        ({"samples": 2.5}, "samples must be an integer >= 1, got 2.5"),  # was a TypeError
+        ({"seed": -1}, "seed must be an integer >= 0, got -1"),  # was gymnasium's Error
+        ({"greedy": "yes"}, "greedy must be True or False"),  # was taken as True
+    ],
+)
+def test_plan_names_a_bad_argument(kw: dict, says: str) -> None:
+    pol = load_policy("generalist")
+    with pytest.raises(ValueError, match=says):
+        pol.plan(_chain(), load("cpu_4"), samples=kw.pop("samples", 2), **kw)
+
+
+def test_plan_refuses_an_oracle_of_another_problem() -> None:
+    """An oracle built for another cluster or graph is named as such (it failed on an array
+    shape, "node_times has shape (50, 2), expected (50, 4)"); one of an equal problem is fine."""
+    from placement_env.oracles.simulator import Simulator
+
+    pol, g, c = load_policy("generalist"), _chain(), load("cpu_4")
+    with pytest.raises(ValueError, match=r"oracle is for cluster 'cpu_2' \(2 devices\)"):
+        pol.plan(g, c, samples=2, oracle=Simulator(g, load("cpu_2")))
+    other = _chain(param_bytes=2**20)
+    with pytest.raises(ValueError, match="oracle is for graph"):
+        pol.plan(g, c, samples=2, oracle=Simulator(other, c))
+    same = pol.plan(g, c, samples=2, oracle=Simulator(_chain(), load("cpu_4")))
+    assert same.meta["oracle_calls"] >= 1
 
 
 def test_load_policy_rejects_foreign_or_stale_files(tmp_path: Path):
