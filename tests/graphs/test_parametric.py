@@ -83,3 +83,7 @@ def test_dgx_presets_scale_to_many_nodes():
     assert big.num_devices == 6144
     with pytest.raises(ValueError, match="multi-node"):
         clusters.load("dgx1_v100_8", nodes=2)
+    # a bound, not minutes of building (100,000 nodes) or the machine's memory (10**9)
+    for name, kw in (("dgx_h100", {"nodes": 10**9}), ("dgx_a100_80g_x5000", {})):
+        with pytest.raises(ValueError, match="nodes must be at most 4,096"):
+            clusters.load(name, **kw)
