@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from agents.baselines.common import InfeasiblePlanError, fmt_bytes
-from agents.baselines.megatron_grid import default_global_batch, finish_hybrid, hybrid_oracle
+from agents.baselines.megatron_grid import finish_hybrid, hybrid_arguments, hybrid_oracle
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import (
@@ -102,7 +102,7 @@ def alpa(
     t0 = time.perf_counter()
     score = hybrid_oracle(oracle)
     model = HybridModel(graph, cluster)
-    gb = int(global_batch or default_global_batch(graph))
+    gb, budget = hybrid_arguments("alpa", graph, global_batch, budget)
     best: HybridLayout | None = None
     best_res, calls, least = None, 0, float("inf")
     space = layout_grid(

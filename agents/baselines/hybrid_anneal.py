@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from agents.baselines.common import InfeasiblePlanError
-from agents.baselines.megatron_grid import default_global_batch, finish_hybrid, hybrid_oracle
+from agents.baselines.megatron_grid import finish_hybrid, hybrid_arguments, hybrid_oracle
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import (
@@ -65,7 +65,7 @@ def hybrid_anneal(
     """
     start = time.perf_counter()
     score = hybrid_oracle(oracle)
-    gb = int(global_batch or default_global_batch(graph))
+    gb, budget = hybrid_arguments("hybrid_anneal", graph, global_batch, budget)
     space = list(
         layout_grid(
             graph,

@@ -6,6 +6,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from agents.baselines.common import InfeasiblePlanError, fmt_bytes
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
@@ -37,6 +39,30 @@ def default_global_batch(graph: CompGraph) -> int:
     return int(model_dims(graph).batch)
 
 
+def hybrid_arguments(
+    who: str, graph: CompGraph, global_batch: Any, budget: Any
+) -> tuple[int, int | None]:
+    """``(global batch, budget)`` of a hybrid planner's call, checked: the batch an integer
+    >= 1 (``None``: the model's, :func:`default_global_batch`), the budget an integer >= 1
+    oracle call or ``None``. (A batch of 0 used to mean the default, ``"8"`` was read as 8,
+    and a budget of 0 or -1 scored nothing and then reported that no layout fits.)"""
+
+    def whole(v: Any) -> bool:
+        return not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= 1
+
+    if global_batch is not None and not whole(global_batch):
+        raise ValueError(
+            f"{who}: global_batch must be an integer >= 1 (None: the model's batch), "
+            f"got {global_batch!r}"
+        )
+    if budget is not None and not whole(budget):
+        raise ValueError(
+            f"{who}: budget must be an integer >= 1 oracle call or None, got {budget!r}"
+        )
+    gb = default_global_batch(graph) if global_batch is None else int(global_batch)
+    return gb, None if budget is None else int(budget)
+
+
 def megatron_grid(
     graph: CompGraph,
     cluster: Cluster,
@@ -60,7 +86,7 @@ def megatron_grid(
     """
     t0 = time.perf_counter()
     score = hybrid_oracle(oracle)
-    gb = int(global_batch or default_global_batch(graph))
+    gb, budget = hybrid_arguments("megatron_grid", graph, global_batch, budget)
     best, best_res, calls, least_mem = None, None, 0, float("inf")
     space = layout_grid(
         graph,

@@ -77,3 +77,21 @@ def test_gpt3_175b_on_1024_a100_whole_grid_under_60s():
         )
     )
     assert plan.meta["step_time"] <= published.step_time
+
+
+@pytest.mark.parametrize("name", ["megatron_grid", "alpa", "hybrid_anneal"])
+@pytest.mark.parametrize(
+    "budget, kw, says",
+    [
+        (None, {"global_batch": 0}, "global_batch must be an integer >= 1"),  # was the default
+        (None, {"global_batch": "8"}, "global_batch must be an integer >= 1"),  # was read as 8
+        (0, {}, "budget must be an integer >= 1"),  # scored nothing, then "none fits"
+        (-1, {}, "budget must be an integer >= 1"),
+    ],
+)
+def test_hybrid_planners_name_a_bad_batch_or_budget(small, name, budget, kw, says):
+    g, c, _ = small
+    with pytest.raises(ValueError, match=f"{name}: {says}"):
+        baselines.get(name)(g, c, Simulator(g, c), budget, **kw)
+    plan = baselines.get(name)(g, c, Simulator(g, c), 3, global_batch=16)
+    assert plan.meta["oracle_calls"] <= 3 and plan.layout.global_batch == 16
