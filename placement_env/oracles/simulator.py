@@ -8,7 +8,7 @@ import numpy as np
 
 from graphs.cluster import EAGER_ROUTE_DEVICES, Cluster
 from graphs.compgraph import KIND_NAMES, OPT, CompGraph
-from graphs.plan import Plan, check_placement
+from graphs.plan import MAX_MICROBATCHES, Plan, check_placement
 from placement_env.oracles import _kernels
 from placement_env.oracles.base import ScheduleEvent, SimResult
 
@@ -148,9 +148,11 @@ class Simulator:
             )
         if objective not in OBJECTIVES:
             raise ValueError(f"Simulator: unknown objective {objective!r}; valid: {OBJECTIVES}")
-        if int(microbatches) != microbatches or microbatches < 1:
+        ok = isinstance(microbatches, (int, np.integer)) and not isinstance(microbatches, bool)
+        if not ok or not 1 <= microbatches <= MAX_MICROBATCHES:
             raise ValueError(
-                f"Simulator: microbatches must be an integer >= 1, got {microbatches!r}"
+                f"Simulator: microbatches must be an integer in [1, {MAX_MICROBATCHES:,}] (a "
+                f"plan's bound), got {microbatches!r}"
             )
         self.graph = graph
         self.cluster = cluster

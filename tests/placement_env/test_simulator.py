@@ -263,6 +263,13 @@ def test_bad_inputs_are_refused() -> None:
         Simulator(g, c, schedule="pipedream")
     with pytest.raises(ValueError, match="makespan"):
         Simulator(g, c, objective="latency")
+    # True was taken as 1 microbatch; 2**21 ran (the plans' bound is 2**20)
+    for bad in (True, 2.5, "4", 0, 2**21):
+        with pytest.raises(
+            ValueError, match=r"microbatches must be an integer in \[1, 1,048,576\]"
+        ):
+            Simulator(g, c, microbatches=bad)
+    assert Simulator(g, c, microbatches=np.int64(4)).microbatches == 4
 
 
 def test_plan_fields_the_simulator_cannot_model_are_refused() -> None:
