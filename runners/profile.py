@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import hydra
@@ -12,8 +13,51 @@ from omegaconf import DictConfig, OmegaConf
 from graphs.cpu_cluster import calibration_path
 
 
+def check_config(cfg: DictConfig) -> Path:
+    """Refuse a bad setting before anything is measured (or the calibration file, which later
+    runs read, is overwritten); return the calibration path. Each ``ValueError`` names the key."""
+    import math
+
+    def whole(key: str, value: object, lo: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ValueError(f"profile: {key} = {value!r}; expected an integer >= {lo}")
+
+    whole("threads", cfg.threads, 1)
+    whole("matmul_n", cfg.matmul_n, 16)
+    whole("copy_mb", cfg.copy_mb, 1)
+    whole("p2p_repeats", cfg.p2p_repeats, 1)
+    for k in cfg.concurrency or []:
+        whole("concurrency[]", k, 1)
+    mem = cfg.memory_gib
+    if (
+        isinstance(mem, bool)
+        or not isinstance(mem, (int, float))
+        or not (mem > 0 and math.isfinite(mem))
+    ):
+        raise ValueError(f"profile: memory_gib = {mem!r}; expected a finite number > 0")
+    path = Path(cfg.calibration).expanduser() if cfg.calibration else calibration_path()
+    parent = next((q for q in (path.parent, *path.parent.parents) if q.exists()), None)
+    if path.is_dir() or parent is None or not os.access(parent, os.W_OK):
+        raise ValueError(
+            f"profile: calibration = {str(path)!r} cannot be written (a folder, or no writable "
+            "folder to create it in)"
+        )
+    return path
+
+
 @hydra.main(version_base=None, config_path="../conf", config_name="profile")
 def main(cfg: DictConfig) -> None:
+    out = Path(cfg.output_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
+    from runners import common
+
+    with common.reported_errors(None, "profile"):
+        path = check_config(cfg)
+        out.mkdir(parents=True, exist_ok=True)
+        run(cfg, out, path)
+
+
+def run(cfg: DictConfig, out: Path, path: Path) -> None:
+    """Measure this machine and write the calibration to ``path`` (and ``out``)."""
     from runtime.profile import (
         calibrate_runtime,
         measure_concurrent_speed,
@@ -24,8 +68,6 @@ def main(cfg: DictConfig) -> None:
         write_calibration,
     )
 
-    out = Path(cfg.output_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     device = measure_device(threads=int(cfg.threads), n=int(cfg.matmul_n), copy_mb=int(cfg.copy_mb))
     if cfg.model is not None:
         ops = measure_ops(OmegaConf.to_container(cfg.model, resolve=True), threads=int(cfg.threads))
@@ -34,7 +76,6 @@ def main(cfg: DictConfig) -> None:
         small = np.sort(np.fromiter(ops.values(), float))[: max(1, len(ops) // 2)]
         device["launch_overhead"] = float(np.median(small)) * 1e-6
     link = measure_p2p(repeats=int(cfg.p2p_repeats))
-    path = Path(cfg.calibration) if cfg.calibration else calibration_path()
     counts = [int(k) for k in cfg.concurrency or []]
     conc = measure_concurrent_speed(counts) if counts else None
     memory = float(cfg.memory_gib) * 2**30

@@ -44,3 +44,34 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
     assert named.devices[0].peak_flops == cal["device"]["peak_flops"]
     assert named.meta["calibration"] == str(out) and named.meta["calibrated"] is True
     assert clusters.load("cpu_2").meta["calibrated"] is False
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("threads=0", "threads = 0; expected an integer >= 1"),
+        ("matmul_n=0", "matmul_n = 0; expected an integer >= 16"),
+        ("p2p_repeats=0", "p2p_repeats = 0"),
+        ("concurrency=[0]", "concurrency[] = 0"),
+        ("memory_gib=-4", "memory_gib = -4; expected a finite number > 0"),
+    ],
+)
+def test_profile_refuses_a_bad_setting_before_measuring(tmp_path, override, says):
+    """One line and exit status 2, nothing measured, no calibration written: memory_gib=-4
+    used to be measured and written (a file every later cpu_N@PATH then refused), the others
+    ended in tracebacks."""
+    out = tmp_path / "cal.json"
+    cmd = [sys.executable, "-m", "runners.profile", f"calibration={out}",
+           f"output_dir={tmp_path}", "model=null", override]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: profile: ") and says in last, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not out.exists()
+
+
+def test_profile_refuses_a_calibration_path_it_cannot_write(tmp_path):
+    cmd = [sys.executable, "-m", "runners.profile", f"calibration={tmp_path}",
+           f"output_dir={tmp_path / 'o'}", "model=null"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "cannot be written" in proc.stderr, proc.stderr[-2000:]
