@@ -28,6 +28,14 @@ def check_config(cfg: DictConfig) -> Path:
     whole("p2p_repeats", cfg.p2p_repeats, 1)
     for k in cfg.concurrency or []:
         whole("concurrency[]", k, 1)
+    rt = cfg.get("runtime") or {}
+    if rt.get("model") is not None:
+        for k in ("microbatches", "rounds", "steps"):
+            whole(f"runtime.{k}", rt.get(k), 1)
+        for n in rt.get("devices") or []:
+            whole("runtime.devices[]", n, 2)
+        if not rt.get("devices"):
+            raise ValueError("profile: runtime.devices is empty; expected process counts >= 2")
     mem = cfg.memory_gib
     if (
         isinstance(mem, bool)

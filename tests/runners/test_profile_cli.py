@@ -47,22 +47,26 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "override, says",
+    "overrides, says",
     [
-        ("threads=0", "threads = 0; expected an integer >= 1"),
-        ("matmul_n=0", "matmul_n = 0; expected an integer >= 16"),
-        ("p2p_repeats=0", "p2p_repeats = 0"),
-        ("concurrency=[0]", "concurrency[] = 0"),
-        ("memory_gib=-4", "memory_gib = -4; expected a finite number > 0"),
+        (["threads=0"], "threads = 0; expected an integer >= 1"),
+        (["matmul_n=0"], "matmul_n = 0; expected an integer >= 16"),
+        (["p2p_repeats=0"], "p2p_repeats = 0"),
+        (["concurrency=[0]"], "concurrency[] = 0"),
+        (["memory_gib=-4"], "memory_gib = -4; expected a finite number > 0"),
+        (
+            ["+runtime.model={factory: 'runtime.toy:branchy'}", "runtime.rounds=0"],
+            "runtime.rounds = 0",
+        ),
     ],
 )
-def test_profile_refuses_a_bad_setting_before_measuring(tmp_path, override, says):
+def test_profile_refuses_a_bad_setting_before_measuring(tmp_path, overrides, says):
     """One line and exit status 2, nothing measured, no calibration written: memory_gib=-4
     used to be measured and written (a file every later cpu_N@PATH then refused), the others
     ended in tracebacks."""
     out = tmp_path / "cal.json"
     cmd = [sys.executable, "-m", "runners.profile", f"calibration={out}",
-           f"output_dir={tmp_path}", "model=null", override]  # fmt: skip
+           f"output_dir={tmp_path}", "model=null", *overrides]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
