@@ -148,6 +148,8 @@ def _launch(text: str, nproc: int, threads: int, folder: Path, timeout_s: float)
     Raises :class:`RankFailure` with the first rank's root-cause error, or on timeout
     (the whole process group is killed).
     """
+    if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < float("inf")):
+        raise ValueError(f"timeout_s {timeout_s!r}: expected a finite number of seconds > 0")
     spec_path = folder / "spec.json"
     spec_path.write_text(text)
     env = dict(os.environ)

@@ -17,6 +17,12 @@ from graphs.plan import Plan
 MODES = ("oplevel", "pipeline", "tp", "hybrid")
 
 
+#: Process-group backends a spec may name (``None``: nccl on CUDA, else gloo).
+BACKENDS = (None, "gloo", "nccl")
+#: Optimizers the workers build (``runtime.worker.OPTIMIZERS``).
+OPTIMIZER_NAMES = ("sgd", "adam")
+
+
 @dataclass
 class RunSpec:
     """Everything a rank needs; JSON-serialisable.
@@ -148,6 +154,24 @@ class RunSpec:
             raise ValueError(
                 f"RunSpec: steps must be >= 1 and warmup >= 0, got {self.steps}, {self.warmup}"
             )
+        # checked here, before launch: each used to fail on every rank after it
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"RunSpec.backend {self.backend!r}: expected one of {BACKENDS} (None: nccl on "
+                "CUDA, else gloo)"
+            )
+        if self.optimizer not in OPTIMIZER_NAMES:
+            raise ValueError(
+                f"RunSpec.optimizer {self.optimizer!r}: expected one of {OPTIMIZER_NAMES}"
+            )
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise ValueError(f"RunSpec.threads {self.threads!r}: expected an integer >= 1")
+        for name in ("timeout_s", "lr"):
+            v = getattr(self, name)
+            if not (
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
+            ):
+                raise ValueError(f"RunSpec.{name} {v!r}: expected a finite number > 0")
 
 
 def plan_hash(plan: Plan) -> str:

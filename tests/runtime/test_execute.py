@@ -90,6 +90,34 @@ def test_refuses_microbatches_that_do_not_divide_the_batch(graph, cluster):
     make_run_spec(ping_pong(graph, cluster, microbatches=4), graph, cluster)  # 4 divides 8
 
 
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ({"backend": "nope"}, "RunSpec.backend 'nope'"),  # each rank raised AssertionError
+        ({"optimizer": "nope"}, "RunSpec.optimizer 'nope'"),  # each rank raised KeyError
+        ({"threads": 0}, "RunSpec.threads 0"),
+        ({"lr": 0.0}, "RunSpec.lr 0.0"),
+    ],
+)
+def test_refuses_bad_run_options_before_launch(graph, cluster, options, says):
+    with pytest.raises(ValueError, match=says):
+        make_run_spec(ping_pong(graph, cluster), graph, cluster, **options)
+
+
+def test_refuses_a_timeout_that_cannot_be_met_before_launch(graph, cluster, tmp_path):
+    """``timeout_s=0`` launched torchrun and then reported "rank -1 failed with timeout"."""
+    with pytest.raises(ValueError, match="timeout_s 0: expected a finite number of seconds > 0"):
+        execute(ping_pong(graph, cluster), graph, cluster, timeout_s=0, out_dir=tmp_path)
+    assert not (tmp_path / "spec.json").exists() and not list(tmp_path.glob("rank*.json"))
+
+
+def test_the_optimizers_a_spec_may_name_are_the_workers():
+    from runtime.spec import OPTIMIZER_NAMES
+    from runtime.worker import OPTIMIZERS
+
+    assert set(OPTIMIZER_NAMES) == set(OPTIMIZERS)
+
+
 def test_refuses_multiple_stages_per_device_without_interleaving(graph, cluster):
     stage = np.arange(graph.num_nodes) % 2
     plan = Plan.for_graph(
