@@ -132,6 +132,22 @@ class HybridEnv(gym.Env[dict, Any]):
     ) -> None:
         if init not in INITS:
             raise ValueError(f"HybridEnv: init {init!r} is unknown; expected one of {INITS}")
+
+        def whole(v: Any) -> bool:
+            return not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= 1
+
+        if global_batch is not None and not whole(global_batch):  # 0 used to mean the default
+            raise ValueError(
+                f"HybridEnv: global_batch {global_batch!r}: expected an integer >= 1 (None: the "
+                "model's batch)"
+            )
+        if not whole(max_chunks):  # 0 used to end in "no valid layout"
+            raise ValueError(f"HybridEnv: max_chunks {max_chunks!r}: expected an integer >= 1")
+        ok = isinstance(oom_penalty, (int, float)) and not isinstance(oom_penalty, bool)
+        if not ok or not 0 <= oom_penalty < float("inf"):  # a negative one rewarded OOM
+            raise ValueError(
+                f"HybridEnv: oom_penalty {oom_penalty!r}: expected a finite number >= 0"
+            )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode {render_mode!r} is not supported")
         self.generator = generator if generator is not None else _FixedHybrid()
@@ -169,7 +185,7 @@ class HybridEnv(gym.Env[dict, Any]):
         g, cl = inst.graph, inst.cluster
         oracle = (self.oracle_factory or Simulator)(g, cl)
         d = model_dims(g)
-        gb = int(self.global_batch or d.batch)
+        gb = int(self.global_batch if self.global_batch is not None else d.batch)
         space = [
             lay for lay in layout_grid(g, cl, global_batch=gb) if lay.num_chunks <= self.max_chunks
         ]

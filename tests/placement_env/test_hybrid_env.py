@@ -74,3 +74,18 @@ def test_masks_match_the_moves(env):
         m = env.action_masks()
         assert m.tolist() == [env._target(a) is not None for a in range(env.action_space.n)]
         env.step(int(rng.choice(np.flatnonzero(m))))
+
+
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        ({"global_batch": 0}, "global_batch 0: expected an integer >= 1"),  # was the default
+        ({"global_batch": "8"}, "global_batch '8'"),
+        ({"max_chunks": 0}, "max_chunks 0: expected an integer >= 1"),  # was "no valid layout"
+        ({"oom_penalty": -1.0}, "oom_penalty -1.0: expected a finite number >= 0"),  # rewarded OOM
+        ({"oom_penalty": float("nan")}, "oom_penalty nan"),
+    ],
+)
+def test_bad_options_are_refused_by_name(kw, says):
+    with pytest.raises(ValueError, match=f"HybridEnv: {says}"):
+        gym.make("placement_env/Hybrid-v0", **kw)
