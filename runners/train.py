@@ -173,6 +173,29 @@ def _make_env(env_id: str, generator: Any, oracle_factory: Any, env_kwargs: dict
     return gym.make(env_id, generator=generator, oracle_factory=oracle_factory, **env_kwargs)
 
 
+def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+    """Refuse an ``env.env_kwargs`` key the env class does not take, naming the valid ones
+    (gymnasium raised a ``TypeError`` with a traceback from inside the vectorised env)."""
+    import importlib
+    import inspect
+
+    import gymnasium as gym
+
+    import placement_env  # noqa: F401 - registers the ids
+
+    entry = gym.spec(env_id).entry_point
+    if not isinstance(entry, str):
+        return
+    module, _, name = entry.partition(":")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    valid = sorted(k for k in params if k not in ("self", "generator", "oracle_factory"))
+    bad = sorted(str(k) for k in env_kwargs if k not in params)
+    if bad:
+        raise ValueError(f"env.env_kwargs: {env_id} takes no option(s) {bad}; valid: {valid}")
+
+
 def env_factory(
     problem: common.Problem,
     *,
@@ -188,6 +211,7 @@ def env_factory(
     from placement_env import generators
 
     spec = problem.spec
+    check_env_kwargs(spec.env_id, spec.env_kwargs)
     kwargs = {**dict(env_defaults or {}), **dict(spec.env_kwargs)}
     if spec.generator == "fixed":
         gen = generators.fixed(problem.graph, problem.cluster)

@@ -185,3 +185,11 @@ def test_resume_killed_run_matches_uninterrupted(graph_file: Path, tmp_path: Pat
     sa, sb = a_w["state_dict"], b_w["state_dict"]
     assert sa.keys() == sb.keys()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_an_env_option_the_env_does_not_take_is_refused(graph_file: Path, tmp_path: Path) -> None:
+    """``+env.env_kwargs={max_steps: 0}`` on Sweep-v0: one error naming the key and the valid
+    options (it was a TypeError traceback from inside the vectorised env)."""
+    cfg = compose([*small_env(graph_file), "train.timesteps=8", "+env.env_kwargs={max_steps: 0}"])
+    with pytest.raises(ValueError, match=r"Sweep-v0 takes no option\(s\) \['max_steps'\]; valid"):
+        train(cfg, tmp_path / "run", echo=lambda s: None)
