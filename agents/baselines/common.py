@@ -539,3 +539,12 @@ def _libc_flush() -> None:
         ctypes.CDLL(None).fflush(None)
     except (OSError, AttributeError):  # no libc to call: nothing buffered we can reach
         pass
+
+
+def check_seconds(who: str, name: str, value: Any) -> float:
+    """``value`` as seconds: a finite number > 0, else ``ValueError`` naming ``who`` and
+    ``name`` (a limit of 0 or -1 used to be taken, stopping the search before it began)."""
+    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    if not ok or not 0 < float(value) < float("inf"):
+        raise ValueError(f"{who}: {name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)

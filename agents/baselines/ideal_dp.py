@@ -100,6 +100,7 @@ from agents.baselines._ideal_kernel import (
 from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
+    check_seconds,
     finish,
     make_problem,
     oracle_calls_start,
@@ -449,7 +450,7 @@ def solve_ideal_dp(
     if isolated not in ("drop", "keep"):
         raise ValueError(f"ideal_dp: isolated must be 'drop' or 'keep', got {isolated!r}")
     t0 = time.perf_counter()
-    deadline = t0 + float(time_limit)
+    deadline = t0 + check_seconds("ideal_dp", "time_limit", time_limit)
     graph = prob.graph
     unit_of = prob.unit_of
     drop = np.zeros(prob.num_units, dtype=bool)

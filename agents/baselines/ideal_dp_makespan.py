@@ -102,6 +102,7 @@ from agents.baselines._ideal_kernel import STATUS_DONE
 from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
+    check_seconds,
     device_chain,
     evaluate_units,
     finish,
@@ -422,6 +423,7 @@ def ideal_dp_makespan(
     (:func:`price_routes`); ``score_splits``: return the fastest of the walk's splits and `ideal_dp`'s plan by
     the oracle (default) or the ``T``-optimal one.
     """
+    check_seconds("ideal_dp_makespan", "time_limit", time_limit)
     start = oracle_calls_start(oracle)
     t_start = time.perf_counter()
     if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not 0 <= slack < np.inf:

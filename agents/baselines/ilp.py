@@ -46,6 +46,7 @@ from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
     c_output_captured,
+    check_seconds,
     finish,
     oracle_calls_start,
 )
@@ -416,6 +417,9 @@ def ilp(
     instead of solving `ideal_dp`. For a makespan oracle the memory rule charges every microbatch's activations
     (an upper bound on any schedule) and the oracle's step time is reported.
     """
+    check_seconds("ilp", "time_limit", time_limit)
+    if warm_time_limit is not None:
+        check_seconds("ilp", "warm_time_limit", warm_time_limit)
     start = oracle_calls_start(oracle)
     prob = exact_problem(graph, cluster, oracle)
     model = build_model(graph, cluster)

@@ -532,6 +532,19 @@ def test_ilp_prints_nothing(capfd):
     assert plan.meta["step_time"] == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize("name", ["ideal_dp", "ideal_dp_makespan", "ilp"])
+@pytest.mark.parametrize("limit", [0, -1, float("inf"), "60", True])
+def test_a_time_limit_that_is_not_a_positive_number_is_refused(name, limit):
+    """``time_limit=0`` or ``-1`` used to be taken: the DP stopped before it began and
+    returned the chain DP's plan as if it had searched."""
+    g = CompGraph.build(4, [(0, 1), (1, 2), (2, 3)], flops=1.0)
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 1e12) for i in range(2))
+    c = Cluster("two", devs, (Link(0, 1, 1.0, 0.0), Link(1, 0, 1.0, 0.0)))
+    objective = "max_load" if name != "ideal_dp_makespan" else "makespan"
+    with pytest.raises(ValueError, match=f"{name}: time_limit must be a finite number"):
+        B.get(name)(g, c, Simulator(g, c, objective=objective), None, time_limit=limit)
+
+
 def test_ilp_init_is_its_start_and_is_checked():
     rng = np.random.default_rng(5)
     g = dag_graph(rng, 6, 0.5, groups=False, explicit=False).replace(
