@@ -190,8 +190,9 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
     params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
-    valid = sorted(k for k in params if k not in ("self", "generator", "oracle_factory"))
-    bad = sorted(str(k) for k in env_kwargs if k not in params)
+    injected = ("self", "generator", "oracle_factory")  # the runner passes these itself
+    valid = sorted(k for k in params if k not in injected)
+    bad = sorted(str(k) for k in env_kwargs if k not in valid)
     if bad:
         raise ValueError(f"env.env_kwargs: {env_id} takes no option(s) {bad}; valid: {valid}")
 
