@@ -166,6 +166,9 @@ class RunSpec:
             )
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"RunSpec.threads {self.threads!r}: expected an integer >= 1")
+        seed_ok = isinstance(self.seed, int) and not isinstance(self.seed, bool)
+        if not seed_ok or not 0 <= self.seed < 2**32:  # the range runners.train accepts
+            raise ValueError(f"RunSpec.seed {self.seed!r}: expected an integer in [0, 2**32)")
         for name in ("timeout_s", "lr"):
             v = getattr(self, name)
             if not (

@@ -35,6 +35,7 @@ import numpy as np
 from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
+    check_budget,
     evaluate_units,
     finish,
     make_problem,
@@ -208,9 +209,7 @@ def anneal(
     """
     start = oracle_calls_start(oracle)
     t_start = time.perf_counter()
-    n_eval = 1000 if budget is None else int(budget)
-    if n_eval < 1:
-        raise ValueError(f"anneal: budget must be >= 1 evaluation, got {n_eval}")
+    n_eval = check_budget("anneal", budget, 1000)
     if time_limit is not None and not time_limit > 0:
         raise ValueError(f"anneal: time_limit must be > 0 seconds, got {time_limit}")
     if not (t0 > 0 and 0 < t_end <= 1):

@@ -548,3 +548,13 @@ def check_seconds(who: str, name: str, value: Any) -> float:
     if not ok or not 0 < float(value) < float("inf"):
         raise ValueError(f"{who}: {name} must be a finite number of seconds > 0, got {value!r}")
     return float(value)
+
+
+def check_budget(who: str, budget: Any, default: int) -> int:
+    """An oracle-call budget: ``default`` for ``None``, else an integer >= 1 (``ValueError``
+    naming ``who``; a fractional budget such as 2.5 used to be cut to 2 without a word)."""
+    if budget is None:
+        return int(default)
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+        raise ValueError(f"{who}: budget must be an integer >= 1 evaluation, got {budget!r}")
+    return int(budget)

@@ -16,6 +16,7 @@ import numpy as np
 from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
+    check_budget,
     evaluate_units,
     finish,
     fmt_bytes,
@@ -125,9 +126,7 @@ def random_search(
     """Best of ``budget`` (default 100) random memory-feasible placements by oracle step time."""
     start = oracle_calls_start(oracle)
     prob = make_problem(graph, cluster, oracle)
-    n = 100 if budget is None else int(budget)
-    if n < 1:
-        raise ValueError(f"random: budget must be >= 1 evaluation, got {n}")
+    n = check_budget("random", budget, 100)
     rng = np.random.default_rng(seed)
     best: tuple[float, np.ndarray, SimResult] | None = None
     draws = dead = 0

@@ -509,3 +509,13 @@ def test_chain_dp_is_pipedream_dp():
     b = run("pipedream_dp", g, c, Simulator(g, c))
     assert a.placement.tolist() == b.placement.tolist()
     assert (a.meta["algorithm"], b.meta["algorithm"]) == ("chain_dp", "pipedream_dp")
+
+
+@pytest.mark.parametrize("name", ["anneal", "random"])
+@pytest.mark.parametrize("budget", [2.5, True, 0, -1])
+def test_a_budget_that_is_not_a_whole_number_of_calls_is_refused(name, budget):
+    """2.5 used to be cut to 2 calls and True taken as 1, without a word."""
+    g, c = chain6(), uniform_cluster(3)
+    with pytest.raises(ValueError, match=f"{name}: budget must be an integer >= 1 evaluation"):
+        B.get(name)(g, c, Simulator(g, c), budget)
+    assert B.get(name)(g, c, Simulator(g, c), np.int64(2)).meta["oracle_calls"] <= 2

@@ -97,6 +97,7 @@ def test_refuses_microbatches_that_do_not_divide_the_batch(graph, cluster):
         ({"optimizer": "nope"}, "RunSpec.optimizer 'nope'"),  # each rank raised KeyError
         ({"threads": 0}, "RunSpec.threads 0"),
         ({"lr": 0.0}, "RunSpec.lr 0.0"),
+        ({"seed": -1}, r"RunSpec.seed -1: expected an integer in \[0, 2\*\*32\)"),
     ],
 )
 def test_refuses_bad_run_options_before_launch(graph, cluster, options, says):
