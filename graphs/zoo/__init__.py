@@ -240,6 +240,8 @@ def resolve_config(
     params = inspect.signature(spec.cls).parameters
     config = dict(config)
     for k, v in config.items():  # an override must have the type of the key's default
+        if v is None and params[k].default is None:
+            continue  # the model's own "unset" (e.g. n_kv_head=None: as many as n_head)
         default = spec.config.get(k, params[k].default)
         _check_config_value(name, k, v, default)
         if isinstance(default, int) and not isinstance(default, bool):
