@@ -24,7 +24,7 @@ from agents.policies.sb3 import scores_to_logits
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
-from graphs.schema import Fields, show
+from graphs.schema import Fields, is_whole, show
 from placement_env.oracles.base import Oracle
 
 POLICY_FORMAT = "devplace.policy"
@@ -553,9 +553,9 @@ class ExportedPolicy:
         Raises:
             agents.baselines.InfeasiblePlanError: every evaluated placement ran out of memory.
         """
-        if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
+        if not is_whole(samples, 1):
             raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        if not is_whole(seed, 0):
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         if not isinstance(greedy, (bool, np.bool_)):
             raise ValueError(f"greedy must be True or False, got {greedy!r}")

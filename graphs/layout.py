@@ -7,6 +7,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass
 from typing import Any
 
+from graphs.schema import is_whole
+
 #: Recomputation modes: keep every activation, recompute attention's core
 #: (Korthikanti et al. 2022, "selective"), or keep only each layer's input ("full").
 RECOMPUTE = ("none", "selective", "full")
@@ -335,7 +337,7 @@ def _dims_from_config(cfg: Mapping[str, Any], name: str, meta: Mapping[str, Any]
 
     def whole(key: str, default: Any = None) -> int:
         v = cfg.get(key, default) if default is not None else cfg[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
+        if not is_whole(v, floats=True):  # (int() of an infinite float raised OverflowError)
             raise ValueError(f"{key} = {v!r} is not an integer")
         return int(v)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import numbers
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,26 @@ INT64_MAX = 2**63 - 1
 _SHOW = 80
 
 _MISSING = object()
+
+
+def is_whole(value: Any, lo: int | None = None, *, floats: bool = False) -> bool:
+    """An integer (a numpy one too, never a bool) ``>= lo``; with ``floats`` also an integral
+    float such as ``2.0``. The one test of "a whole number" for options checked outside a file
+    (a file's fields go through :meth:`Fields.integer`)."""
+    if isinstance(value, bool):
+        return False
+    if not isinstance(value, numbers.Integral):
+        whole_float = floats and isinstance(value, numbers.Real) and math.isfinite(value)
+        if not (whole_float and float(value).is_integer()):
+            return False
+    return lo is None or value >= lo
+
+
+def is_number(value: Any, lo: float | None = None, *, lo_open: bool = False) -> bool:
+    """A finite real number (never a bool) ``>= lo`` (``> lo`` with ``lo_open``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return False
+    return lo is None or (value > lo if lo_open else value >= lo)
 
 
 def show(value: Any) -> str:

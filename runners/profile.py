@@ -11,15 +11,15 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from graphs.cpu_cluster import calibration_path
+from graphs.schema import is_number, is_whole
 
 
 def check_config(cfg: DictConfig) -> Path:
     """Refuse a bad setting before anything is measured (or the calibration file, which later
     runs read, is overwritten); return the calibration path. Each ``ValueError`` names the key."""
-    import math
 
     def whole(key: str, value: object, lo: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        if not is_whole(value, lo):
             raise ValueError(f"profile: {key} = {value!r}; expected an integer >= {lo}")
 
     whole("threads", cfg.threads, 1)
@@ -37,11 +37,7 @@ def check_config(cfg: DictConfig) -> Path:
         if not rt.get("devices"):
             raise ValueError("profile: runtime.devices is empty; expected process counts >= 2")
     mem = cfg.memory_gib
-    if (
-        isinstance(mem, bool)
-        or not isinstance(mem, (int, float))
-        or not (mem > 0 and math.isfinite(mem))
-    ):
+    if not is_number(mem, 0, lo_open=True):
         raise ValueError(f"profile: memory_gib = {mem!r}; expected a finite number > 0")
     path = Path(cfg.calibration).expanduser() if cfg.calibration else calibration_path()
     parent = next((q for q in (path.parent, *path.parent.parents) if q.exists()), None)

@@ -13,6 +13,7 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import FWD, CompGraph
 from graphs.plan import Plan
+from graphs.schema import is_number, is_whole
 
 MODES = ("oplevel", "pipeline", "tp", "hybrid")
 
@@ -164,16 +165,13 @@ class RunSpec:
             raise ValueError(
                 f"RunSpec.optimizer {self.optimizer!r}: expected one of {OPTIMIZER_NAMES}"
             )
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+        if not is_whole(self.threads, 1):
             raise ValueError(f"RunSpec.threads {self.threads!r}: expected an integer >= 1")
-        seed_ok = isinstance(self.seed, int) and not isinstance(self.seed, bool)
-        if not seed_ok or not 0 <= self.seed < 2**32:  # the range runners.train accepts
+        if not is_whole(self.seed, 0) or self.seed >= 2**32:  # the range runners.train accepts
             raise ValueError(f"RunSpec.seed {self.seed!r}: expected an integer in [0, 2**32)")
         for name in ("timeout_s", "lr"):
             v = getattr(self, name)
-            if not (
-                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
-            ):
+            if not is_number(v, 0, lo_open=True):
                 raise ValueError(f"RunSpec.{name} {v!r}: expected a finite number > 0")
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
+from graphs.schema import is_number, is_whole
 from placement_env.oracles.base import Oracle, SimResult
 
 
@@ -544,17 +545,17 @@ def _libc_flush() -> None:
 def check_seconds(who: str, name: str, value: Any) -> float:
     """``value`` as seconds: a finite number > 0, else ``ValueError`` naming ``who`` and
     ``name`` (a limit of 0 or -1 used to be taken, stopping the search before it began)."""
-    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-    if not ok or not 0 < float(value) < float("inf"):
+    if not is_number(value, 0, lo_open=True):
         raise ValueError(f"{who}: {name} must be a finite number of seconds > 0, got {value!r}")
     return float(value)
 
 
-def check_budget(who: str, budget: Any, default: int) -> int:
-    """An oracle-call budget: ``default`` for ``None``, else an integer >= 1 (``ValueError``
-    naming ``who``; a fractional budget such as 2.5 used to be cut to 2 without a word)."""
+def check_budget(who: str, budget: Any, default: int | None) -> int | None:
+    """An oracle-call budget: ``default`` for ``None`` (``None``: no cap), else an integer >= 1
+    (``ValueError`` naming ``who``; a fractional budget such as 2.5 used to be cut to 2
+    without a word)."""
     if budget is None:
-        return int(default)
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+        return default
+    if not is_whole(budget, 1):
         raise ValueError(f"{who}: budget must be an integer >= 1 evaluation, got {budget!r}")
     return int(budget)

@@ -6,9 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from agents.baselines.common import InfeasiblePlanError, fmt_bytes
+from agents.baselines.common import InfeasiblePlanError, check_budget, fmt_bytes
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import (
@@ -21,6 +19,7 @@ from graphs.layout import (
     model_dims,
 )
 from graphs.plan import Plan
+from graphs.schema import is_whole
 from placement_env.oracles.base import Oracle
 
 
@@ -47,20 +46,13 @@ def hybrid_arguments(
     oracle call or ``None``. (A batch of 0 used to mean the default, ``"8"`` was read as 8,
     and a budget of 0 or -1 scored nothing and then reported that no layout fits.)"""
 
-    def whole(v: Any) -> bool:
-        return not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= 1
-
-    if global_batch is not None and not whole(global_batch):
+    if global_batch is not None and not is_whole(global_batch, 1):
         raise ValueError(
             f"{who}: global_batch must be an integer >= 1 (None: the model's batch), "
             f"got {global_batch!r}"
         )
-    if budget is not None and not whole(budget):
-        raise ValueError(
-            f"{who}: budget must be an integer >= 1 oracle call or None, got {budget!r}"
-        )
     gb = default_global_batch(graph) if global_batch is None else int(global_batch)
-    return gb, None if budget is None else int(budget)
+    return gb, check_budget(who, budget, None)
 
 
 def megatron_grid(

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphs.compgraph import CompGraph
+from graphs.schema import is_number, is_whole
 from graphs.zoo.cache import cache_dir, cache_key, load_npz, save_npz
 
 #: Bumped whenever extraction, coarsening or a model definition changes cached results.
@@ -209,16 +210,13 @@ def _check_config_value(name: str, key: str, value: Any, default: Any) -> None:
         if not isinstance(value, bool):
             raise bad("true or false")
     elif isinstance(default, int):
-        ok = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        if isinstance(value, bool) or not ok:
+        if not is_whole(value, floats=True):
             raise bad("an integer")
         if default >= 1 and value < 1:
             raise bad("an integer >= 1")
     elif isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        if not is_number(value):  # finite, never a bool
             raise bad("a number")
-        if abs(value) == float("inf"):
-            raise bad("a finite number")
     elif isinstance(default, (list, tuple)) and not isinstance(value, (list, tuple)):
         raise bad("a list")
 

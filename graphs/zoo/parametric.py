@@ -6,6 +6,7 @@ from typing import Any
 
 from graphs.compgraph import CompGraph
 from graphs.layout import ModelDims
+from graphs.schema import is_whole
 from graphs.training import with_backward
 
 #: Names the parametric builders answer to in :func:`graphs.zoo.build`.
@@ -39,8 +40,7 @@ def dims_from_kwargs(name: str, kw: dict[str, Any]) -> ModelDims:
         (``int()`` would read ``"12288"``, truncate ``1600.5`` and fail on ``"abc"`` without
         naming the key)."""
         v = kw.get(key, default)
-        ok = isinstance(v, int) or (isinstance(v, float) and v.is_integer())
-        if isinstance(v, bool) or not ok:
+        if not is_whole(v, floats=True):
             raise ValueError(f"graphs.zoo: parametric {name!r}: {key} = {v!r}; expected an integer")
         return int(v)
 

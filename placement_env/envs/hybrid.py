@@ -13,6 +13,7 @@ from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import RECOMPUTE, HybridLayout, layout_grid, model_dims
 from graphs.plan import hybrid_placement
+from graphs.schema import is_number, is_whole
 from placement_env.envs.base import MAX_OVERFLOW, MAX_TIME_RATIO, as_int_action
 from placement_env.types import Instance
 
@@ -132,19 +133,14 @@ class HybridEnv(gym.Env[dict, Any]):
     ) -> None:
         if init not in INITS:
             raise ValueError(f"HybridEnv: init {init!r} is unknown; expected one of {INITS}")
-
-        def whole(v: Any) -> bool:
-            return not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= 1
-
-        if global_batch is not None and not whole(global_batch):  # 0 used to mean the default
+        if global_batch is not None and not is_whole(global_batch, 1):  # 0 used to mean the default
             raise ValueError(
                 f"HybridEnv: global_batch {global_batch!r}: expected an integer >= 1 (None: the "
                 "model's batch)"
             )
-        if not whole(max_chunks):  # 0 used to end in "no valid layout"
+        if not is_whole(max_chunks, 1):  # 0 used to end in "no valid layout"
             raise ValueError(f"HybridEnv: max_chunks {max_chunks!r}: expected an integer >= 1")
-        ok = isinstance(oom_penalty, (int, float)) and not isinstance(oom_penalty, bool)
-        if not ok or not 0 <= oom_penalty < float("inf"):  # a negative one rewarded OOM
+        if not is_number(oom_penalty, 0):  # a negative one rewarded OOM
             raise ValueError(
                 f"HybridEnv: oom_penalty {oom_penalty!r}: expected a finite number >= 0"
             )

@@ -9,6 +9,7 @@ import numpy as np
 from graphs.cluster import EAGER_ROUTE_DEVICES, Cluster
 from graphs.compgraph import KIND_NAMES, OPT, CompGraph
 from graphs.plan import MAX_MICROBATCHES, Plan, check_placement
+from graphs.schema import is_whole
 from placement_env.oracles import _kernels
 from placement_env.oracles.base import ScheduleEvent, SimResult
 
@@ -148,8 +149,7 @@ class Simulator:
             )
         if objective not in OBJECTIVES:
             raise ValueError(f"Simulator: unknown objective {objective!r}; valid: {OBJECTIVES}")
-        ok = isinstance(microbatches, (int, np.integer)) and not isinstance(microbatches, bool)
-        if not ok or not 1 <= microbatches <= MAX_MICROBATCHES:
+        if not is_whole(microbatches, 1) or microbatches > MAX_MICROBATCHES:
             raise ValueError(
                 f"Simulator: microbatches must be an integer in [1, {MAX_MICROBATCHES:,}] (a "
                 f"plan's bound), got {microbatches!r}"

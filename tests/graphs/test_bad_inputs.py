@@ -579,3 +579,20 @@ def test_calibration_keys_are_checked(tmp_path, text, field, says) -> None:
 def test_cpu_n_out_of_range_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match=f"cluster '{name}': cpu_N needs N >= 1 and N <= 1024"):
         clusters.load(name)
+
+
+def test_whole_and_number_predicates() -> None:
+    """``graphs.schema.is_whole`` / ``is_number``: the one test of an option's type outside
+    a file (booleans are never numbers; numpy scalars are)."""
+    import numpy as np
+
+    from graphs.schema import is_number, is_whole
+
+    assert is_whole(3) and is_whole(np.int64(3), 1) and not is_whole(0, 1)
+    assert not is_whole(True) and not is_whole(2.0) and is_whole(2.0, floats=True)
+    assert not is_whole(2.5, floats=True) and not is_whole(float("inf"), floats=True)
+    assert not is_whole("3") and not is_whole(None)
+    assert is_number(0.5) and is_number(np.float32(1.0), 0) and is_number(0, 0)
+    assert not is_number(0, 0, lo_open=True) and not is_number(-1, 0)
+    assert not is_number(True) and not is_number(float("nan")) and not is_number(float("inf"))
+    assert not is_number("1")
