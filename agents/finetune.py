@@ -305,9 +305,10 @@ def chain_finetune(
         if len(prob.order) != U:
             raise ValueError("chain_finetune: the encoding's units differ from the baselines'")
 
-    def draw_move(k: int, lp: np.ndarray | None = None) -> list[np.ndarray]:
+    def draw_move(k: int, lp: np.ndarray) -> list[np.ndarray]:
         """``k`` annealing moves (:func:`~agents.baselines.anneal.propose`) of elite plans,
-        each the best of ``screen`` proposals by the chain score under ``lp``."""
+        each the best of ``screen`` proposals by the chain score under ``lp`` (the first of
+        ties)."""
         if not top or k <= 0:
             return []
         out = []
@@ -316,22 +317,14 @@ def chain_finetune(
             up = np.empty(U, dtype=np.int64)
             up[prob.order] = base
             use = prob.memory_use(up)
-            best, best_s = None, -np.inf
-            for _ in range(int(screen) if lp is not None else 1):
-                step = propose(prob, up, use, rng, nbrs)
-                if step is None:
-                    continue
-                cand = step[0][prob.order]
-                if screen > 1 and lp is not None:
-                    sc = decoding.chain_score(lp, cand, pens[0])
-                    if best is not None and not sc > best_s:
-                        continue
-                    best_s = sc
-                best = cand
-                if screen == 1:
-                    break
-            if best is not None:
-                out.append(best)
+            steps = [propose(prob, up, use, rng, nbrs) for _ in range(int(screen))]
+            cands = [step[0][prob.order] for step in steps if step is not None]
+            if cands:
+                out.append(
+                    cands[0]
+                    if screen == 1
+                    else max(cands, key=lambda c: decoding.chain_score(lp, c, pens[0]))
+                )
         return out
 
     def draw_near(lp: np.ndarray, k: int) -> list[np.ndarray]:
