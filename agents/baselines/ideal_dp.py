@@ -60,6 +60,13 @@ the graph's width. Remedies, each reported in ``meta``:
    memory it takes: ``meta["ideal_table_bytes"]``) or ``time_limit`` it stops
    and the best of the chain DPs' plans and the full DP's incumbent is returned
    (``meta["status"]`` says which limit; ``meta["exact"]`` False).
+5. *More linearizations when the full DP stopped* (``random_orders``, default 2000
+   in :func:`ideal_dp`): the time left before ``time_limit`` goes to chain DPs over
+   random depth-first topological orders (the items a placed item releases are
+   pushed in a random order, :func:`random_linear_extension`; seeded by ``seed``),
+   each bounded by the best split so far. A heuristic for the plan returned, not a
+   proof: ``meta["random_orders"]`` (orders run), ``meta["objective_before_random_orders"]``
+   (seconds) and ``meta["random_orders_improved"]``.
 
 Cuts that keep the enumeration small (none changes the optimum; see
 :mod:`agents.baselines._ideal_kernel`): a stage's compute or memory past what any
@@ -109,6 +116,7 @@ from agents.baselines.maxload import MaxLoadModel, build_model
 from graphs.cluster import Cluster
 from graphs.compgraph import FWD, CompGraph
 from graphs.plan import Plan
+from graphs.schema import is_whole
 from placement_env.oracles.base import Oracle
 
 #: Memory for the DP's ideal tables when ``max_ideals`` is None (bytes).
@@ -440,8 +448,14 @@ def solve_ideal_dp(
     transfer_cut: bool = True,
     act_frac: np.ndarray | None = None,
     reverse: bool = False,
+    random_orders: int = 0,
+    seed: int = 0,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Run the chain DP then the DP over ideals; ``(device of each unit, info)`` (see the module docstring).
+
+    ``random_orders``: when the full DP stops at a limit, up to this many chain DPs over
+    random depth-first orders (:func:`random_linear_extension`, generator seeded by
+    ``seed``) run in the time left before ``time_limit``; the best split of all is kept.
 
     ``act_frac``: position-dependent stage memory (:func:`stage_kernel`), for
     `ideal_dp_makespan` under 1F1B; ``prob.mem`` per unit when None. ``reverse``: the DPs
@@ -476,9 +490,9 @@ def solve_ideal_dp(
 
     # ---- chain DPs over a few topological orders: the upper bound (and the fallback plan)
     place_lin, val_lin, vis_lin = None, np.inf, 0
+    chain = [[i + 1] if i + 1 < B else [] for i in range(B)]
     for perm in linear_extensions(items.succ):
         perm = perm[::-1].copy() if reverse else perm
-        chain = [[i + 1] if i + 1 < B else [] for i in range(B)]
         st, pl, v, _, vis = run(perm, chain, val_lin, B + 2)
         vis_lin += vis
         if st == STATUS_TIME:
@@ -511,6 +525,11 @@ def solve_ideal_dp(
     )  # fmt: skip
     if place is None or not (val < val_lin):
         place, val = place_lin, val_lin
+    if status != STATUS_DONE and random_orders > 0:
+        place, val = _more_linearizations(
+            items.succ, lambda perm, ub: run(perm[::-1].copy() if reverse else perm, chain, ub, B + 2),
+            place, val, random_orders, seed, deadline, info,
+        )  # fmt: skip
     if place is None:
         raise InfeasiblePlanError(
             f"ideal_dp: no contiguous split of {graph.meta.get('name', '?')!r} onto "
@@ -587,6 +606,74 @@ def reinsert_isolated(
         loads[d] += T[u, d]
         use[d] += prob.mem[u]
     return up
+
+
+def check_orders(who: str, random_orders: Any, seed: Any) -> None:
+    """``random_orders`` an integer >= 0 and ``seed`` an integer >= 0, else ``ValueError``
+    naming ``who`` and the option."""
+    if not is_whole(random_orders, 0):
+        raise ValueError(f"{who}: random_orders must be an integer >= 0, got {random_orders!r}")
+    if not is_whole(seed, 0):
+        raise ValueError(f"{who}: seed must be an integer >= 0, got {seed!r}")
+
+
+def random_linear_extension(succ: list[list[int]], rng: np.random.Generator) -> np.ndarray:
+    """A random depth-first topological order of the items (``succ`` points to larger
+    labels): the item placed next is the one released last, and the items that one
+    placement releases are pushed in a random order. On branchy graphs these orders put
+    whole branches together in ever different arrangements, which the three fixed orders
+    of :func:`linear_extensions` cannot."""
+    B = len(succ)
+    deg = np.zeros(B, dtype=np.int64)
+    for s in succ:
+        for j in s:
+            deg[j] += 1
+    stack = [int(i) for i in rng.permutation(np.flatnonzero(deg == 0))]
+    order: list[int] = []
+    while stack:
+        v = stack.pop()
+        order.append(v)
+        new = []
+        for j in succ[v]:
+            deg[j] -= 1
+            if deg[j] == 0:
+                new.append(j)
+        if len(new) > 1:
+            new = [new[k] for k in rng.permutation(len(new))]
+        stack.extend(new)
+    return np.asarray(order, dtype=np.int64)
+
+
+def _more_linearizations(
+    succ: list[list[int]],
+    run_chain: Callable[[np.ndarray, float], tuple[int, np.ndarray | None, float, int, int]],
+    place: np.ndarray | None,
+    val: float,
+    orders: int,
+    seed: int,
+    deadline: float,
+    info: dict[str, Any],
+) -> tuple[np.ndarray | None, float]:
+    """Chain DPs over up to ``orders`` random depth-first orders, each bounded by the best
+    split so far, until ``deadline``; the best split and its objective (``info`` records
+    how many ran, the objective before them and whether they beat it)."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    ran, start_val = 0, val
+    while ran < orders and time.perf_counter() < deadline:
+        st, pl, v, _, _ = run_chain(random_linear_extension(succ, rng), val)
+        if st == STATUS_TIME:
+            break
+        ran += 1
+        if pl is not None and v < val:
+            place, val = pl, v
+    info.update(
+        random_orders=ran,
+        objective_before_random_orders=float(start_val * 1e-6),
+        random_orders_improved=bool(val < start_val),
+        random_orders_seconds=time.perf_counter() - t0,
+    )
+    return place, val
 
 
 def reversed_order(succ: list[list[int]]) -> tuple[np.ndarray, list[list[int]]]:
@@ -674,25 +761,32 @@ def ideal_dp(
     pin_isolated_above: int | None = 8,
     isolated: str = "drop",
     transfer_cut: bool = True,
+    random_orders: int = 2000,
+    seed: int = 0,
 ) -> Plan:
     """Max-load-optimal contiguous split by the DP over ideals (one oracle evaluation).
 
     ``isolated``: ``"drop"`` (default) solves without edge-free units and re-inserts
     them, ``"keep"`` keeps them in the DP (see the module docstring). ``transfer_cut``
     (default on): cut enumeration branches by the transfers they cannot avoid; off
-    only to measure it (the optimum is the same).
+    only to measure it (the optimum is the same). ``random_orders`` (default 2000; 0 turns
+    it off) and ``seed``: when the full DP stops at a limit, chain DPs over that many
+    random depth-first orders in the time left (a heuristic for the plan, not a proof).
 
     ``meta``: ``dp_objective`` (seconds; equals the max-load step time when
     ``exact``), ``exact``, ``dp_lower_bound``, ``dp_gap``, ``dropped_units``, ``optimal_among``, ``status`` (``done`` or the limit
     that stopped the full DP), ``ideals``, ``items``, ``pinned_items``,
-    ``chain_objective``, ``device_classes``.
+    ``chain_objective``, ``device_classes``; after a stopped DP ``random_orders``,
+    ``objective_before_random_orders``, ``random_orders_improved``.
     """
+    check_orders("ideal_dp", random_orders, seed)
     start = oracle_calls_start(oracle)
     prob = exact_problem(graph, cluster, oracle)
     model = build_model(graph, cluster)
     up, info = solve_ideal_dp(
         prob, model, time_limit=time_limit, max_ideals=max_ideals,
         pin_isolated_above=pin_isolated_above, isolated=isolated, transfer_cut=transfer_cut,
+        random_orders=random_orders, seed=seed,
     )  # fmt: skip
     return finish(prob, up, "ideal_dp", start, objective="max_load", **info)
 

@@ -50,7 +50,7 @@ from agents.baselines.common import (
     finish,
     oracle_calls_start,
 )
-from agents.baselines.ideal_dp import device_classes, exact_problem, solve_ideal_dp
+from agents.baselines.ideal_dp import check_orders, device_classes, exact_problem, solve_ideal_dp
 from agents.baselines.maxload import MaxLoadModel, build_model
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
@@ -406,10 +406,13 @@ def ilp(
     init: np.ndarray | None = None,
     symmetry: bool = False,
     highs_options: dict[str, Any] | None = None,
+    random_orders: int = 2000,
+    seed: int = 0,
 ) -> Plan:
     """Max-load MILP (HiGHS), warm-started from `ideal_dp`; one oracle evaluation.
 
-    ``time_limit`` bounds HiGHS; ``warm_time_limit`` (default ``time_limit``) the DP.
+    ``time_limit`` bounds HiGHS; ``warm_time_limit`` (default ``time_limit``) the DP;
+    ``random_orders`` and ``seed`` are the DP's (see :func:`ideal_dp`).
     ``symmetry``: ordering rows for interchangeable devices (off by default: on coarsened zoo
     graphs they slowed HiGHS's proofs 2.5-19x in 4 of 5 cases, ``docs/ilp_symmetry_table.md``);
     ``highs_options``: passed to HiGHS (see :func:`solve_max_load`).
@@ -420,6 +423,7 @@ def ilp(
     check_seconds("ilp", "time_limit", time_limit)
     if warm_time_limit is not None:
         check_seconds("ilp", "warm_time_limit", warm_time_limit)
+    check_orders("ilp", random_orders, seed)
     start = oracle_calls_start(oracle)
     prob = exact_problem(graph, cluster, oracle)
     model = build_model(graph, cluster)
@@ -434,8 +438,9 @@ def ilp(
     elif warm_start:
         try:
             warm, wi = solve_ideal_dp(
-                prob, model, time_limit=time_limit if warm_time_limit is None else warm_time_limit
-            )
+                prob, model, time_limit=time_limit if warm_time_limit is None else warm_time_limit,
+                random_orders=random_orders, seed=seed,
+            )  # fmt: skip
             warm_info = {
                 "warm_objective": float(model.max_load(warm[prob.unit_of]) * 1e-6),
                 "warm_exact": wi["exact"],

@@ -10,7 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agents.baselines as B
-from agents.baselines.ideal_dp import edge_free_units, precedence_items
+from agents.baselines.ideal_dp import (
+    edge_free_units,
+    precedence_items,
+    random_linear_extension,
+)
 from agents.baselines.ilp import canonical_order, symmetric_devices
 from agents.baselines.maxload import build_model
 from graphs.cluster import Cluster, Device, Link
@@ -370,7 +374,7 @@ def test_ideal_dp_honours_max_ideals_beyond_the_default_table(monkeypatch):
     c = _fiddle_like(g, 8)
     run = lambda **kw: B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), **kw)  # noqa: E731
     monkeypatch.setattr(idp, "TABLE_BYTES", 100 * (9 * 2 * 13 + 3 * 8 + 40))
-    small = run().meta
+    small = run(random_orders=0).meta
     assert small["status"] == "max_ideals" and small["exact"] is False
     assert small["ideal_limit"] == 100
     big = run(max_ideals=10_000).meta
@@ -398,6 +402,87 @@ def test_ideal_dp_proves_a_branchy_series_parallel_graph_within_the_default_limi
     assert plan.meta["dp_objective"] == pytest.approx(0.0112776025, rel=1e-8)
     res = Simulator(g, c, objective="max_load").evaluate(plan)
     assert not res.oom and res.step_time == pytest.approx(plan.meta["dp_objective"], rel=1e-9)
+
+
+@slow(30)
+@given(st.integers(0, 2**31), st.integers(1, 14), st.sampled_from([0.0, 0.2, 0.5]))
+def test_random_linear_extension_is_a_seeded_topological_order(seed, n, p):
+    rng = np.random.default_rng(seed)
+    succ = [[] for _ in range(n)]
+    for a, b in random_dag(rng, n, p):
+        succ[a].append(b)
+    order = random_linear_extension(succ, np.random.default_rng(seed))
+    assert sorted(order.tolist()) == list(range(n))
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    assert all(pos[a] < pos[b] for a in range(n) for b in succ[a])
+    again = random_linear_extension(succ, np.random.default_rng(seed))
+    assert np.array_equal(order, again)  # the generator decides everything
+    # with no edges every order is a linear extension, and the draws spread over them
+    if p == 0.0 and n >= 4:
+        draws = {tuple(random_linear_extension(succ, rng)) for _ in range(20)}
+        assert len(draws) > 1
+
+
+@slow(15)
+@given(st.integers(0, 2**31), st.integers(3, 9), st.sampled_from([0.15, 0.3, 0.5]))
+def test_ideal_dp_random_orders_after_a_stopped_dp_never_beat_the_contiguous_optimum(seed, n, p):
+    # the DP stopped at once (max_ideals=1): the random orders' plan is a contiguous split,
+    # never worse than the three fixed orders' and never better than brute force's optimum
+    rng = np.random.default_rng(seed)
+    g = dag_graph(rng, n, p, groups=False, explicit=False)
+    c = cluster_of(rng, 3, cpu=True, mem=float(g.param_bytes.sum()) + 1.0)
+    best = _brute_force_contiguous(g, c)
+
+    def run(**kw):
+        return B.get("ideal_dp")(
+            g, c, Simulator(g, c, objective="max_load"), None, max_ideals=1, isolated="keep",
+            pin_isolated_above=None, **kw,
+        )  # fmt: skip
+
+    fixed, rand = run(random_orders=0), run(random_orders=50, seed=seed % 7)
+    if fixed.meta["status"] == "done":  # the empty ideal alone proved it
+        return
+    assert rand.meta["random_orders"] == 50 and fixed.meta.get("random_orders") is None
+    res = Simulator(g, c, objective="max_load").evaluate(rand)
+    assert not res.oom and rand.colocation_violations(g) == []
+    assert best * (1 - 1e-9) <= res.step_time <= fixed.meta["step_time"] * (1 + 1e-9)
+    assert rand.meta["objective_before_random_orders"] == pytest.approx(fixed.meta["dp_objective"])
+    assert rand.meta["random_orders_improved"] == (
+        res.step_time < fixed.meta["step_time"] * (1 - 1e-12)
+    )
+    assert np.array_equal(run(random_orders=50, seed=seed % 7).placement, rand.placement)
+
+
+def test_ideal_dp_random_orders_find_the_split_the_fixed_orders_miss():
+    # a 45-node series-parallel training graph on 4 accelerators + a host CPU: the full DP
+    # proves 1.9529 ms; stopped at once, the three fixed orders' best split is 2.2408 ms and
+    # 200 random depth-first orders find the optimum
+    from graphs import synthetic
+
+    g = synthetic.series_parallel(20, rng=3, domain="vision")
+    c = _fiddle_like(g, 4)
+    run = lambda **kw: B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), **kw)  # noqa: E731
+    exact = run().meta
+    assert exact["exact"] is True and "random_orders" not in exact  # nothing left to improve
+    fixed = run(max_ideals=1, random_orders=0).meta
+    rand = run(max_ideals=1, random_orders=200).meta
+    assert exact["step_time"] == pytest.approx(1.9529e-3, rel=1e-4)
+    assert fixed["step_time"] == pytest.approx(2.2408e-3, rel=1e-4)
+    assert rand["step_time"] == pytest.approx(exact["step_time"], rel=1e-9)
+    assert rand["random_orders_improved"] is True and rand["exact"] is False
+    assert rand["objective_before_random_orders"] == pytest.approx(fixed["dp_objective"])
+
+
+@pytest.mark.parametrize("name", ["ideal_dp", "ilp"])
+@pytest.mark.parametrize("opt, bad", [("random_orders", -1), ("random_orders", 2.5),
+                                      ("random_orders", True), ("random_orders", "10"),
+                                      ("seed", -1), ("seed", 1.5), ("seed", None)])  # fmt: skip
+def test_random_orders_and_seed_are_checked(name, opt, bad):
+    g = dag_graph(np.random.default_rng(0), 5, 0.4, groups=False, explicit=False)
+    c = cluster_of(np.random.default_rng(0), 2, cpu=False, mem=1e9)
+    with pytest.raises(ValueError, match=f"{name}: {opt} must be an integer >= 0"):
+        B.get(name)(g, c, Simulator(g, c, objective="max_load"), None, **{opt: bad})
 
 
 def test_precedence_items_pin_isolated_and_follow_backward():
