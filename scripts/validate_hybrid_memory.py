@@ -79,6 +79,59 @@ TORCHTITAN = dict(
     op_level_sac=True,
 )
 
+#: Llama 2 shapes (Touvron et al. 2023, Table 1 and the released configs), sequence 4,096.
+LLAMA2 = {
+    "13B": dict(hidden=5120, layers=40, heads=40, kv_heads=40, ffn=13824, vocab=32000),
+    "70B": dict(hidden=8192, layers=80, heads=64, kv_heads=8, ffn=28672, vocab=32000),
+}
+
+#: torchtitan's ``docs/performance.md`` (pytorch/torchtitan, the file as stored at commit
+#: 0413364): Llama 3 (sequence 8,192) and Llama 2 (sequence 4,096) with FSDP2 on 64 A100
+#: 80GB, local batch ``b``, no TP or PP. It gives throughput, not memory, but which runs fit:
+#: every row of its two tables ran, and its footnote says Llama 2 70B with selective
+#: (op-level) activation checkpointing at local batch 2 "will cause an OOM error". (label,
+#: shapes, seq, local batch, recompute, ran). "selective layer" rows (every second block
+#: checkpointed) are left out: the model has no such policy.
+A100_RUNS = [
+    ("Llama 3 8B, local batch 1, selective op AC", LLAMA31["8B"], 8192, 1, "selective", True),
+    ("Llama 3 70B, local batch 1, full AC", LLAMA31["70B"], 8192, 1, "full", True),
+    ("Llama 2 13B, local batch 2, no AC", LLAMA2["13B"], 4096, 2, "none", True),
+    ("Llama 2 13B, local batch 2, selective op AC", LLAMA2["13B"], 4096, 2, "selective", True),
+    ("Llama 2 70B, local batch 1, selective op AC", LLAMA2["70B"], 4096, 1, "selective", True),
+    ("Llama 2 70B, local batch 2, full AC", LLAMA2["70B"], 4096, 2, "full", True),
+    ("Llama 2 70B, local batch 2, selective op AC", LLAMA2["70B"], 4096, 2, "selective", False),
+]  # fmt: skip
+
+
+def a100_run(shapes: dict, seq: int, batch: int, recompute: str) -> tuple[float, bool]:
+    """(peak GiB per GPU, OOM flag) of one ``A100_RUNS`` row: FSDP 64 on 8 DGX A100 80GB
+    nodes with every torchtitan mechanism (no TP: 12 bytes per logit)."""
+    g = zoo.build("llama", seq=seq, **shapes, **dict(TORCHTITAN, loss_logit_bytes=12.0))
+    cl = clusters.load("dgx_a100_80g", nodes=8)
+    plan = Plan.hybrid(g, cl, dp=64, tp=1, pp=1, microbatch_size=batch, global_batch=64 * batch,
+                       recompute=recompute, zero=3)  # fmt: skip
+    res = Simulator(g, cl).evaluate(plan)
+    return float(res.peak_memory.max()) / GiB, bool(res.oom)
+
+
+def a100_table() -> tuple[str, int]:
+    """The fits / OOM check on torchtitan's A100 runs; (markdown, rows that agree)."""
+    lines = [
+        "| torchtitan run (FSDP 64, A100 80GB) | published | predicted (GiB) | predicted | agrees |",
+        "| --- | --- | ---: | --- | --- |",
+    ]
+    agree = 0
+    for label, shapes, seq, batch, recompute, ran in A100_RUNS:
+        gib, oom = a100_run(shapes, seq, batch, recompute)
+        agree += oom != ran
+        lines.append(
+            f"| {label} | {'ran' if ran else 'OOM'} | {gib:.1f} | {'OOM' if oom else 'fits'} | "
+            f"{'yes' if oom != ran else '**no**'} |"
+        )
+    lines.append("")
+    lines.append(f"Fits or OOM as published: {agree} of {len(A100_RUNS)} runs (capacity 80 GiB).")
+    return "\n".join(lines) + "\n", agree
+
 
 def loss_bytes(layout: dict) -> float:
     """torchtitan's eager ``cross_entropy(pred.float())``: 12 B per logit; with TP it runs
@@ -140,6 +193,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     md, _ = table()
+    md += "\n" + a100_table()[0]
     print(md)
     if not args.no_write:
         text = DOC.read_text()
