@@ -106,12 +106,10 @@ A100_RUNS = [
 def a100_run(shapes: dict, seq: int, batch: int, recompute: str) -> tuple[float, bool]:
     """(peak GiB per GPU, OOM flag) of one ``A100_RUNS`` row: FSDP 64 on 8 DGX A100 80GB
     nodes with every torchtitan mechanism (no TP: 12 bytes per logit)."""
-    g = zoo.build("llama", seq=seq, **shapes, **dict(TORCHTITAN, loss_logit_bytes=12.0))
-    cl = clusters.load("dgx_a100_80g", nodes=8)
-    plan = Plan.hybrid(g, cl, dp=64, tp=1, pp=1, microbatch_size=batch, global_batch=64 * batch,
-                       recompute=recompute, zero=3)  # fmt: skip
-    res = Simulator(g, cl).evaluate(plan)
-    return float(res.peak_memory.max()) / GiB, bool(res.oom)
+    layout = dict(dp=64, tp=1, pp=1, microbatch_size=batch, global_batch=64 * batch,
+                  recompute=recompute, zero=3)  # fmt: skip
+    kw = dict(TORCHTITAN, loss_logit_bytes=12.0)
+    return peak_memory(shapes, seq, kw, "dgx_a100_80g", 8, layout)
 
 
 def a100_table() -> tuple[str, int]:
@@ -147,10 +145,18 @@ def predict(model: str, seq: int, nodes: int, layout: dict, mode: str) -> float:
         kw = dict(flash_attention=True, loss_logit_bytes=12.0)
     if mode == "torchtitan":
         kw = dict(TORCHTITAN, loss_logit_bytes=loss_bytes(layout))
-    g = zoo.build("llama", seq=seq, **LLAMA31[model], **kw)
-    cl = clusters.load("dgx_h100", nodes=nodes)
+    return peak_memory(LLAMA31[model], seq, kw, "dgx_h100", nodes, layout)[0]
+
+
+def peak_memory(
+    shapes: dict, seq: int, kw: dict, cluster: str, nodes: int, layout: dict
+) -> tuple[float, bool]:
+    """(peak GiB per GPU, OOM flag) of a LLaMA of ``shapes`` (``ModelDims`` switches ``kw``)
+    under ``layout`` on ``nodes`` nodes of the ``cluster`` preset."""
+    g = zoo.build("llama", seq=seq, **shapes, **kw)
+    cl = clusters.load(cluster, nodes=nodes)
     res = Simulator(g, cl).evaluate(Plan.hybrid(g, cl, **layout))
-    return float(res.peak_memory.max()) / GiB
+    return float(res.peak_memory.max()) / GiB, bool(res.oom)
 
 
 def table() -> tuple[str, dict[str, float]]:

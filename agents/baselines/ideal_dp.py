@@ -491,9 +491,12 @@ def solve_ideal_dp(
     # ---- chain DPs over a few topological orders: the upper bound (and the fallback plan)
     place_lin, val_lin, vis_lin = None, np.inf, 0
     chain = [[i + 1] if i + 1 < B else [] for i in range(B)]
+
+    def run_chain(perm: np.ndarray, ub: float) -> tuple[int, np.ndarray | None, float, int, int]:
+        return run(perm[::-1].copy() if reverse else perm, chain, ub, B + 2)
+
     for perm in linear_extensions(items.succ):
-        perm = perm[::-1].copy() if reverse else perm
-        st, pl, v, _, vis = run(perm, chain, val_lin, B + 2)
+        st, pl, v, _, vis = run_chain(perm, val_lin)
         vis_lin += vis
         if st == STATUS_TIME:
             raise InfeasiblePlanError(
@@ -527,9 +530,8 @@ def solve_ideal_dp(
         place, val = place_lin, val_lin
     if status != STATUS_DONE and random_orders > 0:
         place, val = _more_linearizations(
-            items.succ, lambda perm, ub: run(perm[::-1].copy() if reverse else perm, chain, ub, B + 2),
-            place, val, random_orders, seed, deadline, info,
-        )  # fmt: skip
+            items.succ, run_chain, place, val, random_orders, seed, deadline, info
+        )
     if place is None:
         raise InfeasiblePlanError(
             f"ideal_dp: no contiguous split of {graph.meta.get('name', '?')!r} onto "
@@ -617,17 +619,22 @@ def check_orders(who: str, random_orders: Any, seed: Any) -> None:
         raise ValueError(f"{who}: seed must be an integer >= 0, got {seed!r}")
 
 
+def _in_degrees(succ: list[list[int]]) -> np.ndarray:
+    """Predecessors of each item (int64)."""
+    deg = np.zeros(len(succ), dtype=np.int64)
+    for s in succ:
+        for j in s:
+            deg[j] += 1
+    return deg
+
+
 def random_linear_extension(succ: list[list[int]], rng: np.random.Generator) -> np.ndarray:
     """A random depth-first topological order of the items (``succ`` points to larger
     labels): the item placed next is the one released last, and the items that one
     placement releases are pushed in a random order. On branchy graphs these orders put
     whole branches together in ever different arrangements, which the three fixed orders
     of :func:`linear_extensions` cannot."""
-    B = len(succ)
-    deg = np.zeros(B, dtype=np.int64)
-    for s in succ:
-        for j in s:
-            deg[j] += 1
+    deg = _in_degrees(succ)
     stack = [int(i) for i in rng.permutation(np.flatnonzero(deg == 0))]
     order: list[int] = []
     while stack:
@@ -695,10 +702,7 @@ def linear_extensions(succ: list[list[int]]) -> list[np.ndarray]:
     level order (by longest path from a source: branches advance together)."""
     B = len(succ)
     orders = [np.arange(B)]
-    indeg = np.zeros(B, dtype=np.int64)
-    for s in succ:
-        for j in s:
-            indeg[j] += 1
+    indeg = _in_degrees(succ)
     deg, stack, dfs = indeg.copy(), [i for i in range(B - 1, -1, -1) if indeg[i] == 0], []
     while stack:
         v = stack.pop()
