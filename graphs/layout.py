@@ -36,6 +36,7 @@ _FIELDS = (
     "zero",
     "schedule",
     "stage_layers",
+    "stage_meshes",
 )
 
 
@@ -396,6 +397,17 @@ class HybridLayout:
         stage_layers: half-open transformer-layer ranges, one per model chunk,
             ``pp * virtual_stages`` chunks in pipeline order, contiguous from 0;
             chunk ``c`` runs on pipeline rank ``c % pp``.
+        stage_meshes: empty (the default: every stage on a ``dp x tp`` submesh), or one
+            ``(dp_p, tp_p)`` per pipeline stage: stage ``p`` runs on its own submesh of
+            ``dp_p * tp_p`` devices (Alpa's inter-op stages on submeshes of different
+            shapes, Zheng et al. OSDI'22). Then ``dp``, ``tp`` and ``microbatch_size`` are
+            the first stage's (``stage_meshes[0] == (dp, tp)``), the step has
+            ``global_batch / (dp * microbatch_size)`` microbatches of ``dp *
+            microbatch_size`` samples, and stage ``p`` splits each into ``dp_p`` parts of
+            ``dp * microbatch_size / dp_p`` samples (which must be whole). The submeshes
+            take consecutive device ranges in stage order; recomputation, SP and ZeRO
+            apply on every stage (SP and ZeRO where the stage's ``tp``, resp. ``dp``, is
+            above 1); ``virtual_stages`` must be 1.
     """
 
     dp: int
@@ -409,11 +421,15 @@ class HybridLayout:
     zero: int = 0
     schedule: str = "1f1b"
     stage_layers: tuple[tuple[int, int], ...] = ()
+    stage_meshes: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         _check_fields(self, "HybridLayout")
         object.__setattr__(
             self, "stage_layers", tuple((int(a), int(b)) for a, b in self.stage_layers)
+        )
+        object.__setattr__(
+            self, "stage_meshes", tuple((int(a), int(b)) for a, b in self.stage_meshes)
         )
 
     # ------------------------------------------------------------ properties
@@ -424,7 +440,37 @@ class HybridLayout:
 
     @property
     def world_size(self) -> int:
+        if self.stage_meshes:
+            return sum(d * t for d, t in self.stage_meshes)
         return self.dp * self.tp * self.pp
+
+    @property
+    def heterogeneous(self) -> bool:
+        """True when the stages have their own submeshes (:attr:`stage_meshes`)."""
+        return bool(self.stage_meshes)
+
+    @property
+    def meshes(self) -> tuple[tuple[int, int], ...]:
+        """``(dp_p, tp_p)`` of every pipeline stage (``(dp, tp)`` each when uniform)."""
+        return self.stage_meshes or ((self.dp, self.tp),) * self.pp
+
+    @property
+    def stage_microbatch_sizes(self) -> tuple[int, ...]:
+        """Samples per microbatch on each data-parallel rank of each pipeline stage."""
+        g = self.dp * self.microbatch_size
+        return tuple(g // d for d, _ in self.meshes)
+
+    def stage_view(self, p: int) -> HybridLayout:
+        """The uniform layout that runs every stage on stage ``p``'s submesh, with stage
+        ``p``'s microbatch size (same microbatch count, stages, schedule and switches):
+        what stage ``p`` of a heterogeneous layout computes and keeps, stage for stage."""
+        dp, tp = self.meshes[p]
+        d = self.to_dict()
+        d.pop("stage_meshes", None)
+        d.update(dp=dp, tp=tp, microbatch_size=self.stage_microbatch_sizes[p])
+        if tp == 1:
+            d["sequence_parallel"] = False
+        return HybridLayout.from_dict(d)
 
     @property
     def mesh_shape(self) -> tuple[int, int, int]:
@@ -444,22 +490,37 @@ class HybridLayout:
         """Transformer layers covered by :attr:`stage_layers`."""
         return self.stage_layers[-1][1]
 
+    def stage_offset(self, p: int) -> int:
+        """Global rank of the first device of pipeline rank ``p``'s submesh."""
+        if not self.stage_meshes:
+            return p * self.dp * self.tp
+        return sum(d * t for d, t in self.stage_meshes[:p])
+
     def rank(self, p: int, d: int, t: int) -> int:
         """Global rank of pipeline rank ``p``, data-parallel rank ``d``, tensor rank ``t``."""
-        return (p * self.dp + d) * self.tp + t
+        if not self.stage_meshes:
+            return (p * self.dp + d) * self.tp + t
+        return self.stage_offset(p) + d * self.stage_meshes[p][1] + t
 
     def coords(self, rank: int) -> tuple[int, int, int]:
         """``(p, d, t)`` of a global rank (inverse of :meth:`rank`)."""
         if not 0 <= rank < self.world_size:
             raise ValueError(f"HybridLayout.coords: rank {rank} not in [0, {self.world_size})")
+        if self.stage_meshes:
+            for p, (dp, tp) in enumerate(self.stage_meshes):
+                if rank < dp * tp:
+                    d, t = divmod(rank, tp)
+                    return p, d, t
+                rank -= dp * tp
         pd, t = divmod(rank, self.tp)
         p, d = divmod(pd, self.dp)
         return p, d, t
 
     def stage_ranks(self, p: int) -> range:
-        """Global ranks of pipeline rank ``p`` (its ``dp * tp`` submesh)."""
-        n = self.dp * self.tp
-        return range(p * n, (p + 1) * n)
+        """Global ranks of pipeline rank ``p`` (its ``dp_p * tp_p`` submesh)."""
+        dp, tp = self.meshes[p]
+        a = self.stage_offset(p)
+        return range(a, a + dp * tp)
 
     def chunk_of_layer(self, layer: int) -> int:
         """Index of the model chunk that holds transformer layer ``layer``."""
@@ -473,14 +534,21 @@ class HybridLayout:
         """Raise ``ValueError`` unless this layout fits a model of ``num_layers`` layers and
         ``num_heads`` attention heads on ``num_devices`` devices (names the field)."""
         if self.world_size != num_devices:
+            if self.stage_meshes:
+                raise ValueError(
+                    f"HybridLayout.stage_meshes: the stages' dp*tp sum to {self.world_size} "
+                    f"devices, but the cluster has {num_devices}"
+                )
             raise ValueError(
                 f"HybridLayout: dp*tp*pp = {self.dp}*{self.tp}*{self.pp} = {self.world_size} "
                 f"must equal the cluster's {num_devices} devices"
             )
-        if num_heads % self.tp:
-            raise ValueError(
-                f"HybridLayout.tp = {self.tp} must divide the model's {num_heads} attention heads"
-            )
+        for p, (_, tp) in enumerate(self.meshes):
+            if num_heads % tp:
+                what = f"stage_meshes[{p}] tp" if self.stage_meshes else "tp"
+                raise ValueError(
+                    f"HybridLayout.{what} = {tp} must divide the model's {num_heads} attention heads"
+                )
         if self.num_chunks > num_layers:
             raise ValueError(
                 f"HybridLayout: pp*virtual_stages = {self.num_chunks} chunks exceed the model's "
@@ -494,7 +562,9 @@ class HybridLayout:
 
     # ------------------------------------------------------------------ I/O
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The fields as plain JSON; ``stage_meshes`` only when set (so uniform layouts
+        read and hash as before)."""
+        out = {
             "dp": self.dp,
             "tp": self.tp,
             "pp": self.pp,
@@ -507,6 +577,9 @@ class HybridLayout:
             "schedule": self.schedule,
             "stage_layers": [[a, b] for a, b in self.stage_layers],
         }
+        if self.stage_meshes:
+            out["stage_meshes"] = [[d, t] for d, t in self.stage_meshes]
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, source: str = "layout") -> HybridLayout:
@@ -529,8 +602,16 @@ class HybridLayout:
             raise ValueError(
                 f"{source}: layout.stage_layers must be a list of [start, stop] pairs, got {sl!r}"
             )
-        kw = {k: d[k] for k in _FIELDS if k in d and k != "stage_layers"}
+        kw = {k: d[k] for k in _FIELDS if k in d and k not in ("stage_layers", "stage_meshes")}
         kw["stage_layers"] = tuple(tuple(r) for r in sl)
+        sm = d.get("stage_meshes", ())
+        if not isinstance(sm, (list, tuple)) or not all(
+            isinstance(r, (list, tuple)) and len(r) == 2 for r in sm
+        ):
+            raise ValueError(
+                f"{source}: layout.stage_meshes must be a list of [dp, tp] pairs, got {sm!r}"
+            )
+        kw["stage_meshes"] = tuple(tuple(r) for r in sm)
         # type checks happen before construction so that the message names the source
         _check_fields(kw, source)
         return cls(**kw)
@@ -565,8 +646,17 @@ def _check_fields(obj: Any, source: str) -> None:
     dp, tp, pp, mbs, gb, v = (
         get(k) for k in ("dp", "tp", "pp", "microbatch_size", "global_batch", "virtual_stages")
     )
-    if get("sequence_parallel") and tp == 1:
-        raise bad("sequence_parallel", True, "false when tp == 1 (it shards over the TP group)")
+    meshes_in: Any = get("stage_meshes") or ()
+    top_tp = tp
+    if isinstance(meshes_in, (list, tuple)) and meshes_in:
+        tps = [r[1] for r in meshes_in if isinstance(r, (list, tuple)) and len(r) == 2]
+        top_tp = max([tp] + [t for t in tps if isinstance(t, int) and not isinstance(t, bool)])
+    if get("sequence_parallel") and top_tp == 1:
+        raise bad(
+            "sequence_parallel",
+            True,
+            "false when tp == 1 on every stage (it shards over the TP group)",
+        )
     if gb % (dp * mbs):
         raise bad(
             "global_batch",
@@ -625,6 +715,35 @@ def _check_fields(obj: Any, source: str) -> None:
                 f"a non-empty range starting at {prev} (ranges are contiguous from layer 0)",
             )
         prev = b
+    sm: Any = get("stage_meshes") or ()
+    if not isinstance(sm, (list, tuple)):
+        raise bad("stage_meshes", sm, "a sequence of (dp, tp) pairs, one per pipeline stage")
+    if not sm:
+        return
+    if len(sm) != pp:
+        raise bad("stage_meshes", sm, f"pp = {pp} (dp, tp) pairs, one per pipeline stage")
+    if v != 1:
+        raise bad("virtual_stages", v, "1 when the stages have their own submeshes (stage_meshes)")
+    for c, r in enumerate(sm):
+        if (
+            not isinstance(r, (list, tuple))
+            or len(r) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in r)
+        ):
+            raise bad(f"stage_meshes[{c}]", r, "a pair of integers (dp, tp), each >= 1")
+        if (dp * mbs) % r[0]:
+            raise bad(
+                f"stage_meshes[{c}]",
+                list(r),
+                f"a dp that divides the microbatch of dp * microbatch_size = {dp * mbs} samples "
+                "(each data-parallel rank of the stage takes a whole share of it)",
+            )
+    if tuple(sm[0]) != (dp, tp):
+        raise bad(
+            "stage_meshes[0]",
+            list(sm[0]),
+            f"(dp, tp) = ({dp}, {tp}): dp, tp and microbatch_size are the first stage's",
+        )
 
 
 #: Default microbatch sizes and virtual-stage counts of :func:`layout_grid`.

@@ -132,14 +132,17 @@ class Plan:
         zero: int = 0,
         schedule: str | None = None,
         stage_layers: Any = None,
+        stage_meshes: Any = None,
         meta: Mapping[str, Any] | None = None,
     ) -> Plan:
         """A hybrid-parallel plan of a layered (transformer) graph on ``cluster``.
 
         ``schedule`` defaults to ``"interleaved"`` when ``virtual_stages > 1`` else
         ``"1f1b"``; ``stage_layers`` to an even split of the model's layers into
-        ``pp * virtual_stages`` chunks (:func:`graphs.layout.balanced_stage_layers`).
-        The plan's ``placement`` puts each node on the first device of its pipeline
+        ``pp * virtual_stages`` chunks (:func:`graphs.layout.balanced_stage_layers`);
+        ``stage_meshes`` (optional) gives each pipeline stage its own ``(dp, tp)`` submesh
+        (:class:`graphs.layout.HybridLayout`; ``dp``, ``tp`` and ``microbatch_size`` are
+        then the first stage's). The plan's ``placement`` puts each node on the first device of its pipeline
         stage's ``dp x tp`` submesh (so op-level code sees a valid placement);
         ``microbatches`` is the layout's microbatch count per replica. Raises
         ``ValueError`` naming the field when the layout does not fit.
@@ -161,6 +164,7 @@ class Plan:
             zero=zero,
             schedule=schedule,
             stage_layers=tuple(tuple(r) for r in stage_layers),
+            stage_meshes=tuple(tuple(r) for r in (stage_meshes or ())),
         )
         return cls.from_layout(graph, cluster, layout, meta=meta)
 
@@ -444,7 +448,9 @@ def hybrid_placement(graph: CompGraph, layout: HybridLayout) -> np.ndarray:
             rank[i] = rank[j]
         else:
             rank[i] = group_rank.get(int(graph.group[i]), last)
-    return rank * (layout.dp * layout.tp)
+    sizes = np.array([d * t for d, t in layout.meshes], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))  # layout.stage_offset(p)
+    return offsets[rank]
 
 
 def _jsonable(x: Any) -> Any:

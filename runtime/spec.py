@@ -336,6 +336,12 @@ def hybrid_run_spec(plan: Plan, model: Mapping[str, Any], **options: Any) -> Run
     meta device: no weights)."""
     from runtime.hybrid import HybridSpec, check_hybrid
 
+    if getattr(plan.layout, "stage_meshes", ()):
+        raise ValueError(
+            "the runtime executes hybrid layouts whose stages share one dp x tp submesh; this "
+            f"plan gives its stages their own (stage_meshes = {list(map(list, plan.layout.stage_meshes))}): "
+            "score it with the simulator, or plan with megatron_grid / hybrid_anneal to run it"
+        )
     layout = HybridSpec.from_layout(plan.layout)
     layout.validate()
     check_hybrid(model, layout)

@@ -145,50 +145,53 @@ class HybridModel:
         self.topo = Topology.from_cluster(cluster)
 
     # ----------------------------------------------------------------- API
-    def _end_costs(self, lay: HybridLayout, tp_ar: float) -> tuple[float, float]:
+    def _end_costs(self, b: int, tp: int, tp_ar: float) -> tuple[float, float]:
         """Forward seconds of the embedding (first chunk) and of the final norm, head and
-        loss (last chunk) per microbatch; their backwards take 1x and 2x these."""
+        loss (last chunk) per microbatch of ``b`` samples on a ``tp``-way group; their
+        backwards take 1x and 2x these."""
         d, dev = self.dims, self.device
-        tok = float(lay.microbatch_size * d.seq)
+        tok = float(b * d.seq)
         peak = dev.peak_flops * self.gemm_efficiency
-        emb_f = 2.0 * tok * d.hidden / dev.mem_bw + (tp_ar if lay.tp > 1 else 0.0)
-        head_gemm = d.head_flops(tok) / lay.tp / peak
-        logits = 4.0 * tok * d.vocab / lay.tp  # fp32 logits for the cross-entropy
+        emb_f = 2.0 * tok * d.hidden / dev.mem_bw + (tp_ar if tp > 1 else 0.0)
+        head_gemm = d.head_flops(tok) / tp / peak
+        logits = 4.0 * tok * d.vocab / tp  # fp32 logits for the cross-entropy
         head_f = head_gemm + ELEMENTWISE_TRAFFIC * logits / dev.mem_bw
-        return emb_f, head_f + (tp_ar if lay.tp > 1 else 0.0)
+        return emb_f, head_f + (tp_ar if tp > 1 else 0.0)
 
     def stage_costs(self, layout: HybridLayout) -> dict[str, float]:
         """Per-microbatch seconds on one GPU under ``layout``'s intra-op choices (tp, SP,
-        recompute, ZeRO, microbatch size): ``layer`` (forward + backward of one
-        transformer layer), ``first`` / ``last`` (the embedding, resp. head and loss,
-        forward + backward). What the Alpa-style planner's inter-op DP splits."""
-        r = self.evaluate(layout)
-        emb_f, head_f = self._end_costs(layout, r.breakdown["tp_collective"])
+        recompute, ZeRO, microbatch size) of its first stage: ``layer`` (forward + backward
+        of one transformer layer), ``first`` / ``last`` (the embedding, resp. head and
+        loss, forward + backward). What the Alpa-style planner's inter-op split weighs."""
+        t = self._mesh_terms(layout, layout.dp, layout.tp, layout.microbatch_size, 0)
         return {
-            "layer": r.breakdown["layer_fwd"] + r.breakdown["layer_bwd"],
-            "first": 2 * emb_f,
-            "last": 3 * head_f,
+            "layer": t["layer_f"] + t["layer_b"],
+            "first": 2 * t["emb_f"],
+            "last": 3 * t["head_f"],
         }
 
-    def evaluate(self, layout: HybridLayout) -> HybridResult:
-        d, lay, dev, topo = self.dims, layout, self.device, self.topo
-        layout.validate(d.layers, d.heads, self.cluster.num_devices)
-        if d.kv_heads % lay.tp and lay.tp % d.kv_heads:
-            raise ValueError(
-                f"HybridLayout.tp = {lay.tp} and the model's {d.kv_heads} kv heads: one must "
-                "divide the other"
-            )
-        P, v, m, tp, dp = lay.pp, lay.virtual_stages, lay.num_microbatches, lay.tp, lay.dp
-        C = P * v
-        b, s, h = lay.microbatch_size, d.seq, d.hidden
+    def stage_profile(self, lay: HybridLayout, dp: int, tp: int, b: int) -> StageProfile:
+        """What the Alpa-style planner's inter-op DP needs of a stage on a ``dp x tp``
+        submesh with microbatches of ``b`` samples per data-parallel rank, under ``lay``'s
+        recomputation, SP, ZeRO and schedule switches: per-microbatch seconds and per-GPU
+        bytes as affine functions of the stage's layer count (:class:`StageProfile`)."""
+        t = self._mesh_terms(lay, dp, tp, b, 0)
+        return StageProfile(self, lay, t)
+
+    def _mesh_terms(self, lay: HybridLayout, dp: int, tp: int, b: int, off: int) -> dict[str, Any]:
+        """Per-GPU terms of a pipeline stage on a ``dp x tp`` submesh whose first device is
+        ``off``, with microbatches of ``b`` samples per data-parallel rank: one layer's
+        forward / backward seconds (with ZeRO-2/3 traffic over the stage's DP group), the
+        TP collective, the end chunks' costs, the p2p payload, and the activation bytes
+        per layer and microbatch."""
+        d, dev, topo = self.dims, self.device, self.topo
+        s, h = d.seq, d.hidden
         tok = float(b * s)
-        sp = lay.sequence_parallel
+        sp = lay.sequence_parallel and tp > 1
         peak = dev.peak_flops * self.gemm_efficiency
         mem_bw = dev.mem_bw
-
-        # ---- groups of the representative replica (d = 0, t = 0)
-        tp_group = np.arange(tp)
-        dp_groups = [np.array([lay.rank(r, j, 0) for j in range(dp)]) for r in range(P)]
+        tp_group = off + np.arange(tp)
+        g0 = np.array([off + j * tp for j in range(dp)])
 
         # ---- one layer, one microbatch, one GPU
         R, Sh, A = d.activation_parts()
@@ -197,7 +200,7 @@ class HybridModel:
         elem_f = ELEMENTWISE_TRAFFIC * b * (rep + (Sh + A) / tp) / mem_bw
         hid = 2.0 * tok * h
         tp_ar = topo.allreduce(hid, tp_group) if tp > 1 else 0.0
-        if sp and tp > 1:
+        if sp:
             tp_ar = topo.reduce_scatter(hid, tp_group) + topo.allgather(hid, tp_group)
         fwd = gemm_f + elem_f + 2 * tp_ar
         bwd = 2 * (gemm_f + elem_f) + 2 * tp_ar
@@ -209,53 +212,19 @@ class HybridModel:
 
         # ---- ZeRO traffic per layer and microbatch (over the stage's DP group)
         lp_local = d.layer_params() / tp
-        g0 = dp_groups[0]
         zf = zb = 0.0
         if dp > 1 and lay.zero >= 2:
             zb = topo.reduce_scatter(lp_local * self.grad_bytes, g0)
         if dp > 1 and lay.zero >= 3:
             ag = topo.allgather(lp_local * WEIGHT_BYTES, g0)
             zf, zb = ag, zb + ag
-        layer_f = max(fwd, zf)
-        layer_b = max(bwd, zb)
+        emb_f, head_f = self._end_costs(b, tp, tp_ar)
 
-        # ---- chunks
-        nl = np.array([bb - aa for aa, bb in lay.stage_layers], dtype=np.float64)
-        fdur = nl * layer_f
-        bdur = nl * layer_b
-        emb_f, head_f = self._end_costs(lay, tp_ar)
-        fdur[0] += emb_f
-        bdur[0] += emb_f
-        fdur[-1] += head_f
-        bdur[-1] += 2 * head_f
-        # ---- p2p between consecutive chunks (rank c % P -> (c + 1) % P)
-        first_dev = np.array([lay.rank(r, 0, 0) for r in range(P)])
-        sent = hid / tp if tp > 1 else hid
-        gather = topo.allgather(hid, tp_group) if (tp > 1 and not sp) else 0.0
-        p2p = np.zeros(C)
-        for c in range(C - 1):
-            p2p[c] = topo.p2p(sent, int(first_dev[c % P]), int(first_dev[(c + 1) % P])) + gather
-
-        # ---- parameters per pipeline rank (local to one GPU before ZeRO sharding)
-        chunk_params = nl * d.layer_params() / tp
-        emb = d.embedding_params() / tp
-        head = d.head_params() / tp + (emb if (d.tied and P > 1) else 0.0)  # a tied copy
-        root = np.zeros(C)  # what no transformer layer holds: embedding, final norm, head
-        root[0] += emb
-        root[-1] += head
-        rank_params = np.zeros(P)
-        for c in range(C):
-            rank_params[c % P] += chunk_params[c] + root[c]
-        z = lay.zero
-        fsdp = z >= 3 and dp > 1
-        pipe_unsharded = fsdp and P > 1 and d.fsdp_pipeline_unsharded
-        root_unsharded = fsdp and d.fsdp_root_unsharded and not pipe_unsharded
-
-        # ---- activations kept per microbatch of a chunk
+        # ---- activations kept per layer and sample
         A_kept = d.saved_scores()  # the scores, or FlashAttention's log-sum-exp
         spd = tp if sp else 1
         rep_mem = rep
-        if sp and tp > 1 and d.sp_saves_gathered_input:  # DTensor keeps the gathered inputs
+        if sp and d.sp_saves_gathered_input:  # DTensor keeps the gathered inputs
             rep_mem = rep + d.gathered_inputs() * (1.0 - 1.0 / tp)
         if lay.recompute == "full":
             per_layer = 2.0 * s * h / spd
@@ -263,39 +232,138 @@ class HybridModel:
             per_layer = d.op_sac_saved(tp, spd) if d.op_level_sac else rep_mem + Sh / tp
         else:
             per_layer = rep_mem + (Sh + A_kept) / tp
-        act = nl * per_layer * b
-        if d.pp_keeps_stage_output:  # PipelineStage.fwd_cache holds each stage's output
-            act[:-1] += 2.0 * b * s * h / spd
-        step_bufs = np.zeros(P)  # pipelining's buffers held for the whole step
-        if d.pp_step_buffers and C > 1:
-            buf = 2.0 * b * s * h / spd  # one microbatch's hidden state (or its gradient)
-            act[1:] -= buf  # the first layer's kept input is its receive buffer
-            for c in range(C):
-                step_bufs[c % P] += m * buf * ((c > 0) + (c < C - 1))
-            step_bufs[(C - 1) % P] += m * 2.0 * tok * d.vocab / tp  # output_chunks: bf16 logits
-        # the loss's peak: fp32 logits (and, eager, its gradient buffers), ModelDims.loss_logit_bytes
-        logits = d.loss_logit_bytes * tok * d.vocab / tp
-        if d.arch == "gpt":  # embedding dropout mask (LLaMA has no dropout)
-            act[0] += s * h * b / spd
-        head_input = (
-            2.0 * s * h if (sp and tp > 1 and d.sp_saves_gathered_input) else 2.0 * s * h / spd
-        )
-        loss_peak = b * (2.0 * s * h / spd + head_input) + logits  # final norm, head input, loss
-        act[-1] += loss_peak
-        # a backward's own peak: the layer being recomputed (full recomputation), alive only
-        # after the head's and the loss's backward have freed their terms on the last chunk;
-        # FSDP2's root keeps the head's unsharded gradient from then to the backward's end
         full_layer = b * (rep_mem + (Sh + A_kept) / tp)
         transient_layer = full_layer if lay.recompute == "full" else 0.0
         if lay.recompute == "selective" and d.op_level_sac:  # what the block's recompute rebuilds
             transient_layer = max(full_layer - b * per_layer, 0.0)
-        bwd_extra = np.full(C, transient_layer)
+        head_input = 2.0 * s * h if (sp and d.sp_saves_gathered_input) else 2.0 * s * h / spd
+        logits = d.loss_logit_bytes * tok * d.vocab / tp
+        return {
+            "b": b,
+            "tp": tp,
+            "dp": dp,
+            "sp": sp,
+            "spd": spd,
+            "tok": tok,
+            "hid": hid,
+            "tp_ar": tp_ar,
+            "layer_f": max(fwd, zf),
+            "layer_b": max(bwd, zb),
+            "emb_f": emb_f,
+            "head_f": head_f,
+            # p2p: each GPU sends (receives) its 1/tp share of the hidden state; without SP
+            # the receiving TP group all-gathers it (Megatron's scatter/gather)
+            "sent": hid / tp if tp > 1 else hid,
+            "gather": topo.allgather(hid, tp_group) if (tp > 1 and not sp) else 0.0,
+            "lp_local": lp_local,
+            "per_layer": per_layer,
+            "transient_layer": transient_layer,
+            # final norm, head input, loss (ModelDims.loss_logit_bytes)
+            "loss_peak": b * (2.0 * s * h / spd + head_input) + logits,
+        }
+
+    def evaluate(self, layout: HybridLayout) -> HybridResult:
+        d, lay, dev, topo = self.dims, layout, self.device, self.topo
+        layout.validate(d.layers, d.heads, self.cluster.num_devices)
+        for tp_p in sorted({t for _, t in lay.meshes}):
+            if d.kv_heads % tp_p and tp_p % d.kv_heads:
+                what = "stage_meshes tp" if lay.heterogeneous else "tp"
+                raise ValueError(
+                    f"HybridLayout.{what} = {tp_p} and the model's {d.kv_heads} kv heads: one "
+                    "must divide the other"
+                )
+        P, v, m = lay.pp, lay.virtual_stages, lay.num_microbatches
+        C = P * v
+        s, h = d.seq, d.hidden
+        mem_bw = dev.mem_bw
+
+        # ---- per pipeline rank: its submesh's terms (uniform layouts: one representative
+        # group at device 0, as every stage's is alike; heterogeneous: each stage's own)
+        meshes, bs = lay.meshes, lay.stage_microbatch_sizes
+        sizes = np.array([a * b for a, b in meshes], dtype=np.int64)
+        first_dev = np.concatenate(([0], np.cumsum(sizes)[:-1]))  # lay.rank(r, 0, 0)
+        memo: dict[tuple, dict[str, Any]] = {}
+        T = []
+        for r in range(P):
+            off = int(first_dev[r]) if lay.heterogeneous else 0
+            # on node-structured clusters a group's collectives depend on its place only
+            # modulo the node (every node alike): one computation per distinct stage
+            key = (meshes[r], bs[r], off % topo.gpus_per_node if topo.uniform else off)
+            if key not in memo:
+                memo[key] = self._mesh_terms(lay, meshes[r][0], meshes[r][1], bs[r], off)
+            T.append(memo[key])
+        dp_groups = [first_dev[r] + np.arange(meshes[r][0]) * meshes[r][1] for r in range(P)]
+        dpr = np.array([mm[0] for mm in meshes])
+        tpr = np.array([mm[1] for mm in meshes])
+        rk = np.arange(C) % P  # the pipeline rank of each chunk
+        Tc = [T[r] for r in rk]
+        T0, TL = T[0], T[(C - 1) % P]
+
+        # ---- chunks
+        nl = np.array([bb - aa for aa, bb in lay.stage_layers], dtype=np.float64)
+        fdur = nl * np.array([t["layer_f"] for t in Tc])
+        bdur = nl * np.array([t["layer_b"] for t in Tc])
+        fdur[0] += T0["emb_f"]
+        bdur[0] += T0["emb_f"]
+        fdur[-1] += TL["head_f"]
+        bdur[-1] += 2 * TL["head_f"]
+        # ---- p2p between consecutive chunks (rank c % P -> (c + 1) % P): the busier end's
+        # share of the hidden state (equal when the two submeshes are alike)
+        p2p = np.zeros(C)
+        for c in range(C - 1):
+            a, z = Tc[c], Tc[c + 1]
+            p2p[c] = (
+                topo.p2p(
+                    max(a["sent"], z["sent"]), int(first_dev[rk[c]]), int(first_dev[rk[c + 1]])
+                )
+                + z["gather"]
+            )
+
+        # ---- parameters per pipeline rank (local to one GPU before ZeRO sharding)
+        chunk_params = nl * d.layer_params() / tpr[rk]
+        emb = d.embedding_params() / tpr[0]
+        tpl = tpr[(C - 1) % P]
+        head = d.head_params() / tpl + (d.embedding_params() / tpl if (d.tied and P > 1) else 0.0)
+        root = np.zeros(C)  # what no transformer layer holds: embedding, final norm, head
+        root[0] += emb
+        root[-1] += head
+        rank_params = np.zeros(P)
+        for c in range(C):
+            rank_params[c % P] += chunk_params[c] + root[c]
+        z = lay.zero
+        fsdp = (z >= 3) & (dpr > 1)  # per pipeline rank
+        pipe_unsharded = fsdp & (P > 1) & bool(d.fsdp_pipeline_unsharded)
+        root_unsharded = fsdp & bool(d.fsdp_root_unsharded) & ~pipe_unsharded
+
+        # ---- activations kept per microbatch of a chunk
+        bc = np.array([t["b"] for t in Tc], dtype=np.float64)
+        spdc = np.array([t["spd"] for t in Tc], dtype=np.float64)
+        act = nl * np.array([t["per_layer"] for t in Tc]) * bc
+        if d.pp_keeps_stage_output:  # PipelineStage.fwd_cache holds each stage's output
+            act[:-1] += (2.0 * bc * s * h / spdc)[:-1]
+        step_bufs = np.zeros(P)  # pipelining's buffers held for the whole step
+        if d.pp_step_buffers and C > 1:
+            buf = 2.0 * bc * s * h / spdc  # one microbatch's hidden state (or its gradient)
+            act[1:] -= buf[1:]  # the first layer's kept input is its receive buffer
+            for c in range(C):
+                step_bufs[c % P] += m * buf[c] * ((c > 0) + (c < C - 1))
+            # output_chunks: the last stage keeps every microbatch's bf16 logits
+            step_bufs[(C - 1) % P] += m * 2.0 * TL["tok"] * d.vocab / tpl
+        if d.arch == "gpt":  # embedding dropout mask (LLaMA has no dropout)
+            act[0] += s * h * T0["b"] / T0["spd"]
+        loss_peak = TL["loss_peak"]
+        act[-1] += loss_peak
+        # a backward's own peak: the layer being recomputed (full recomputation), alive only
+        # after the head's and the loss's backward have freed their terms on the last chunk;
+        # FSDP2's root keeps the head's unsharded gradient from then to the backward's end
+        bwd_extra = np.array([t["transient_layer"] for t in Tc], dtype=np.float64)
         bwd_extra[-1] -= loss_peak
-        if root_unsharded:  # the head's gradient (a tied matrix's, when one stage has both)
-            tied_one = d.vocab * h / tp if (d.tied and P == 1) else 0.0
+        # the head's gradient (a tied matrix's, when one stage has both)
+        if root_unsharded[(C - 1) % P]:
+            tied_one = d.vocab * h / tpl if (d.tied and P == 1) else 0.0
             bwd_extra[-1] += (head + tied_one) * self.grad_bytes
         # FSDP under PP: unsharded fp32 gradients accumulate from each chunk's first backward
-        persist = (chunk_params + root) * FSDP_REDUCE_BYTES if pipe_unsharded else np.zeros(C)
+        persist = np.where(pipe_unsharded[rk], (chunk_params + root) * FSDP_REDUCE_BYTES, 0.0)
 
         makespan, rank_end, busy, last_b, peak_mem_act, peak_act = simulate_pipeline(
             PIPELINE_SCHEDULES[lay.schedule],
@@ -319,34 +387,29 @@ class HybridModel:
         dp_time = np.zeros(P)
         opt_time = np.zeros(P)
         ag_time = np.zeros(P)
-        shard = dp if lay.zero >= 1 else 1
         for r in range(P):
-            grp = dp_groups[r]
+            grp, dp = dp_groups[r], int(dpr[r])
             t = 0.0
-            if dp > 1 and lay.zero <= 1:
+            if dp > 1 and z <= 1:
                 order = sorted(range(r, C, P), key=lambda c: last_b[c, 1])
                 for c in order:
-                    extra = emb if c == 0 else 0.0
-                    if c == C - 1:
-                        extra += d.head_params() / tp + (emb if (d.tied and P > 1) else 0.0)
-                    nbytes = (chunk_params[c] + extra) * self.grad_bytes
+                    nbytes = (chunk_params[c] + root[c]) * self.grad_bytes
                     comm = (
-                        topo.allreduce(nbytes, grp)
-                        if lay.zero == 0
-                        else topo.reduce_scatter(nbytes, grp)
+                        topo.allreduce(nbytes, grp) if z == 0 else topo.reduce_scatter(nbytes, grp)
                     )
                     dp_time[r] += comm
-                    bs, be = last_b[c]
+                    b0, b1 = last_b[c]
                     if not self.overlap_grad_reduce:
                         t = max(t, rank_end[r]) + comm
                         continue
                     k = max(int(nl[c]), 1)
                     per = comm / k
-                    finish = bs + max((be - bs) / k + comm, (be - bs) + per)
+                    finish = b0 + max((b1 - b0) / k + comm, (b1 - b0) + per)
                     t = max(t + comm, finish)
                 sync_end[r] = max(rank_end[r], t)
+            shard = dp if z >= 1 else 1
             opt_time[r] = rank_params[r] / shard * OPT_STEP_BYTES / mem_bw
-            if dp > 1 and lay.zero in (1, 2):
+            if dp > 1 and z in (1, 2):
                 ag_time[r] = topo.allgather(rank_params[r] * WEIGHT_BYTES, grp)
         # tied embedding: the first and last stages all-reduce its gradient (Megatron)
         tied_ar = 0.0
@@ -360,18 +423,23 @@ class HybridModel:
 
         # ---- memory per pipeline rank
         wb, gb, ob = WEIGHT_BYTES, self.grad_bytes, OPTIMIZER_BYTES
+        one = np.ones(P)
         state = rank_params * (
-            wb / (dp if z >= 3 else 1) + gb / (dp if z >= 2 else 1) + ob / (dp if z >= 1 else 1)
+            wb / np.where(z >= 3, dpr, one)
+            + gb / np.where(z >= 2, dpr, one)
+            + ob / np.where(z >= 1, dpr, one)
         )
         gathered = np.zeros(P)
-        if pipe_unsharded:
-            gathered += rank_params * wb  # every parameter of the stage stays gathered
-        elif fsdp:
-            # gathered weights of the running and the prefetched layer
-            gathered += 2 * lp_local * wb
-            if root_unsharded:  # FSDP2's root is not resharded after forward
-                gathered[0] += emb * wb
-                gathered[P - 1] += head * wb
+        for r in range(P):
+            if pipe_unsharded[r]:
+                gathered[r] += rank_params[r] * wb  # every parameter of the stage stays gathered
+            elif fsdp[r]:
+                gathered[r] += 2 * T[r]["lp_local"] * wb  # the running and the prefetched layer
+        # FSDP2's root is not resharded after forward
+        if root_unsharded[0]:
+            gathered[0] += emb * wb
+        if root_unsharded[P - 1]:
+            gathered[P - 1] += head * wb
         state += gathered + step_bufs
         # what a backward adds above the kept activations' peak: the layer being recomputed
         # (0 where the loss's peak, never alive together with it, is the larger) and the
@@ -379,9 +447,9 @@ class HybridModel:
         transient = peak_mem_act - peak_act
         mem_rank = state + peak_mem_act
 
-        # ---- per-device arrays (rank p's value on all its dp * tp devices)
+        # ---- per-device arrays (rank p's value on all its dp_p * tp_p devices)
         D = self.cluster.num_devices
-        per = dp * tp
+        per = dpr * tpr
         peak_mem = np.repeat(mem_rank, per)
         busy_dev = np.repeat(busy, per)
         model_flops = d.model_flops(lay.global_batch)
@@ -408,9 +476,11 @@ class HybridModel:
             layout=lay,
             breakdown={
                 "pipeline": float(makespan),
-                "layer_fwd": float(layer_f),
-                "layer_bwd": float(layer_b),
-                "tp_collective": float(tp_ar),
+                "layer_fwd": float(T0["layer_f"]),
+                "layer_bwd": float(T0["layer_b"]),
+                "tp_collective": float(T0["tp_ar"]),
+                "layer_fwd_per_rank": [float(t["layer_f"]) for t in T],
+                "layer_bwd_per_rank": [float(t["layer_b"]) for t in T],
                 "p2p": float(p2p.max()) if C > 1 else 0.0,
                 "dp_comm": dp_time.tolist(),
                 "dp_exposed": (sync_end - rank_end).tolist(),
@@ -428,6 +498,96 @@ class HybridModel:
         )
 
 
+class StageProfile:
+    """Seconds and bytes of one pipeline stage on one submesh as functions of its layer
+    count ``k`` and place in a 1F1B pipeline (:meth:`HybridModel.stage_profile`).
+
+    :meth:`seconds` is the stage's forward + backward per microbatch (embedding on the
+    first stage, head and loss on the last), as :meth:`HybridModel.evaluate` charges
+    them. :meth:`memory` is the stage's per-GPU peak in closed form: its sharded state,
+    gathered parameters and pipelining buffers, plus ``min(P - r, m)`` microbatches of
+    kept activations (the 1F1B warm-up of rank ``r`` of ``P``) and the larger of 0 and a
+    backward's own extra bytes, plus FSDP's accumulated gradients under PP -- the peak the
+    pipeline kernel reaches at the rank's first backward (``tests`` compare the two).
+    """
+
+    def __init__(self, model: HybridModel, lay: HybridLayout, terms: dict[str, Any]) -> None:
+        d = model.dims
+        self.t = t = terms
+        self.dims, self.lay, self.grad_bytes = d, lay, model.grad_bytes
+        self.layer = t["layer_f"] + t["layer_b"]
+        self.first = 2 * t["emb_f"]
+        self.last = 3 * t["head_f"]
+        tp, dp, z = t["tp"], t["dp"], lay.zero
+        self.lp = d.layer_params() / tp
+        self.emb = d.embedding_params() / tp
+        self.head_alone = d.head_params() / tp
+        self.tied_copy = d.embedding_params() / tp if d.tied else 0.0
+        self.per_param = (
+            WEIGHT_BYTES / (dp if z >= 3 else 1)
+            + model.grad_bytes / (dp if z >= 2 else 1)
+            + OPTIMIZER_BYTES / (dp if z >= 1 else 1)
+        )
+        self.fsdp = z >= 3 and dp > 1
+
+    def seconds(self, k: float, first: bool, last: bool) -> float:
+        return k * self.layer + (self.first if first else 0.0) + (self.last if last else 0.0)
+
+    def head(self, P: int) -> float:
+        """Final norm and head parameters on one GPU (a tied embedding's copy when P > 1)."""
+        return self.head_alone + (self.tied_copy if P > 1 else 0.0)
+
+    def params(self, k: float, first: bool, last: bool, P: int) -> float:
+        """Parameters on one GPU of the stage (before ZeRO sharding)."""
+        return k * self.lp + (self.emb if first else 0.0) + (self.head(P) if last else 0.0)
+
+    def memory(self, k: float, r: int, P: int, m: int) -> float:
+        """Peak bytes per GPU of rank ``r`` of a ``P``-stage 1F1B pipeline of ``m``
+        microbatches when it holds ``k`` layers on this submesh."""
+        d, t, lay = self.dims, self.t, self.lay
+        first, last = r == 0, r == P - 1
+        s, h = d.seq, d.hidden
+        b, spd = t["b"], t["spd"]
+        par = self.params(k, first, last, P)
+        pipe_unsharded = self.fsdp and P > 1 and d.fsdp_pipeline_unsharded
+        root_unsharded = self.fsdp and d.fsdp_root_unsharded and not pipe_unsharded
+        state = par * self.per_param
+        if pipe_unsharded:
+            state += par * WEIGHT_BYTES
+        elif self.fsdp:
+            state += 2 * self.lp * WEIGHT_BYTES
+            if root_unsharded:  # FSDP2's root stays gathered
+                root = (self.emb if first else 0.0) + (self.head(P) if last else 0.0)
+                state += root * WEIGHT_BYTES
+        act = k * t["per_layer"] * b
+        if d.pp_keeps_stage_output and not last:
+            act += 2.0 * b * s * h / spd
+        if d.pp_step_buffers and P > 1:
+            buf = 2.0 * b * s * h / spd
+            if not first:
+                act -= buf
+            state += m * buf * ((not first) + (not last))
+            if last:
+                state += m * 2.0 * t["tok"] * d.vocab / t["tp"]
+        if d.arch == "gpt" and first:
+            act += s * h * b / spd
+        extra = t["transient_layer"]
+        if last:
+            act += t["loss_peak"]
+            extra -= t["loss_peak"]
+            if root_unsharded:
+                tied_one = d.vocab * h / t["tp"] if (d.tied and P == 1) else 0.0
+                extra += (self.head(P) + tied_one) * self.grad_bytes
+        persist = par * FSDP_REDUCE_BYTES if pipe_unsharded else 0.0
+        f = min(P - r, m) if lay.schedule == "1f1b" else m
+        ex = max(extra, 0.0)
+        if m > f:  # steady 1F1B: the persistent bytes are there at the next backwards
+            peak = f * act + persist + ex
+        else:  # the first backward's peak, or a later one's after the persistent bytes landed
+            peak = max(f * act + ex, (f - 1) * act + persist + (ex if f > 1 else 0.0))
+        return state + peak
+
+
 def hybrid_lower_bound(
     graph: CompGraph, cluster: Cluster, global_batch: int | None = None
 ) -> float:
@@ -438,4 +598,10 @@ def hybrid_lower_bound(
     return d.model_flops(gb) / cluster.num_devices / float(np.max(cluster.peak_flops))
 
 
-__all__ = ["DEFAULT_GEMM_EFFICIENCY", "HybridModel", "HybridResult", "hybrid_lower_bound"]
+__all__ = [
+    "DEFAULT_GEMM_EFFICIENCY",
+    "HybridModel",
+    "HybridResult",
+    "StageProfile",
+    "hybrid_lower_bound",
+]

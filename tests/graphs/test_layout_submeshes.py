@@ -1,0 +1,121 @@
+"""HybridLayout.stage_meshes: a dp x tp submesh per pipeline stage (Alpa's inter-op stages)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from graphs import clusters, zoo
+from graphs.layout import HybridLayout
+from graphs.plan import Plan
+
+
+def _het(**kw):
+    base = dict(
+        dp=2, tp=2, pp=3, microbatch_size=2, global_batch=16,
+        stage_layers=((0, 2), (2, 6), (6, 8)), stage_meshes=((2, 2), (4, 1), (1, 4)),
+    )  # fmt: skip
+    base.update(kw)
+    return HybridLayout(**base)
+
+
+def test_ranks_follow_the_stages_submeshes():
+    lay = _het()
+    assert lay.heterogeneous and lay.world_size == 4 + 4 + 4
+    assert lay.meshes == ((2, 2), (4, 1), (1, 4))
+    # the microbatch of dp * microbatch_size = 4 samples, split dp_p ways on each stage
+    assert lay.num_microbatches == 4 and lay.stage_microbatch_sizes == (2, 1, 4)
+    assert [lay.stage_offset(p) for p in range(3)] == [0, 4, 8]
+    assert list(lay.stage_ranks(1)) == [4, 5, 6, 7]
+    assert lay.rank(0, 1, 1) == 3 and lay.rank(1, 3, 0) == 7 and lay.rank(2, 0, 3) == 11
+    for r in range(lay.world_size):
+        assert lay.rank(*lay.coords(r)) == r
+    with pytest.raises(ValueError, match="rank 12"):
+        lay.coords(12)
+
+
+def test_stage_view_is_the_uniform_layout_of_one_stage():
+    v = _het().stage_view(2)
+    assert (v.dp, v.tp, v.microbatch_size, v.num_microbatches) == (1, 4, 4, 4)
+    assert not v.heterogeneous and v.stage_layers == ((0, 2), (2, 6), (6, 8))
+
+
+def test_json_round_trip_and_uniform_layouts_unchanged():
+    lay = _het(recompute="full", zero=1)
+    d = json.loads(json.dumps(lay.to_dict()))
+    assert d["stage_meshes"] == [[2, 2], [4, 1], [1, 4]]
+    assert HybridLayout.from_dict(d) == lay
+    uni = HybridLayout(dp=2, tp=2, pp=2, microbatch_size=1, global_batch=8,
+                       stage_layers=((0, 2), (2, 4)))  # fmt: skip
+    assert "stage_meshes" not in uni.to_dict() and not uni.heterogeneous
+    assert uni.meshes == ((2, 2), (2, 2))
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(stage_meshes=((2, 2), (4, 1))), "stage_meshes .*pp = 3"),
+        (dict(stage_meshes=((2, 2), (4, 1), (3, 1))), r"stage_meshes\[2\].*divides the microbatch"),
+        (dict(stage_meshes=((4, 1), (4, 1), (1, 4))), r"stage_meshes\[0\].*first stage's"),
+        (dict(stage_meshes=((2, 2), (4, 0), (1, 4))), r"stage_meshes\[1\].*>= 1"),
+        (dict(stage_meshes=((2, 2), (4, True), (1, 4))), r"stage_meshes\[1\]"),
+        (
+            dict(
+                virtual_stages=2,
+                schedule="interleaved",
+                global_batch=24,
+                stage_layers=tuple((i, i + 1) for i in range(6)),
+            ),
+            "virtual_stages.*1 when the stages",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_stage_meshes_are_named(change, match):
+    with pytest.raises(ValueError, match=match):
+        _het(**change)
+    d = _het().to_dict()
+    d.update(
+        {k: ([list(r) for r in v] if k.startswith("stage_") else v) for k, v in change.items()}
+    )
+    with pytest.raises(ValueError, match="plan.json"):
+        HybridLayout.from_dict(d, source="plan.json")
+
+
+def test_sequence_parallel_needs_tp_on_some_stage():
+    _het(stage_meshes=((4, 1), (4, 1), (1, 4)), dp=4, tp=1, microbatch_size=1,
+         sequence_parallel=True)  # fmt: skip
+    with pytest.raises(ValueError, match="sequence_parallel"):
+        _het(stage_meshes=((4, 1), (4, 1), (4, 1)), dp=4, tp=1, microbatch_size=1,
+             sequence_parallel=True)  # fmt: skip
+
+
+def test_validate_names_the_device_count_and_the_stage_tp():
+    lay = _het()
+    with pytest.raises(ValueError, match="stage_meshes: the stages' dp\\*tp sum to 12"):
+        lay.validate(8, 4, 16)
+    with pytest.raises(ValueError, match=r"stage_meshes\[2\] tp = 4 must divide the model's 6"):
+        lay.validate(8, 6, 12)
+    lay.validate(8, 4, 12)
+
+
+def test_plan_hybrid_places_each_stage_on_its_submesh(tmp_path):
+    g = zoo.build("gpt", hidden=256, layers=8, heads=4, vocab=1000, seq=64, batch=16)
+    cl = clusters.load("dgx_a100_80g", nodes=2)
+    plan = Plan.hybrid(
+        g, cl, dp=2, tp=2, pp=3, microbatch_size=2, global_batch=16,
+        stage_layers=[(0, 2), (2, 6), (6, 8)], stage_meshes=[(2, 2), (4, 2), (2, 2)],
+    )  # fmt: skip
+    assert sorted(np.unique(plan.placement)) == [0, 4, 12]
+    layer = g.layer
+    assert set(plan.placement[(layer >= 2) & (layer < 6)]) == {4}
+    plan.save(tmp_path / "plan.json")
+    back = Plan.load(tmp_path / "plan.json")
+    assert back.layout == plan.layout and back.layout.stage_meshes == ((2, 2), (4, 2), (2, 2))
+    back.check(g, cl)
+    with pytest.raises(ValueError, match="sum to 14 devices, but the cluster has 16"):
+        Plan.hybrid(
+            g, cl, dp=2, tp=2, pp=3, microbatch_size=2, global_batch=16,
+            stage_meshes=[(2, 2), (4, 2), (1, 2)],
+        )  # fmt: skip

@@ -1,0 +1,139 @@
+"""HybridModel on layouts whose pipeline stages have their own dp x tp submeshes (stage_meshes),
+and StageProfile, the closed-form stage cost the Alpa-style planner's inter-op DP uses."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from graphs import clusters, zoo
+from graphs.layout import HybridLayout, layout_grid
+from graphs.plan import Plan
+from placement_env.oracles import Simulator
+from placement_env.oracles.hybrid import HybridModel
+
+TORCHTITAN = dict(
+    flash_attention=True, loss_logit_bytes=12, fsdp_root_unsharded=True,
+    fsdp_pipeline_unsharded=True, sp_saves_gathered_input=True, pp_keeps_stage_output=True,
+    pp_step_buffers=True, op_level_sac=True,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gpt16():
+    g = zoo.build("gpt", hidden=2048, layers=24, heads=16, vocab=51200, seq=2048, batch=64)
+    return g, clusters.load("dgx_a100_80g", nodes=2)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(dp=2, tp=4, pp=2, microbatch_size=2),
+        dict(dp=4, tp=2, pp=2, microbatch_size=1, recompute="full", zero=1, sequence_parallel=True),
+        dict(dp=2, tp=2, pp=4, microbatch_size=4, recompute="selective", zero=3, schedule="gpipe"),
+    ],
+)
+def test_the_same_submesh_on_every_stage_is_the_uniform_layout(gpt16, kw):
+    g, cl = gpt16
+    M = HybridModel(g, cl)
+    kw = dict(kw, global_batch=64)
+    uni = Plan.hybrid(g, cl, **kw).layout
+    het = Plan.hybrid(g, cl, **kw, stage_meshes=[(kw["dp"], kw["tp"])] * kw["pp"]).layout
+    ru, rh = M.evaluate(uni), M.evaluate(het)
+    assert rh.step_time == ru.step_time
+    assert np.array_equal(rh.peak_memory, ru.peak_memory)
+    assert rh.breakdown["memory_per_rank"] == ru.breakdown["memory_per_rank"]
+
+
+@pytest.mark.parametrize("switches", [{}, TORCHTITAN])
+def test_each_stage_computes_and_keeps_what_its_uniform_view_does(switches):
+    """Stage p of a heterogeneous layout on a dp_p x tp_p submesh with dp * mbs / dp_p
+    samples per microbatch: the same per-layer seconds and the same bytes per GPU as stage
+    p of the uniform layout with that submesh everywhere (same microbatch count)."""
+    g = zoo.build("llama", hidden=2048, layers=16, heads=16, kv_heads=8, ffn=5632,
+                  vocab=32000, seq=2048, batch=32, **switches)  # fmt: skip
+    cl = clusters.load("dgx_a100_80g", nodes=2)
+    M = HybridModel(g, cl)
+    lay = HybridLayout(
+        dp=2, tp=4, pp=2, microbatch_size=2, global_batch=32, recompute="full", zero=3,
+        sequence_parallel=True, stage_layers=((0, 9), (9, 16)), stage_meshes=((2, 4), (1, 8)),
+    )  # fmt: skip
+    r = M.evaluate(lay)
+    assert len(r.peak_memory) == 16
+    for p in range(2):
+        v = lay.stage_view(p)
+        assert v.world_size == 16
+        rv = M.evaluate(v)
+        assert r.breakdown["memory_per_rank"][p] == pytest.approx(
+            rv.breakdown["memory_per_rank"][p], rel=1e-12
+        )
+        assert r.breakdown["layer_fwd_per_rank"][p] == pytest.approx(rv.breakdown["layer_fwd"])
+        assert r.breakdown["layer_bwd_per_rank"][p] == pytest.approx(rv.breakdown["layer_bwd"])
+    # parameters per GPU by hand: 9 layers and the embedding over tp 4; 7 layers, the final
+    # norm and the untied head over tp 8
+    d = M.dims
+    assert r.breakdown["rank_params"][0] == pytest.approx((9 * d.layer_params() + 32000 * 2048) / 4)
+    assert r.breakdown["rank_params"][1] == pytest.approx(
+        (7 * d.layer_params() + 2048 + 32000 * 2048) / 8
+    )
+
+
+def test_p2p_between_submeshes_of_different_sizes_by_hand():
+    """Stage 0 on 2 GPUs (dp 2, tp 1: 2 samples each of the 4-sample microbatch), stage 1 on
+    6 (dp 1, tp 6: all 4 samples, hidden state gathered over its TP group). Each GPU of
+    stage 0 sends its 2 samples' hidden state, 2 * 2 s h bytes, the larger end's share
+    (a stage-1 GPU receives 1/6 of 4 samples'); stage 1 then all-gathers the 2 * 4 s h
+    bytes over its 6 GPUs (no SP: Megatron's scatter/gather)."""
+    s, h = 128, 768
+    g = zoo.build("gpt", hidden=h, layers=4, heads=12, vocab=1000, seq=s, batch=8)
+    cl = clusters.load("dgx1_v100_8")
+    M = HybridModel(g, cl)
+    lay = HybridLayout(
+        dp=2, tp=1, pp=2, microbatch_size=2, global_batch=8,
+        stage_layers=((0, 2), (2, 4)), stage_meshes=((2, 1), (1, 6)),
+    )  # fmt: skip
+    r = M.evaluate(lay)
+    topo = M.topo
+    expect = topo.p2p(2.0 * 2 * s * h, 0, 2) + topo.allgather(2.0 * 4 * s * h, np.arange(2, 8))
+    assert r.breakdown["p2p"] == pytest.approx(expect, rel=1e-12)
+    assert r.breakdown["layer_fwd_per_rank"][1] != r.breakdown["layer_fwd_per_rank"][0]
+
+
+@pytest.mark.parametrize("switches", [{}, TORCHTITAN])
+def test_stage_profile_memory_is_the_pipeline_kernels_peak(switches):
+    """StageProfile.memory (closed form) equals what HybridModel.evaluate's pipeline kernel
+    finds, stage by stage, on a sample of 1F1B and GPipe layouts of the grid."""
+    g = zoo.build("llama", hidden=2048, layers=16, heads=16, kv_heads=8, ffn=5632,
+                  vocab=32000, seq=2048, batch=32, **switches)  # fmt: skip
+    cl = clusters.load("dgx_a100_80g", nodes=2)
+    M = HybridModel(g, cl)
+    lays = [x for x in layout_grid(g, cl, global_batch=32) if x.virtual_stages == 1]
+    rng = random.Random(0)
+    checked = 0
+    for lay in rng.sample(lays, 60):
+        r = M.evaluate(lay)
+        prof = M.stage_profile(lay, lay.dp, lay.tp, lay.microbatch_size)
+        for p, (a, b) in enumerate(lay.stage_layers):
+            got = prof.memory(b - a, p, lay.pp, lay.num_microbatches)
+            assert got == pytest.approx(r.breakdown["memory_per_rank"][p], rel=1e-9), (lay, p)
+            checked += 1
+        assert prof.seconds(1, False, False) == pytest.approx(
+            r.breakdown["layer_fwd"] + r.breakdown["layer_bwd"]
+        )
+    assert checked > 60
+
+
+def test_the_runtime_refuses_per_stage_submeshes_the_simulator_scores_them():
+    from runtime.spec import make_run_spec
+
+    g = zoo.build("gpt", hidden=256, layers=4, heads=4, vocab=1000, seq=64, batch=8)
+    cl = clusters.load("dgx_a100_80g", nodes=1)
+    plan = Plan.hybrid(
+        g, cl, dp=4, tp=1, pp=2, microbatch_size=1, global_batch=8,
+        stage_meshes=[(4, 1), (2, 2)], meta={"model": {"name": "gpt", "config": {}}},
+    )  # fmt: skip
+    assert Simulator(g, cl).evaluate(plan).step_time > 0
+    with pytest.raises(ValueError, match="stages share one dp x tp submesh"):
+        make_run_spec(plan, g, cl)
