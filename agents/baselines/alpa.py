@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import time
 from collections.abc import Sequence
 
@@ -17,6 +18,7 @@ from graphs.layout import (
     RECOMPUTE,
     ZERO_STAGES,
     HybridLayout,
+    divisors,
     layout_grid,
 )
 from graphs.plan import Plan
@@ -73,6 +75,264 @@ def split_layers(
     return best
 
 
+def submesh_sizes(num_devices: int, gpus_per_node: int) -> tuple[int, tuple[int, ...]]:
+    """``(unit, sizes)``: the submesh sizes of the inter-op DP, in units of ``unit`` GPUs.
+
+    Alpa's shapes (Zheng et al. OSDI'22, section 5.2) are ``(1, 2^k)`` inside one node and
+    ``(n, M)`` whole nodes. On one node (or a cluster that is not whole nodes) the unit is one
+    GPU and the sizes are the powers of two and the divisors of the GPU count; on several
+    nodes the unit is a node and the sizes are the powers of two and the divisors of the
+    node count (so every even split of the nodes is among them; a stage of part of a node
+    would leave the rest of that node to another stage, whose rings then cross nodes)."""
+    M = max(int(gpus_per_node), 1)
+    if num_devices <= M or num_devices % M:
+        unit, count = 1, num_devices
+    else:
+        unit, count = M, num_devices // M
+    sizes = set(divisors(count))
+    k = 1
+    while k <= count:
+        sizes.add(k)
+        k *= 2
+    return unit, tuple(sorted(sizes))
+
+
+class _MeshOptions:
+    """The submesh choices of one (microbatch, recompute, SP, ZeRO) setting: for each
+    ``(size, dp, tp)`` its :class:`StageProfile` and the most layers it can hold in
+    memory as the last, a middle or the first stage of a 1F1B pipeline."""
+
+    def __init__(
+        self,
+        model: HybridModel,
+        template: HybridLayout,
+        unit: int,
+        sizes: Sequence[int],
+        max_tp: int,
+        cap: float,
+    ) -> None:
+        d = model.dims
+        g = template.dp * template.microbatch_size  # samples per pipeline microbatch
+        self.m = template.num_microbatches
+        self.L = d.layers
+        self.cap = cap
+        opts = []
+        for size in sizes:
+            n = size * unit
+            for tp in divisors(n):
+                dp = n // tp
+                if tp > max_tp or d.heads % tp or (d.kv_heads % tp and tp % d.kv_heads):
+                    continue
+                if g % dp:
+                    continue
+                opts.append((size, dp, tp, model.stage_profile(template, dp, tp, g // dp)))
+        self.opts = opts
+        self.n = np.array([o[0] for o in opts], dtype=np.int64)
+        self.layer = np.array([o[3].layer for o in opts])
+        self.first = np.array([o[3].first for o in opts])
+        self.last = np.array([o[3].last for o in opts])
+        self._kmem: dict[tuple[int, int, int], np.ndarray] = {}
+
+    def kmem(self, r: int, P: int) -> np.ndarray:
+        """Most layers (0: none fits) each option holds in memory as rank ``r`` of ``P``."""
+        m = self.m
+        f = min(P - r, m)
+        key = (r == 0, r == P - 1, f)
+        if key not in self._kmem:
+            out = np.zeros(len(self.opts), dtype=np.int64)
+            for i, o in enumerate(self.opts):
+                lo, hi = 0, self.L  # largest k in [0, L] whose memory fits
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if o[3].memory(mid, r, P, m) <= self.cap:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                out[i] = lo
+            self._kmem[key] = out
+        return self._kmem[key]
+
+    def fit(self, T: float, r: int, P: int) -> np.ndarray:
+        """Most layers each option holds as rank ``r`` of ``P`` within ``T`` seconds per
+        microbatch and the memory cap (< 1: the option cannot be that stage)."""
+        ends = (self.first if r == 0 else 0.0) + (self.last if r == P - 1 else 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k = np.floor((T - ends) / self.layer * (1 + 1e-12))
+        k = np.where(np.isfinite(k), k, self.L)
+        return np.minimum(np.clip(k, 0, self.L).astype(np.int64), self.kmem(r, P))
+
+
+_NEG = -(10**9)
+
+
+def _interop_dp(mo: _MeshOptions, U: int, T: float, P_max: int) -> tuple[np.ndarray, list]:
+    """Alpa's inter-op DP for one stage-time bound ``T``, built from the last stage back:
+    ``G_j[u]`` is the most layers ``j + 1`` stages (the last ``j + 1`` of the pipeline)
+    hold on exactly ``u`` units of devices, each within ``T`` and memory. Returns
+    ``(cover, args)``: ``cover[P]`` the most layers a ``P``-stage pipeline on all ``U``
+    units holds (>= the model's layers: feasible), and what reconstruction needs."""
+    n = mo.n
+    idx = np.arange(U + 1)[None, :] - n[:, None]
+    ok = idx >= 0
+    idxc = np.clip(idx, 0, U)
+    cover = np.full(P_max + 1, _NEG, dtype=np.int64)
+    G = np.full(U + 1, _NEG, dtype=np.int64)
+    k_last = mo.fit(T, 1, 2)
+    for i in np.flatnonzero(k_last >= 1):
+        G[n[i]] = max(G[n[i]], k_last[i])
+    args: list = [None]  # args[j][u]: the option of the j-th stage from the end
+    for j in range(1, P_max):
+        P = j + 1
+        prev = np.where(ok, G[idxc], _NEG)
+        # the first stage closes a pipeline of P stages on all U units
+        kf = mo.fit(T, 0, P)
+        cl = np.where((kf >= 1) & ok[:, U], prev[:, U] + kf, _NEG)
+        cover[P] = int(cl.max()) if len(cl) else _NEG
+        first_arg = int(cl.argmax()) if len(cl) else -1
+        # a middle stage (rank 1 of P + 1: j stages after it, not the first)
+        km = mo.fit(T, 1, j + 2)
+        vals = np.where(ok & (km[:, None] >= 1), prev + km[:, None], _NEG)
+        vals = np.maximum(vals, _NEG)
+        arg = vals.argmax(0)
+        args.append((arg, first_arg))
+        G = vals[arg, np.arange(U + 1)]
+        if G.max() <= _NEG // 2 and cover[P] <= _NEG // 2:
+            break
+    return cover, args
+
+
+def _reconstruct(mo: _MeshOptions, U: int, T: float, P: int, args: list) -> list[tuple[int, int]]:
+    """Options and layer capacities of the ``P`` stages (first to last) of :func:`_interop_dp`."""
+    j = P - 1
+    first = args[j][1]
+    out = [(first, int(mo.fit(T, 0, P)[first]))]
+    u = U - int(mo.n[first])
+    for jj in range(j - 1, 0, -1):  # the middle stages, jj stages before the end
+        i = int(args[jj][0][u])
+        out.append((i, int(mo.fit(T, 1, jj + 2)[i])))
+        u -= int(mo.n[i])
+    k_last = mo.fit(T, 1, 2)
+    cand = [i for i in range(len(mo.opts)) if mo.n[i] == u and k_last[i] >= 1]
+    last = max(cand, key=lambda i: k_last[i])
+    out.append((last, int(k_last[last])))
+    return out
+
+
+def _trim(mo: _MeshOptions, stages: list[tuple[int, int]], L: int) -> list[int]:
+    """Layer counts of the stages (capacities ``stages[i][1]``) summing to ``L``: take a layer
+    from the slowest stage holding more than one until they do (keeps every stage within
+    the DP's bound and balances the rest)."""
+    ks = [k for _, k in stages]
+    P = len(ks)
+    heap = []
+    for r, (i, k) in enumerate(stages):
+        prof = mo.opts[i][3]
+        heapq.heappush(heap, (-prof.seconds(k, r == 0, r == P - 1), r))
+    excess = sum(ks) - L
+    while excess > 0:
+        _, r = heapq.heappop(heap)
+        if ks[r] <= 1:
+            continue
+        ks[r] -= 1
+        excess -= 1
+        prof = mo.opts[stages[r][0]][3]
+        heapq.heappush(heap, (-prof.seconds(ks[r], r == 0, r == P - 1), r))
+    return ks
+
+
+def submesh_layouts(
+    model: HybridModel,
+    template: HybridLayout,
+    *,
+    max_tp: int,
+    gpus_per_node: int,
+    keep: int = 2,
+) -> list[tuple[float, HybridLayout]]:
+    """Alpa's inter-op pass with a submesh per stage, for the intra-op setting of
+    ``template`` (its microbatch of ``dp * microbatch_size`` samples, recomputation, SP,
+    ZeRO): every pipeline depth ``P >= 2``, stages on submeshes of :func:`submesh_sizes`,
+    each with its own ``dp x tp`` (``tp <= max_tp`` dividing the heads, ``dp`` dividing the
+    microbatch). For a bound ``T`` on a stage's per-microbatch seconds, :func:`_interop_dp`
+    finds for every ``P`` whether the layers fit on all the devices within ``T`` and memory
+    (:meth:`StageProfile.memory`); the least such ``T`` per ``P`` is bracketed on a geometric
+    grid and bisected for the most promising depths. Returns up to ``keep`` layouts per
+    depth with Alpa's estimate ``sum_i t_i + (m - 1) max_i t_i`` (eq. 2), best first."""
+    cl = model.cluster
+    D = cl.num_devices
+    unit, sizes = submesh_sizes(D, gpus_per_node)
+    U = D // unit
+    cap = float(model.device.memory)
+    mo = _MeshOptions(model, template, unit, sizes, max_tp, cap)
+    L, m = mo.L, mo.m
+    P_max = min(L, U)
+    if not mo.opts or P_max < 2:
+        return []
+    work = mo.layer * mo.n
+    T_lo = float(L * work.min() / U)
+    T_hi = float(L * mo.layer.max() + mo.first.max() + mo.last.max())
+    grid = np.geomspace(max(T_lo, 1e-12), T_hi, 40)
+    lo = np.full(P_max + 1, np.nan)
+    hi = np.full(P_max + 1, np.nan)
+    prev = 0.0
+    for T in grid:
+        cover, _ = _interop_dp(mo, U, float(T), P_max)
+        new = (cover >= L) & np.isnan(hi)
+        hi[new] = T
+        lo[new] = prev
+        prev = float(T)
+        if not np.isnan(hi[2:]).any():
+            break
+    feas = [P for P in range(2, P_max + 1) if not np.isnan(hi[P])]
+    if not feas:
+        return []
+    # most promising depths first (Alpa's estimate at the bracket's top), then bisect
+    feas.sort(key=lambda P: (m + P - 1) * hi[P])
+    out = []
+    for P in feas[:4]:
+        a, b = float(lo[P]), float(hi[P])
+        for _ in range(10):
+            mid = (a + b) / 2
+            cover, _ = _interop_dp(mo, U, mid, P)
+            if cover[P] >= L:
+                b = mid
+            else:
+                a = mid
+        cover, args = _interop_dp(mo, U, b, P)
+        stages = _reconstruct(mo, U, b, P, args)
+        ks = _trim(mo, stages, L)
+        secs = [
+            mo.opts[i][3].seconds(k, r == 0, r == P - 1)
+            for r, ((i, _), k) in enumerate(zip(stages, ks))
+        ]
+        est = sum(secs) + (m - 1) * max(secs)
+        out.append((est, _stage_layout(template, [mo.opts[i] for i, _ in stages], ks)))
+    out.sort(key=lambda x: x[0])
+    return out[:keep]
+
+
+def _stage_layout(template: HybridLayout, opts: list, ks: list[int]) -> HybridLayout:
+    """The layout of a stage assignment: the first stage's mesh as ``dp``/``tp``, a uniform
+    layout when every stage has the same mesh."""
+    meshes = [(o[1], o[2]) for o in opts]
+    g = template.dp * template.microbatch_size
+    bounds = np.cumsum([0] + list(ks))
+    d = template.to_dict()
+    d.update(
+        dp=meshes[0][0],
+        tp=meshes[0][1],
+        pp=len(ks),
+        microbatch_size=g // meshes[0][0],
+        virtual_stages=1,
+        schedule="1f1b",
+        stage_layers=[[int(bounds[i]), int(bounds[i + 1])] for i in range(len(ks))],
+        sequence_parallel=template.sequence_parallel and max(t for _, t in meshes) > 1,
+    )
+    d.pop("stage_meshes", None)
+    if len(set(meshes)) > 1:
+        d["stage_meshes"] = [list(mm) for mm in meshes]
+    return HybridLayout.from_dict(d)
+
+
 def alpa(
     graph: CompGraph,
     cluster: Cluster,
@@ -86,25 +346,48 @@ def alpa(
     zero: Sequence[int] = ZERO_STAGES,
     sequence_parallel: Sequence[bool] = (False, True),
     max_tp: int | None = None,
+    submeshes: bool = True,
+    submesh_settings: int = 4,
 ) -> Plan:
-    """Alpa-style planner over hybrid layouts.
+    """Alpa-style planner over hybrid layouts (Zheng et al. OSDI'22).
 
-    For every intra-op choice (``tp`` and ``dp`` of the stage submesh, microbatch size,
-    recomputation, SP, ZeRO) and pipeline depth ``pp`` of :func:`graphs.layout.layout_grid`
-    (``v = 1``), the per-layer and end-stage costs of that choice
-    (:meth:`HybridModel.stage_costs`) feed the inter-op split :func:`split_layers`; the
-    resulting layout (and the balanced one, if the split one does not fit) is scored by
-    the oracle. Differences from Alpa: every stage uses the same submesh shape (a
-    :class:`HybridLayout` has one ``dp x tp``), and the intra-op space is Megatron's
-    (column/row TP, SP, ZeRO) rather than an ILP over every operator's sharding.
+    Two passes, every candidate scored by the oracle:
+
+    1. Same submesh for every stage: for every intra-op choice (``tp`` and ``dp`` of the
+       stage submesh, microbatch size, recomputation, SP, ZeRO) and pipeline depth ``pp``
+       of :func:`graphs.layout.layout_grid` (``v = 1``), the per-layer and end-stage costs
+       of that choice (:meth:`HybridModel.stage_costs`) feed the inter-op split
+       :func:`split_layers`; the split layout (and the balanced one, if the split one
+       does not fit) is scored.
+    2. A submesh per stage (``submeshes=True``): for the ``submesh_settings`` best
+       (microbatch, recomputation, SP, ZeRO) settings of pass 1, Alpa's inter-op DP over
+       layer ranges x submesh shapes with the ``dp x tp`` choice per stage
+       (:func:`submesh_layouts`, memory per stage in the DP); its layouts
+       (``HybridLayout.stage_meshes``) are scored.
+
+    Differences from Alpa: the intra-op space is Megatron's (column/row TP, SP, ZeRO, one
+    recomputation mode for all stages) rather than an ILP over every operator's sharding,
+    and submesh sizes are powers of two and divisors of the GPU count on one node, of the
+    node count beyond (:func:`submesh_sizes`).
     ``budget`` caps oracle calls.
     """
     t0 = time.perf_counter()
     score = hybrid_oracle(oracle)
     model = HybridModel(graph, cluster)
     gb, budget = hybrid_arguments("alpa", graph, global_batch, budget)
+    if (
+        not isinstance(submesh_settings, int)
+        or isinstance(submesh_settings, bool)
+        or submesh_settings < 0
+    ):
+        raise ValueError(
+            f"alpa: submesh_settings must be an integer >= 0, got {submesh_settings!r}"
+        )
     best: HybridLayout | None = None
     best_res, calls, least = None, 0, float("inf")
+    D = cluster.num_devices
+    gpn = int(cluster.meta.get("gpus_per_node", min(D, 8)))
+    mtp = gpn if max_tp is None else int(max_tp)
     space = layout_grid(
         graph,
         cluster,
@@ -116,6 +399,22 @@ def alpa(
         sequence_parallel=sequence_parallel,
         max_tp=max_tp,
     )
+    settings: dict[tuple, tuple[float, HybridLayout]] = {}
+
+    def consider(cand: HybridLayout) -> bool:
+        nonlocal best, best_res, calls, least
+        r = score(cand)
+        calls += 1
+        if r.oom:
+            least = min(least, float(r.peak_memory.max()))
+            return False
+        key = (cand.dp * cand.microbatch_size, cand.recompute, cand.sequence_parallel, cand.zero)
+        if key not in settings or r.step_time < settings[key][0]:
+            settings[key] = (float(r.step_time), cand)
+        if best_res is None or r.step_time < best_res.step_time:
+            best, best_res = cand, r
+        return True
+
     for lay in space:
         if budget is not None and calls >= budget:
             break
@@ -127,20 +426,25 @@ def alpa(
             if split != lay.stage_layers:
                 tries.insert(0, _with_stages(lay, split))
         for cand in tries:
-            r = score(cand)
-            calls += 1
-            if r.oom:
-                least = min(least, float(r.peak_memory.max()))
-                continue
-            if best_res is None or r.step_time < best_res.step_time:
-                best, best_res = cand, r
-            break
+            if consider(cand):
+                break
+    hetero = 0
+    if submeshes and submesh_settings:
+        ranked = sorted(settings.values(), key=lambda x: x[0])[:submesh_settings]
+        for _, template in ranked:
+            for _, cand in submesh_layouts(model, template, max_tp=mtp, gpus_per_node=gpn):
+                if budget is not None and calls >= budget:
+                    break
+                hetero += bool(cand.stage_meshes)
+                consider(cand)
     if best is None:
         raise InfeasiblePlanError(
             f"alpa: no layout of {graph.meta.get('name', '?')!r} fits on {cluster.name!r} "
             f"(least peak memory {fmt_bytes(least)})"
         )
-    return finish_hybrid(graph, cluster, best, best_res, "alpa", calls, t0)
+    return finish_hybrid(
+        graph, cluster, best, best_res, "alpa", calls, t0, submesh_layouts_scored=hetero
+    )
 
 
 def _with_stages(lay: HybridLayout, stages: tuple[tuple[int, int], ...]) -> HybridLayout:
@@ -149,4 +453,4 @@ def _with_stages(lay: HybridLayout, stages: tuple[tuple[int, int], ...]) -> Hybr
     return HybridLayout.from_dict(d)
 
 
-__all__ = ["alpa", "split_layers"]
+__all__ = ["alpa", "split_layers", "submesh_layouts", "submesh_sizes"]

@@ -69,6 +69,46 @@ def test_op_level_sac_through_the_runner_lowers_selective_memory(tmp_path: Path)
     assert out[True]["memory_per_gpu"] < 0.8 * out[False]["memory_per_gpu"]
 
 
+@pytest.mark.timeout(600)
+def test_alpa_run_writes_per_stage_submeshes_and_execute_names_them(tmp_path: Path) -> None:
+    """Journey: ``runners.train ... agent=alpa`` on a problem where the inter-op DP's
+    per-stage submeshes win (GPT, 16 layers, 128k vocabulary, 8 V100s, no ZeRO) writes the
+    layout with ``stage_meshes`` to result.json and best_plan.json; ``runners.execute`` on
+    that plan stops with an error that names them (the runtime runs one submesh shape)."""
+    import subprocess
+    import sys
+
+    cfg = compose(
+        [
+            "+env=gpt3_175b_a100_1024",
+            "env.model_config={hidden: 4096, layers: 16, heads: 32, vocab: 128000, seq: 2048, batch: 32}",
+            "env.cluster=dgx1_v100_8",
+            "env.baselines=[]",
+            "agent=alpa",
+            "+agent.options.zero=[0]",
+            "logger=none",
+            "train.progress=false",
+        ]
+    )
+    res = train(cfg, tmp_path / "train", echo=lambda s: None)
+    lay = res["layout"]
+    assert len(lay["stage_meshes"]) == lay["pp"] and lay["zero"] == 0
+    assert sum(d * t for d, t in lay["stage_meshes"]) == 8
+    assert len(set(map(tuple, lay["stage_meshes"]))) > 1
+    assert len(res["memory_per_stage"]) == lay["pp"]
+    plan = Plan.load(tmp_path / "train" / "best_plan.json")
+    assert plan.layout.to_dict() == lay and plan.meta["submesh_layouts_scored"] >= 1
+    out = tmp_path / "exec"
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.execute", f"plan={tmp_path / 'train' / 'best_plan.json'}",
+         f"hydra.run.dir={out}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "stage_meshes" in proc.stderr + proc.stdout
+    assert "stage_meshes" in (out / "error.txt").read_text()
+
+
 def test_op_placement_agent_is_refused_on_a_hybrid_env(tmp_path: Path) -> None:
     cfg = compose([*SMALL, "env.baselines=[]", "agent=round_robin"])
     with pytest.raises(ValueError, match="layout"):

@@ -1,0 +1,23 @@
+"""scripts/bench_alpa_submeshes.py: alpa with and without its inter-op DP pass, as a table."""
+
+from __future__ import annotations
+
+from tests.scripts import load_script
+
+
+def test_the_small_problem_row_shows_the_per_stage_gain(monkeypatch):
+    b = load_script("bench_alpa_submeshes")
+    small = [r for r in b.ROWS if "128k vocabulary" in r[0]]
+    env_row = [r for r in b.ROWS if r[1] is None][0]
+    assert len(small) == 1 and env_row[2] == "gpt3_175b_a100_1024"
+    monkeypatch.setattr(b, "ROWS", small)
+    rows = b.run()
+    (r,) = rows
+    assert r["gpus"] == 8
+    assert r["True"]["step"] < r["False"]["step"] * 0.995  # the DP's layout is faster
+    assert r["True"]["calls"] > r["False"]["calls"]
+    md = b.table(rows)
+    assert "dp x tp per stage [1x2, 2x2, 1x2]" in md and "+0.96%" in md
+    # an env row resolves its model and cluster from conf/env
+    g, cl = b._problem(*env_row[1:4])
+    assert cl.num_devices == 1024 and g.meta["model_dims"]["layers"] == 96
