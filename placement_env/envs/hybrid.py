@@ -23,7 +23,7 @@ KEYS = ("tp", "pp", "microbatch_size", "virtual_stages", "recompute", "sequence_
 LAYOUT_FEATURES = 16
 PROBLEM_FEATURES = 8
 RESULT_FEATURES = 4
-CHUNK_FEATURES = 3
+CHUNK_FEATURES = 5
 INITS = ("megatron", "random")
 
 
@@ -57,15 +57,23 @@ class HybridEnv(gym.Env[dict, Any]):
 
     ## Action Space
 
-    ``Discrete(2 * 7 + 2 * (max_chunks - 1))``:
+    ``Discrete(2 * 7 + 2 * (max_chunks - 1) + 2 * max_chunks)``:
 
     - ``a < 14``: field ``KEYS[a // 2]`` (``tp``, ``pp``, ``microbatch_size``,
       ``virtual_stages``, ``recompute``, ``sequence_parallel``, ``zero``) one step down
       (``a`` even) or up (``a`` odd) to the nearest valid layout that keeps the other
       fields (``dp = D / (tp pp)``). Stage boundaries are kept when the chunk count does
       not change, else reset to an even split.
-    - ``a >= 14``: with ``b = (a - 14) // 2``, move the end of chunk ``b`` (the start of
-      chunk ``b + 1``) one layer left (even) or right (odd).
+    - ``14 <= a < 14 + 2 (max_chunks - 1)``: with ``b = (a - 14) // 2``, move the end of
+      chunk ``b`` (the start of chunk ``b + 1``) one layer left (even) or right (odd).
+    - the last ``2 * max_chunks``: with ``q`` the offset into them, pipeline stage
+      ``q // 2``'s tensor-parallel degree one step down (even) or up (odd) on its own
+      submesh (its GPU count kept, ``dp`` following; ``v = 1`` layouts only): the next
+      ``tp`` that divides the submesh and the heads, fits a node, and leaves a ``dp`` that
+      divides the microbatch of ``dp * microbatch_size`` samples. The layout then has
+      ``stage_meshes`` (:class:`graphs.layout.HybridLayout`), or none again when every
+      stage is back on the same shape; a field move (the first 14) lands on a layout of the
+      grid, whose stages share one shape.
 
     A move with no valid target (no such layout, an empty chunk, a chunk beyond the
     layout's ``pp * v``) is a no-op flagged ``info["invalid_action"]``; ``action_masks()``
@@ -80,7 +88,7 @@ class HybridEnv(gym.Env[dict, Any]):
     | ``layout`` | ``(16,)`` | log2 of dp, tp, pp, microbatch, v, microbatches (scaled); recompute one-hot (3); SP; ZeRO one-hot (4); ``num_chunks / max_chunks`` |
     | ``problem`` | ``(8,)`` | log10 parameters / 12, log2 GPUs / 13, layers / 128, heads / 128, log2 hidden / 15, log2 seq / 14, GPU memory (GB) / 100, GPU peak (PFLOP/s) |
     | ``result`` | ``(4,)`` | step time / lower bound (clipped at 1e3) / 10, OOM, peak memory / capacity (clipped at 11), MFU |
-    | ``chunks`` | ``(max_chunks * 3,)`` | per chunk (row-major, 3 each): its layers / all layers, its start / layers, its pipeline rank / pp |
+    | ``chunks`` | ``(max_chunks * 5,)`` | per chunk (row-major, 5 each): its layers / all layers, its start / layers, its pipeline rank / pp, log2 of its stage's tp / 3 and dp / log2 GPUs |
     | ``chunk_mask`` | ``(max_chunks,)`` | 1 for the layout's chunks, 0 for padding |
 
     ## Rewards
@@ -164,7 +172,7 @@ class HybridEnv(gym.Env[dict, Any]):
                 "chunk_mask": spaces.Box(0.0, 1.0, (K,), f32),
             }
         )
-        self.action_space = spaces.Discrete(2 * len(KEYS) + 2 * (K - 1))
+        self.action_space = spaces.Discrete(2 * len(KEYS) + 2 * (K - 1) + 2 * K)
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
         self._prep: dict[str, Any] | None = None
         self.layout: HybridLayout | None = None
@@ -203,9 +211,11 @@ class HybridEnv(gym.Env[dict, Any]):
             ],
             dtype=np.float32,
         )  # fmt: skip
+        max_tp = int(cl.meta.get("gpus_per_node", min(cl.num_devices, 8)))
         return dict(
             graph=g, oracle=oracle, space=space, index=index, lb=lb, problem=problem, dims=d,
-            capacity=float(dev.memory), devices=cl.num_devices, gb=gb,
+            capacity=float(dev.memory), devices=cl.num_devices, gb=gb, max_tp=max_tp,
+            stage_tps={},
         )  # fmt: skip
 
     @staticmethod
@@ -259,6 +269,9 @@ class HybridEnv(gym.Env[dict, Any]):
             (a0, a1), (_, b1) = lay.stage_layers[b], lay.stage_layers[b + 1]
             mask[nk + 2 * b] = a1 - 1 > a0
             mask[nk + 2 * b + 1] = a1 + 1 < b1
+        ns = nk + 2 * (self.max_chunks - 1)
+        for a in range(ns, min(ns + 2 * lay.pp, len(mask))):
+            mask[a] = self._stage_tp_next(lay, (a - ns) // 2, (a - ns) % 2 == 1) is not None
         return mask
 
     def render(self) -> str | None:
@@ -304,6 +317,9 @@ class HybridEnv(gym.Env[dict, Any]):
                 except ValueError:
                     return new
             return new
+        ns = nk + 2 * (self.max_chunks - 1)
+        if a >= ns:
+            return self._stage_tp_move(lay, (a - ns) // 2, (a - ns) % 2 == 1)
         b, right = (a - nk) // 2, (a - nk) % 2 == 1
         if b + 1 >= lay.num_chunks:
             return None
@@ -315,6 +331,51 @@ class HybridEnv(gym.Env[dict, Any]):
         d = lay.to_dict()
         d["stage_layers"] = stages
         return HybridLayout.from_dict(d)
+
+    def _stage_tp_next(self, lay: HybridLayout, stage: int, up: bool) -> int | None:
+        """The next valid ``tp`` of stage ``stage`` on its own submesh (``None``: none)."""
+        p = self._prep
+        assert p is not None
+        if stage >= lay.pp or lay.virtual_stages != 1:
+            return None
+        dp0, tp0 = lay.meshes[stage]
+        n = dp0 * tp0
+        key = (n, lay.dp * lay.microbatch_size)
+        tps = p["stage_tps"].get(key)
+        if tps is None:
+            d, g = p["dims"], key[1]
+            tps = [
+                t
+                for t in range(1, n + 1)
+                if n % t == 0
+                and t <= p["max_tp"]
+                and d.heads % t == 0
+                and (d.kv_heads % t == 0 or t % d.kv_heads == 0)
+                and g % (n // t) == 0
+            ]
+            p["stage_tps"][key] = tps
+        nxt = [t for t in tps if (t > tp0 if up else t < tp0)]
+        if not nxt:
+            return None
+        return min(nxt) if up else max(nxt)
+
+    def _stage_tp_move(self, lay: HybridLayout, stage: int, up: bool) -> HybridLayout | None:
+        """``lay`` with stage ``stage``'s ``tp`` one valid step down or up on its own submesh."""
+        t = self._stage_tp_next(lay, stage, up)
+        if t is None:
+            return None
+        g = lay.dp * lay.microbatch_size
+        meshes = [list(m) for m in lay.meshes]
+        n = meshes[stage][0] * meshes[stage][1]
+        meshes[stage] = [n // t, t]
+        out = lay.to_dict()
+        out.pop("stage_meshes", None)
+        out.update(dp=meshes[0][0], tp=meshes[0][1], microbatch_size=g // meshes[0][0])
+        if len({tuple(m) for m in meshes}) > 1:
+            out["stage_meshes"] = meshes
+        if out["sequence_parallel"] and max(m[1] for m in meshes) == 1:
+            out["sequence_parallel"] = False
+        return HybridLayout.from_dict(out)
 
     def _get_obs(self) -> dict[str, np.ndarray]:
         lay, p, r = self.layout, self._prep, self._res
@@ -335,8 +396,16 @@ class HybridEnv(gym.Env[dict, Any]):
         feat = np.clip(feat, 0.0, 1.0)
         chunks = np.zeros((K, CHUNK_FEATURES), np.float32)
         mask = np.zeros(K, np.float32)
+        meshes = lay.meshes
         for c, (a, b) in enumerate(lay.stage_layers):
-            chunks[c] = ((b - a) / L, a / L, (c % lay.pp) / lay.pp)
+            dp_c, tp_c = meshes[c % lay.pp]
+            chunks[c] = (
+                (b - a) / L,
+                a / L,
+                (c % lay.pp) / lay.pp,
+                min(lg(tp_c) / 3, 1.0),
+                lg(dp_c) / max(lg(D), 1),
+            )
             mask[c] = 1.0
         res = np.array(
             [

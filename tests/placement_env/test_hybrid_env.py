@@ -67,6 +67,38 @@ def test_boundary_moves_and_reward_sign(env):
     assert not env.action_masks()[nk + 2 * 5]
 
 
+def test_stage_submesh_moves(env):
+    """The last block of actions changes one stage's tp on its own submesh (GPU count kept,
+    dp following): the layout gets stage_meshes, the observation shows them per chunk, the
+    move back restores the uniform layout, and a field move lands on the grid again."""
+    env.reset(seed=0)
+    env.step(2 * KEYS.index("pp") + 1)  # two stages of 8 GPUs, tp 8, dp 1
+    lay = env.layout
+    assert (lay.pp, lay.tp, lay.dp, lay.microbatch_size) == (2, 8, 1, 1)
+    ns = 2 * len(KEYS) + 2 * (env.max_chunks - 1)
+    m = env.action_masks()
+    # stage 1: tp 8 -> 4 needs dp 2, which does not divide the 1-sample microbatch
+    assert not m[ns + 2 * 1] and not m[ns + 2 * 1 + 1]  # and tp 8 is a full node
+    env.step(2 * KEYS.index("microbatch_size") + 1)  # microbatch of 2 samples
+    assert env.layout.microbatch_size == 2 and env.layout.dp == 1
+    m = env.action_masks()
+    assert m[ns + 2 * 1] and not m[ns + 2 * 1 + 1] and not m[ns + 2 * 2]
+    obs, r, *_, info = env.step(ns + 2 * 1)  # stage 1 down to tp 4 (dp 2)
+    het = env.layout
+    assert het.stage_meshes == ((1, 8), (2, 4)) and het.microbatch_size == 2
+    assert info["layout"]["stage_meshes"] == [[1, 8], [2, 4]] and not info["invalid_action"]
+    assert info["step_time"] == pytest.approx(env._prep["oracle"].evaluate_layout(het).step_time)
+    chunks = obs["chunks"].reshape(env.max_chunks, -1)
+    assert chunks[0, 3] == pytest.approx(1.0) and chunks[1, 3] == pytest.approx(2 / 3)
+    assert chunks[0, 4] == 0.0 and chunks[1, 4] == pytest.approx(1 / 4)
+    env.step(ns + 2 * 1 + 1)  # back to tp 8: the same shape everywhere again
+    assert env.layout == lay.__class__.from_dict({**lay.to_dict(), "microbatch_size": 2})
+    assert not env.layout.heterogeneous
+    env.step(ns + 2 * 1)
+    env.step(2 * KEYS.index("recompute"))  # a field move: a grid layout
+    assert not env.layout.heterogeneous
+
+
 def test_masks_match_the_moves(env):
     env.reset(seed=3)
     rng = np.random.default_rng(0)
