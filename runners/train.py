@@ -707,6 +707,9 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         options=log_opts,
     )
 
+    # a new run in a used folder starts its own clock (it used to add the old run's)
+    if not resuming:
+        (run_dir / checkpoint.WALL_CLOCK).unlink(missing_ok=True)
     clock = checkpoint.SessionClock(run_dir).start(already=time.perf_counter() - t_start)
     try:
         # ---- baselines: the reference

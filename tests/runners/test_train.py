@@ -193,3 +193,19 @@ def test_an_env_option_the_env_does_not_take_is_refused(graph_file: Path, tmp_pa
     cfg = compose([*small_env(graph_file), "train.timesteps=8", "+env.env_kwargs={max_steps: 0}"])
     with pytest.raises(ValueError, match=r"Sweep-v0 takes no option\(s\) \['max_steps'\]; valid"):
         train(cfg, tmp_path / "run", echo=lambda s: None)
+
+
+def test_a_new_run_in_a_used_folder_does_not_count_the_old_runs_time(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """wall_seconds of a run that is not a resume counts that run only, even where an earlier
+    run's wall_clock.json lies (scripts rerun into the same folders: their times used to add
+    up run after run)."""
+    ov = [*small_env(graph_file), "env.baselines=[]", "agent=random", "agent.budget=20"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / checkpoint.WALL_CLOCK).write_text(json.dumps({"sessions": [[0.0, 1000.0]]}))
+    res = train(compose(ov), run, echo=lambda s: None)
+    assert res["wall_seconds"] < 100
+    sessions = json.loads((run / checkpoint.WALL_CLOCK).read_text())["sessions"]
+    assert len(sessions) == 1
