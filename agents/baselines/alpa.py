@@ -255,8 +255,9 @@ def submesh_layouts(
     microbatch). For a bound ``T`` on a stage's per-microbatch seconds, :func:`_interop_dp`
     finds for every ``P`` whether the layers fit on all the devices within ``T`` and memory
     (:meth:`StageProfile.memory`); the least such ``T`` per ``P`` is bracketed on a geometric
-    grid and bisected for the most promising depths. Returns up to ``keep`` layouts per
-    depth with Alpa's estimate ``sum_i t_i + (m - 1) max_i t_i`` (eq. 2), best first."""
+    grid and bisected (10 steps) for the four most promising depths, whose layouts get
+    Alpa's estimate ``sum_i t_i + (m - 1) max_i t_i`` (eq. 2). Returns the ``keep`` best
+    ``(estimate, layout)`` pairs, best first."""
     cl = model.cluster
     D = cl.num_devices
     unit, sizes = submesh_sizes(D, gpus_per_node)
