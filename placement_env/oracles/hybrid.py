@@ -293,16 +293,25 @@ class HybridModel:
                 memo[key] = self._mesh_terms(lay, meshes[r][0], meshes[r][1], bs[r], off)
             T.append(memo[key])
         dp_groups = [first_dev[r] + np.arange(meshes[r][0]) * meshes[r][1] for r in range(P)]
-        dpr = np.array([mm[0] for mm in meshes])
-        tpr = np.array([mm[1] for mm in meshes])
         rk = np.arange(C) % P  # the pipeline rank of each chunk
         Tc = [T[r] for r in rk]
         T0, TL = T[0], T[(C - 1) % P]
+        het = lay.heterogeneous
+
+        # per-chunk values: a scalar when every stage has the same submesh (broadcast)
+        def col(key: str) -> Any:
+            return np.array([t[key] for t in Tc], dtype=np.float64) if het else T0[key]
+
+        def at(x: Any, r: int) -> Any:  # rank r's entry of a per-rank value
+            return x[r] if het else x
+
+        dpr = np.array([mm[0] for mm in meshes]) if het else lay.dp
+        tpr = np.array([mm[1] for mm in meshes]) if het else lay.tp
 
         # ---- chunks
         nl = np.array([bb - aa for aa, bb in lay.stage_layers], dtype=np.float64)
-        fdur = nl * np.array([t["layer_f"] for t in Tc])
-        bdur = nl * np.array([t["layer_b"] for t in Tc])
+        fdur = nl * col("layer_f")
+        bdur = nl * col("layer_b")
         fdur[0] += T0["emb_f"]
         bdur[0] += T0["emb_f"]
         fdur[-1] += TL["head_f"]
@@ -320,9 +329,9 @@ class HybridModel:
             )
 
         # ---- parameters per pipeline rank (local to one GPU before ZeRO sharding)
-        chunk_params = nl * d.layer_params() / tpr[rk]
-        emb = d.embedding_params() / tpr[0]
-        tpl = tpr[(C - 1) % P]
+        chunk_params = nl * d.layer_params() / (tpr[rk] if het else tpr)
+        emb = d.embedding_params() / T0["tp"]
+        tpl = TL["tp"]
         head = d.head_params() / tpl + (d.embedding_params() / tpl if (d.tied and P > 1) else 0.0)
         root = np.zeros(C)  # what no transformer layer holds: embedding, final norm, head
         root[0] += emb
@@ -331,19 +340,20 @@ class HybridModel:
         for c in range(C):
             rank_params[c % P] += chunk_params[c] + root[c]
         z = lay.zero
-        fsdp = (z >= 3) & (dpr > 1)  # per pipeline rank
+        fsdp = (z >= 3) & (dpr > 1)  # per pipeline rank (a bool when uniform)
         pipe_unsharded = fsdp & (P > 1) & bool(d.fsdp_pipeline_unsharded)
-        root_unsharded = fsdp & bool(d.fsdp_root_unsharded) & ~pipe_unsharded
+        root_unsharded = fsdp & bool(d.fsdp_root_unsharded) & np.logical_not(pipe_unsharded)
 
         # ---- activations kept per microbatch of a chunk
-        bc = np.array([t["b"] for t in Tc], dtype=np.float64)
-        spdc = np.array([t["spd"] for t in Tc], dtype=np.float64)
-        act = nl * np.array([t["per_layer"] for t in Tc]) * bc
+        bc, spdc = col("b"), col("spd")
+        act = nl * col("per_layer") * bc
         if d.pp_keeps_stage_output:  # PipelineStage.fwd_cache holds each stage's output
-            act[:-1] += (2.0 * bc * s * h / spdc)[:-1]
+            act[:-1] += (2.0 * bc * s * h / spdc * np.ones(C))[:-1]
         step_bufs = np.zeros(P)  # pipelining's buffers held for the whole step
         if d.pp_step_buffers and C > 1:
-            buf = 2.0 * bc * s * h / spdc  # one microbatch's hidden state (or its gradient)
+            buf = (
+                2.0 * bc * s * h / spdc * np.ones(C)
+            )  # one microbatch's hidden state (or gradient)
             act[1:] -= buf[1:]  # the first layer's kept input is its receive buffer
             for c in range(C):
                 step_bufs[c % P] += m * buf[c] * ((c > 0) + (c < C - 1))
@@ -356,14 +366,17 @@ class HybridModel:
         # a backward's own peak: the layer being recomputed (full recomputation), alive only
         # after the head's and the loss's backward have freed their terms on the last chunk;
         # FSDP2's root keeps the head's unsharded gradient from then to the backward's end
-        bwd_extra = np.array([t["transient_layer"] for t in Tc], dtype=np.float64)
+        bwd_extra = col("transient_layer") * np.ones(C)
         bwd_extra[-1] -= loss_peak
         # the head's gradient (a tied matrix's, when one stage has both)
-        if root_unsharded[(C - 1) % P]:
+        if at(root_unsharded, (C - 1) % P):
             tied_one = d.vocab * h / tpl if (d.tied and P == 1) else 0.0
             bwd_extra[-1] += (head + tied_one) * self.grad_bytes
         # FSDP under PP: unsharded fp32 gradients accumulate from each chunk's first backward
-        persist = np.where(pipe_unsharded[rk], (chunk_params + root) * FSDP_REDUCE_BYTES, 0.0)
+        if het:
+            persist = np.where(pipe_unsharded[rk], (chunk_params + root) * FSDP_REDUCE_BYTES, 0.0)
+        else:
+            persist = (chunk_params + root) * FSDP_REDUCE_BYTES if pipe_unsharded else np.zeros(C)
 
         makespan, rank_end, busy, last_b, peak_mem_act, peak_act = simulate_pipeline(
             PIPELINE_SCHEDULES[lay.schedule],
@@ -388,7 +401,7 @@ class HybridModel:
         opt_time = np.zeros(P)
         ag_time = np.zeros(P)
         for r in range(P):
-            grp, dp = dp_groups[r], int(dpr[r])
+            grp, dp = dp_groups[r], int(at(dpr, r))
             t = 0.0
             if dp > 1 and z <= 1:
                 order = sorted(range(r, C, P), key=lambda c: last_b[c, 1])
@@ -423,22 +436,19 @@ class HybridModel:
 
         # ---- memory per pipeline rank
         wb, gb, ob = WEIGHT_BYTES, self.grad_bytes, OPTIMIZER_BYTES
-        one = np.ones(P)
         state = rank_params * (
-            wb / np.where(z >= 3, dpr, one)
-            + gb / np.where(z >= 2, dpr, one)
-            + ob / np.where(z >= 1, dpr, one)
+            wb / (dpr if z >= 3 else 1) + gb / (dpr if z >= 2 else 1) + ob / (dpr if z >= 1 else 1)
         )
         gathered = np.zeros(P)
         for r in range(P):
-            if pipe_unsharded[r]:
+            if at(pipe_unsharded, r):
                 gathered[r] += rank_params[r] * wb  # every parameter of the stage stays gathered
-            elif fsdp[r]:
+            elif at(fsdp, r):
                 gathered[r] += 2 * T[r]["lp_local"] * wb  # the running and the prefetched layer
         # FSDP2's root is not resharded after forward
-        if root_unsharded[0]:
+        if at(root_unsharded, 0):
             gathered[0] += emb * wb
-        if root_unsharded[P - 1]:
+        if at(root_unsharded, P - 1):
             gathered[P - 1] += head * wb
         state += gathered + step_bufs
         # what a backward adds above the kept activations' peak: the layer being recomputed
