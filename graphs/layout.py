@@ -474,6 +474,13 @@ class HybridLayout:
 
     @property
     def mesh_shape(self) -> tuple[int, int, int]:
+        """``(pp, dp, tp)``: the device mesh (``ValueError`` when the stages have their own
+        submeshes: there is no single mesh then)."""
+        if self.stage_meshes:
+            raise ValueError(
+                "HybridLayout.mesh_shape: the stages have their own submeshes (stage_meshes); "
+                "see meshes and stage_ranks"
+            )
         return (self.pp, self.dp, self.tp)
 
     @property

@@ -34,6 +34,8 @@ def test_ranks_follow_the_stages_submeshes():
         assert lay.rank(*lay.coords(r)) == r
     with pytest.raises(ValueError, match="rank 12"):
         lay.coords(12)
+    with pytest.raises(ValueError, match="own submeshes"):
+        lay.mesh_shape  # noqa: B018
 
 
 def test_stage_view_is_the_uniform_layout_of_one_stage():
