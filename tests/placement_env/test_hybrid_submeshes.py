@@ -7,6 +7,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graphs import clusters, zoo
 from graphs.layout import HybridLayout, layout_grid
@@ -137,3 +139,61 @@ def test_the_runtime_refuses_per_stage_submeshes_the_simulator_scores_them():
     assert Simulator(g, cl).evaluate(plan).step_time > 0
     with pytest.raises(ValueError, match="stages share one dp x tp submesh"):
         make_run_spec(plan, g, cl)
+
+
+_G16 = zoo.build("gpt", hidden=1024, layers=12, heads=16, vocab=32000, seq=1024, batch=32)
+_CL16 = clusters.load("dgx_a100_80g", nodes=2)
+_M16 = HybridModel(_G16, _CL16)
+
+
+@st.composite
+def _het_layouts(draw):
+    """Random layouts of 12 layers on 16 GPUs whose stages have their own submeshes."""
+    P = draw(st.integers(2, 4))
+    sizes = draw(
+        st.lists(st.sampled_from([1, 2, 4, 8]), min_size=P, max_size=P).filter(
+            lambda xs: sum(xs) == 16
+        )
+    )
+    meshes = []
+    for n in sizes:
+        tp = draw(st.sampled_from([t for t in (1, 2, 4, 8) if t <= n and n % t == 0]))
+        meshes.append((n // tp, tp))
+    g = draw(st.sampled_from([8, 16, 32]))  # samples per microbatch: every dp divides it
+    cuts = sorted(draw(st.sets(st.integers(1, 11), min_size=P - 1, max_size=P - 1)))
+    bounds = [0, *cuts, 12]
+    return HybridLayout(
+        dp=meshes[0][0], tp=meshes[0][1], pp=P, microbatch_size=g // meshes[0][0],
+        global_batch=32, recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        sequence_parallel=draw(st.booleans()) and max(t for _, t in meshes) > 1,
+        zero=draw(st.sampled_from([0, 1, 2, 3])), schedule=draw(st.sampled_from(["1f1b", "gpipe"])),
+        stage_layers=tuple(zip(bounds[:-1], bounds[1:])), stage_meshes=tuple(meshes),
+    )  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(_het_layouts())
+def test_random_submesh_layouts_keep_what_their_stage_views_keep(lay):
+    """Property: on any split of 16 GPUs into stage submeshes, each stage's bytes per GPU are
+    those of stage p of its uniform view (scored on a cluster of the view's size), the
+    per-device array repeats each stage's value over its own GPUs, and StageProfile's closed
+    form (1F1B) matches the kernel's peak."""
+    r = _M16.evaluate(lay)
+    mem = r.breakdown["memory_per_rank"]
+    assert len(r.peak_memory) == 16 and np.isfinite(r.step_time) and r.step_time > 0
+    start = 0
+    for p, (dp, tp) in enumerate(lay.meshes):
+        n = dp * tp
+        assert np.all(r.peak_memory[start : start + n] == mem[p])
+        start += n
+        v = lay.stage_view(p)
+        if v.world_size % 8 == 0:  # whole DGX nodes: score the view on a cluster of its size
+            cl = clusters.load("dgx_a100_80g", nodes=v.world_size // 8)
+            rv = HybridModel(_G16, cl).evaluate(v)
+            assert mem[p] == pytest.approx(rv.breakdown["memory_per_rank"][p], rel=1e-12)
+        if lay.schedule == "1f1b":
+            b = lay.stage_microbatch_sizes[p]
+            prof = _M16.stage_profile(lay, dp, tp, b)
+            a, z = lay.stage_layers[p]
+            got = prof.memory(z - a, p, lay.pp, lay.num_microbatches)
+            assert got == pytest.approx(mem[p], rel=1e-9)
