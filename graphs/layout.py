@@ -753,6 +753,47 @@ def _check_fields(obj: Any, source: str) -> None:
         )
 
 
+def stage_tp_choices(
+    layout: HybridLayout, p: int, *, heads: int, kv_heads: int, max_tp: int
+) -> list[int]:
+    """The ``tp`` values pipeline stage ``p`` of ``layout`` may take on its own submesh (its
+    GPU count kept, ``dp`` following), ascending, its current one included: ``tp`` divides
+    the submesh and the ``heads``, is at most ``max_tp`` (a node), is a divisor or a
+    multiple of ``kv_heads``, and leaves a ``dp`` that divides the microbatch of ``dp *
+    microbatch_size`` samples. Empty when ``p`` is no stage or ``virtual_stages > 1``."""
+    if not 0 <= p < layout.pp or layout.virtual_stages != 1:
+        return []
+    dp, tp = layout.meshes[p]
+    n, g = dp * tp, layout.dp * layout.microbatch_size
+    return [
+        t
+        for t in range(1, n + 1)
+        if n % t == 0
+        and t <= max_tp
+        and heads % t == 0
+        and (kv_heads % t == 0 or t % kv_heads == 0)
+        and g % (n // t) == 0
+    ]
+
+
+def with_stage_tp(layout: HybridLayout, p: int, tp: int) -> HybridLayout:
+    """``layout`` with stage ``p`` on the same GPUs at tensor-parallel degree ``tp`` (``dp``
+    following; a value of :func:`stage_tp_choices`): ``stage_meshes`` set, or dropped when
+    every stage is back on one shape; SP off when no stage has ``tp > 1`` left."""
+    g = layout.dp * layout.microbatch_size
+    meshes = [list(m) for m in layout.meshes]
+    n = meshes[p][0] * meshes[p][1]
+    meshes[p] = [n // tp, tp]
+    out = layout.to_dict()
+    out.pop("stage_meshes", None)
+    out.update(dp=meshes[0][0], tp=meshes[0][1], microbatch_size=g // meshes[0][0])
+    if len({tuple(m) for m in meshes}) > 1:
+        out["stage_meshes"] = meshes
+    if out["sequence_parallel"] and max(m[1] for m in meshes) == 1:
+        out["sequence_parallel"] = False
+    return HybridLayout.from_dict(out)
+
+
 #: Default microbatch sizes and virtual-stage counts of :func:`layout_grid`.
 GRID_MICROBATCH_SIZES = (1, 2, 4, 8)
 GRID_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)
@@ -821,4 +862,6 @@ __all__ = [
     "balanced_stage_layers",
     "layout_grid",
     "model_dims",
+    "stage_tp_choices",
+    "with_stage_tp",
 ]

@@ -20,6 +20,9 @@ from graphs.layout import (
     ZERO_STAGES,
     HybridLayout,
     layout_grid,
+    model_dims,
+    stage_tp_choices,
+    with_stage_tp,
 )
 from graphs.plan import Plan
 from placement_env.oracles.base import Oracle
@@ -55,9 +58,12 @@ def hybrid_anneal(
     """Simulated annealing over layouts, ``budget`` oracle calls (default 2000).
 
     State: a layout of the :func:`graphs.layout.layout_grid` space, or the same with moved stage
-    boundaries. A move either replaces the intra-op/inter-op choice by a random grid
-    neighbour differing in one field (``tp``/``pp``/``dp`` change together so that their
-    product stays the device count) or moves one stage boundary by one layer. Cost: the
+    boundaries or with stages on submeshes of their own shape. A move either replaces the
+    intra-op/inter-op choice by a random grid neighbour differing in one field
+    (``tp``/``pp``/``dp`` change together so that their product stays the device count),
+    moves one stage boundary by one layer, or (``v = 1``, ``pp > 1``) gives one stage
+    another ``tp`` on its own GPUs (:func:`graphs.layout.stage_tp_choices`; the layout's
+    ``stage_meshes``). Cost: the
     step time (x 10 x memory overflow for OOM layouts); acceptance is Metropolis on the
     log of the cost with a temperature falling geometrically from ``t0`` to ``t1``.
     Starts from the grid layout most like Megatron's defaults (largest ``tp`` within a
@@ -107,6 +113,17 @@ def hybrid_anneal(
         return (-lay.tp, lay.pp, lay.microbatch_size, lay.virtual_stages,
                 lay.recompute != "full", lay.sequence_parallel, lay.zero)  # fmt: skip
 
+    dims = model_dims(graph)
+    mtp = int(cluster.meta.get("gpus_per_node", min(cluster.num_devices, 8)))
+    if max_tp is not None:
+        mtp = int(max_tp)
+
+    def stage_move(lay: HybridLayout) -> HybridLayout | None:
+        p = int(rng.integers(0, lay.pp))
+        tps = stage_tp_choices(lay, p, heads=dims.heads, kv_heads=dims.kv_heads, max_tp=mtp)
+        tps = [t for t in tps if t != lay.meshes[p][1]]
+        return with_stage_tp(lay, p, int(rng.choice(tps))) if tps else None
+
     cur = min(space, key=start_key)
     r = score(cur)
     calls = 1
@@ -115,7 +132,10 @@ def hybrid_anneal(
     while calls < budget:
         frac = calls / max(budget - 1, 1)
         temp = t0 * (t1 / t0) ** frac
-        cand = _neighbour(cur, space, by_key, keys, rng)
+        if cur.pp > 1 and cur.virtual_stages == 1 and rng.random() < 0.15:
+            cand = stage_move(cur)
+        else:
+            cand = _neighbour(cur, space, by_key, keys, rng)
         if cand is None:
             continue
         r = score(cand)

@@ -11,7 +11,14 @@ from gymnasium import spaces
 
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
-from graphs.layout import RECOMPUTE, HybridLayout, layout_grid, model_dims
+from graphs.layout import (
+    RECOMPUTE,
+    HybridLayout,
+    layout_grid,
+    model_dims,
+    stage_tp_choices,
+    with_stage_tp,
+)
 from graphs.plan import hybrid_placement
 from graphs.schema import is_number, is_whole
 from placement_env.envs.base import MAX_OVERFLOW, MAX_TIME_RATIO, as_int_action
@@ -339,20 +346,13 @@ class HybridEnv(gym.Env[dict, Any]):
         if stage >= lay.pp or lay.virtual_stages != 1:
             return None
         dp0, tp0 = lay.meshes[stage]
-        n = dp0 * tp0
-        key = (n, lay.dp * lay.microbatch_size)
+        key = (dp0 * tp0, lay.dp * lay.microbatch_size)
         tps = p["stage_tps"].get(key)
         if tps is None:
-            d, g = p["dims"], key[1]
-            tps = [
-                t
-                for t in range(1, n + 1)
-                if n % t == 0
-                and t <= p["max_tp"]
-                and d.heads % t == 0
-                and (d.kv_heads % t == 0 or t % d.kv_heads == 0)
-                and g % (n // t) == 0
-            ]
+            d = p["dims"]
+            tps = stage_tp_choices(
+                lay, stage, heads=d.heads, kv_heads=d.kv_heads, max_tp=p["max_tp"]
+            )
             p["stage_tps"][key] = tps
         nxt = [t for t in tps if (t > tp0 if up else t < tp0)]
         if not nxt:
@@ -362,20 +362,7 @@ class HybridEnv(gym.Env[dict, Any]):
     def _stage_tp_move(self, lay: HybridLayout, stage: int, up: bool) -> HybridLayout | None:
         """``lay`` with stage ``stage``'s ``tp`` one valid step down or up on its own submesh."""
         t = self._stage_tp_next(lay, stage, up)
-        if t is None:
-            return None
-        g = lay.dp * lay.microbatch_size
-        meshes = [list(m) for m in lay.meshes]
-        n = meshes[stage][0] * meshes[stage][1]
-        meshes[stage] = [n // t, t]
-        out = lay.to_dict()
-        out.pop("stage_meshes", None)
-        out.update(dp=meshes[0][0], tp=meshes[0][1], microbatch_size=g // meshes[0][0])
-        if len({tuple(m) for m in meshes}) > 1:
-            out["stage_meshes"] = meshes
-        if out["sequence_parallel"] and max(m[1] for m in meshes) == 1:
-            out["sequence_parallel"] = False
-        return HybridLayout.from_dict(out)
+        return None if t is None else with_stage_tp(lay, stage, t)
 
     def _get_obs(self) -> dict[str, np.ndarray]:
         lay, p, r = self.layout, self._prep, self._res

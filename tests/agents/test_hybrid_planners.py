@@ -176,3 +176,25 @@ def test_alpa_gives_stages_their_own_submeshes_where_that_is_faster():
     assert capped.meta["oracle_calls"] == n
     with pytest.raises(ValueError, match="submesh_settings must be an integer >= 0"):
         baselines.get("alpa")(g, cl, Simulator(g, cl), None, submesh_settings=-1)
+
+
+def test_hybrid_anneal_visits_per_stage_submeshes():
+    """hybrid_anneal's per-stage move: among the layouts it scores on a pipelined problem some
+    give a stage its own submesh shape, every one valid and on all 8 GPUs."""
+    g = zoo.build("gpt", hidden=2048, layers=24, heads=16, vocab=51200, seq=1024, batch=64)
+    cl = clusters.load("dgx1_v100_8")
+    sim = Simulator(g, cl)
+    seen = []
+    score = sim.evaluate_layout
+
+    def record(lay, **kw):
+        seen.append(lay)
+        return score(lay, **kw)
+
+    sim.evaluate_layout = record
+    opts = dict(zero=(0,), microbatch_sizes=(4, 8), virtual_stages=(1,), seed=0)
+    plan = baselines.get("hybrid_anneal")(g, cl, sim, 400, **opts)
+    het = [x for x in seen if x.heterogeneous]
+    assert len(seen) == 400 and het
+    assert all(x.world_size == 8 for x in het)
+    assert plan.meta["step_time"] == min(score(x).step_time for x in seen if not score(x).oom)

@@ -121,3 +121,29 @@ def test_plan_hybrid_places_each_stage_on_its_submesh(tmp_path):
             g, cl, dp=2, tp=2, pp=3, microbatch_size=2, global_batch=16,
             stage_meshes=[(2, 2), (4, 2), (1, 2)],
         )  # fmt: skip
+
+
+def test_stage_tp_choices_and_with_stage_tp_by_hand():
+    from graphs.layout import stage_tp_choices, with_stage_tp
+
+    lay = HybridLayout(dp=2, tp=4, pp=2, microbatch_size=2, global_batch=16,
+                       stage_layers=((0, 2), (2, 4)))  # fmt: skip
+    # stage 1 has 8 GPUs; the microbatch has 4 samples: dp in {1, 2, 4} -> tp in {2, 4, 8};
+    # tp 8 needs 8 heads, kv heads 2 allow tp 1, 2, 4, 8
+    assert stage_tp_choices(lay, 1, heads=8, kv_heads=2, max_tp=8) == [2, 4, 8]
+    assert stage_tp_choices(lay, 1, heads=4, kv_heads=4, max_tp=8) == [2, 4]
+    assert stage_tp_choices(lay, 1, heads=8, kv_heads=2, max_tp=4) == [2, 4]
+    assert stage_tp_choices(lay, 2, heads=8, kv_heads=2, max_tp=8) == []
+    het = with_stage_tp(lay, 1, 8)
+    assert het.stage_meshes == ((2, 4), (1, 8)) and het.microbatch_size == 2
+    back = with_stage_tp(het, 1, 4)
+    assert back == lay and not back.heterogeneous
+    # the first stage's change moves dp, tp and the per-replica microbatch with it
+    first = with_stage_tp(lay, 0, 2)
+    assert (first.dp, first.tp, first.microbatch_size) == (4, 2, 1)
+    assert first.stage_meshes == ((4, 2), (2, 4)) and first.num_microbatches == 4
+    sp = HybridLayout(
+        dp=4, tp=2, pp=2, microbatch_size=2, global_batch=16, sequence_parallel=True,
+        stage_layers=((0, 2), (2, 4)), stage_meshes=((4, 2), (8, 1)),
+    )  # fmt: skip
+    assert not with_stage_tp(sp, 0, 1).sequence_parallel  # no stage has tp > 1 left
