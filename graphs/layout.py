@@ -753,27 +753,40 @@ def _check_fields(obj: Any, source: str) -> None:
         )
 
 
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def tp_fits(tp: int, *, heads: int, kv_heads: int, max_tp: int) -> bool:
+    """A tensor-parallel degree the model and a node allow: at most ``max_tp`` (GPUs per
+    node), dividing the attention ``heads``, and a divisor or a multiple of ``kv_heads``."""
+    return tp <= max_tp and heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)
+
+
+def submesh_tps(n: int, samples: int, *, heads: int, kv_heads: int, max_tp: int) -> list[int]:
+    """The ``tp`` values (ascending) of a submesh of ``n`` GPUs taking microbatches of
+    ``samples`` samples: :func:`tp_fits`, dividing ``n``, and leaving a ``dp = n / tp`` that
+    divides ``samples`` (each data-parallel rank gets a whole share)."""
+    return [
+        t
+        for t in divisors(n)
+        if tp_fits(t, heads=heads, kv_heads=kv_heads, max_tp=max_tp) and samples % (n // t) == 0
+    ]
+
+
 def stage_tp_choices(
     layout: HybridLayout, p: int, *, heads: int, kv_heads: int, max_tp: int
 ) -> list[int]:
     """The ``tp`` values pipeline stage ``p`` of ``layout`` may take on its own submesh (its
-    GPU count kept, ``dp`` following), ascending, its current one included: ``tp`` divides
-    the submesh and the ``heads``, is at most ``max_tp`` (a node), is a divisor or a
-    multiple of ``kv_heads``, and leaves a ``dp`` that divides the microbatch of ``dp *
-    microbatch_size`` samples. Empty when ``p`` is no stage or ``virtual_stages > 1``."""
+    GPU count kept, ``dp`` following), ascending, its current one included
+    (:func:`submesh_tps` of its GPUs and the microbatch of ``dp * microbatch_size``
+    samples). Empty when ``p`` is no stage or ``virtual_stages > 1``."""
     if not 0 <= p < layout.pp or layout.virtual_stages != 1:
         return []
     dp, tp = layout.meshes[p]
-    n, g = dp * tp, layout.dp * layout.microbatch_size
-    return [
-        t
-        for t in range(1, n + 1)
-        if n % t == 0
-        and t <= max_tp
-        and heads % t == 0
-        and (kv_heads % t == 0 or t % kv_heads == 0)
-        and g % (n // t) == 0
-    ]
+    return submesh_tps(
+        dp * tp, layout.dp * layout.microbatch_size, heads=heads, kv_heads=kv_heads, max_tp=max_tp
+    )
 
 
 def with_stage_tp(layout: HybridLayout, p: int, tp: int) -> HybridLayout:
@@ -799,10 +812,6 @@ GRID_MICROBATCH_SIZES = (1, 2, 4, 8)
 GRID_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)
 
 
-def divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
-
-
 def layout_grid(
     graph: Any,
     cluster: Any,
@@ -825,7 +834,7 @@ def layout_grid(
     if max_tp is None:
         max_tp = int(cluster.meta.get("gpus_per_node", min(D, 8)))
     for t in divisors(D):
-        if t > max_tp or d.heads % t or (d.kv_heads % t and t % d.kv_heads):
+        if not tp_fits(t, heads=d.heads, kv_heads=d.kv_heads, max_tp=max_tp):
             continue
         for p in divisors(D // t):
             if p > d.layers:
@@ -863,5 +872,7 @@ __all__ = [
     "layout_grid",
     "model_dims",
     "stage_tp_choices",
+    "submesh_tps",
+    "tp_fits",
     "with_stage_tp",
 ]

@@ -20,6 +20,7 @@ from graphs.layout import (
     HybridLayout,
     divisors,
     layout_grid,
+    submesh_tps,
 )
 from graphs.plan import Plan
 from placement_env.oracles.base import Oracle
@@ -119,12 +120,8 @@ class _MeshOptions:
         opts = []
         for size in sizes:
             n = size * unit
-            for tp in divisors(n):
+            for tp in submesh_tps(n, g, heads=d.heads, kv_heads=d.kv_heads, max_tp=max_tp):
                 dp = n // tp
-                if tp > max_tp or d.heads % tp or (d.kv_heads % tp and tp % d.kv_heads):
-                    continue
-                if g % dp:
-                    continue
                 opts.append((size, dp, tp, model.stage_profile(template, dp, tp, g // dp)))
         self.opts = opts
         self.n = np.array([o[0] for o in opts], dtype=np.int64)
@@ -291,14 +288,16 @@ def submesh_layouts(
     out = []
     for P in feas[:4]:
         a, b = float(lo[P]), float(hi[P])
+        args = None  # the DP's choices at b, the least feasible bound so far
         for _ in range(10):
             mid = (a + b) / 2
-            cover, _ = _interop_dp(mo, U, mid, P)
+            cover, found = _interop_dp(mo, U, mid, P)
             if cover[P] >= L:
-                b = mid
+                b, args = mid, found
             else:
                 a = mid
-        cover, args = _interop_dp(mo, U, b, P)
+        if args is None:  # no bisection step was feasible: the grid's bracket top
+            args = _interop_dp(mo, U, b, P)[1]
         stages = _reconstruct(mo, U, b, P, args)
         ks = _trim(mo, stages, L)
         secs = [

@@ -16,7 +16,7 @@ from graphs.layout import (
     HybridLayout,
     layout_grid,
     model_dims,
-    stage_tp_choices,
+    submesh_tps,
     with_stage_tp,
 )
 from graphs.plan import hybrid_placement
@@ -350,9 +350,7 @@ class HybridEnv(gym.Env[dict, Any]):
         tps = p["stage_tps"].get(key)
         if tps is None:
             d = p["dims"]
-            tps = stage_tp_choices(
-                lay, stage, heads=d.heads, kv_heads=d.kv_heads, max_tp=p["max_tp"]
-            )
+            tps = submesh_tps(*key, heads=d.heads, kv_heads=d.kv_heads, max_tp=p["max_tp"])
             p["stage_tps"][key] = tps
         nxt = [t for t in tps if (t > tp0 if up else t < tp0)]
         if not nxt:

@@ -279,24 +279,29 @@ class HybridModel:
 
         # ---- per pipeline rank: its submesh's terms (uniform layouts: one representative
         # group at device 0, as every stage's is alike; heterogeneous: each stage's own)
-        meshes, bs = lay.meshes, lay.stage_microbatch_sizes
-        sizes = np.array([a * b for a, b in meshes], dtype=np.int64)
-        first_dev = np.concatenate(([0], np.cumsum(sizes)[:-1]))  # lay.rank(r, 0, 0)
-        memo: dict[tuple, dict[str, Any]] = {}
-        T = []
-        for r in range(P):
-            off = int(first_dev[r]) if lay.heterogeneous else 0
-            # on node-structured clusters a group's collectives depend on its place only
-            # modulo the node (every node alike): one computation per distinct stage
-            key = (meshes[r], bs[r], off % topo.gpus_per_node if topo.uniform else off)
-            if key not in memo:
-                memo[key] = self._mesh_terms(lay, meshes[r][0], meshes[r][1], bs[r], off)
-            T.append(memo[key])
+        het = lay.heterogeneous
+        meshes = lay.meshes
+        if het:
+            bs = lay.stage_microbatch_sizes
+            sizes = np.array([a * b for a, b in meshes], dtype=np.int64)
+            first_dev = np.concatenate(([0], np.cumsum(sizes)[:-1]))  # lay.rank(r, 0, 0)
+            memo: dict[tuple, dict[str, Any]] = {}
+            T = []
+            for r in range(P):
+                off = int(first_dev[r])
+                # on node-structured clusters a group's collectives depend on its place only
+                # modulo the node (every node alike): one computation per distinct stage
+                key = (meshes[r], bs[r], off % topo.gpus_per_node if topo.uniform else off)
+                if key not in memo:
+                    memo[key] = self._mesh_terms(lay, meshes[r][0], meshes[r][1], bs[r], off)
+                T.append(memo[key])
+        else:  # every stage alike: one representative group at device 0
+            first_dev = np.arange(P) * (lay.dp * lay.tp)
+            T = [self._mesh_terms(lay, lay.dp, lay.tp, lay.microbatch_size, 0)] * P
         dp_groups = [first_dev[r] + np.arange(meshes[r][0]) * meshes[r][1] for r in range(P)]
         rk = np.arange(C) % P  # the pipeline rank of each chunk
         Tc = [T[r] for r in rk]
         T0, TL = T[0], T[(C - 1) % P]
-        het = lay.heterogeneous
 
         # per-chunk values: a scalar when every stage has the same submesh (broadcast)
         def col(key: str) -> Any:
@@ -348,12 +353,11 @@ class HybridModel:
         bc, spdc = col("b"), col("spd")
         act = nl * col("per_layer") * bc
         if d.pp_keeps_stage_output:  # PipelineStage.fwd_cache holds each stage's output
-            act[:-1] += (2.0 * bc * s * h / spdc * np.ones(C))[:-1]
+            act[:-1] += np.broadcast_to(2.0 * bc * s * h / spdc, (C,))[:-1]
         step_bufs = np.zeros(P)  # pipelining's buffers held for the whole step
         if d.pp_step_buffers and C > 1:
-            buf = (
-                2.0 * bc * s * h / spdc * np.ones(C)
-            )  # one microbatch's hidden state (or gradient)
+            # one microbatch's hidden state (or its gradient)
+            buf = np.broadcast_to(2.0 * bc * s * h / spdc, (C,))
             act[1:] -= buf[1:]  # the first layer's kept input is its receive buffer
             for c in range(C):
                 step_bufs[c % P] += m * buf[c] * ((c > 0) + (c < C - 1))
@@ -366,7 +370,7 @@ class HybridModel:
         # a backward's own peak: the layer being recomputed (full recomputation), alive only
         # after the head's and the loss's backward have freed their terms on the last chunk;
         # FSDP2's root keeps the head's unsharded gradient from then to the backward's end
-        bwd_extra = col("transient_layer") * np.ones(C)
+        bwd_extra = np.array(np.broadcast_to(col("transient_layer"), (C,)))
         bwd_extra[-1] -= loss_peak
         # the head's gradient (a tied matrix's, when one stage has both)
         if at(root_unsharded, (C - 1) % P):
