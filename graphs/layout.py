@@ -77,6 +77,13 @@ class ModelDims:
             (torchtitan with TP): its fused NLL + log-softmax backward holds the saved fp32
             log-softmax, a zeroed fp32 gradient, ``exp`` of the log-softmax added to it and
             that sum times the incoming gradient (``torch/distributed/tensor/parallel/loss.py``).
+        dropout: whether the model runs dropout in training, so that each layer keeps the
+            1-byte masks of its two residual dropouts (after the attention projection and
+            after the MLP) and of the attention probabilities (not with ``flash_attention``,
+            which regenerates them), and the first stage the embedding's. ``None`` (default)
+            takes the architecture's: on for ``"gpt"`` (Megatron-LM's defaults, 0.1), off for
+            ``"llama"``; ``dropout=True`` with ``"llama"`` is a SwiGLU model trained with
+            Megatron-LM's dropout (``--swiglu`` without ``--hidden-dropout 0``).
 
     The switches below (all off by default) are what PyTorch FSDP2, DTensor tensor
     parallelism and ``torch.distributed.pipelining`` keep, as torchtitan runs them; they
@@ -133,6 +140,7 @@ class ModelDims:
     pp_keeps_stage_output: bool = False
     pp_step_buffers: bool = False
     op_level_sac: bool = False
+    dropout: bool | None = None
 
     def __post_init__(self) -> None:
         if self.arch not in ("gpt", "llama"):
@@ -146,6 +154,13 @@ class ModelDims:
         for f in _SWITCHES:
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"ModelDims.{f} = {getattr(self, f)!r}: expected true or false")
+        if self.dropout is None:
+            object.__setattr__(self, "dropout", self.arch == "gpt")
+        if not isinstance(self.dropout, bool):
+            raise ValueError(
+                f"ModelDims.dropout = {self.dropout!r}: expected true, false or null "
+                "(the architecture's default)"
+            )
         lb = self.loss_logit_bytes
         if isinstance(lb, bool) or not isinstance(lb, (int, float)) or not 0 < lb < 64:
             raise ValueError(f"ModelDims.loss_logit_bytes = {lb!r}: expected a number in (0, 64)")
@@ -200,16 +215,25 @@ class ModelDims:
         GPT at ffn = 4h is Korthikanti et al. 2022 eq. (1)-(2): ``s h (10 + 24 + 5 a s / h)``
         = ``10 s h`` + ``(8 s h + 4 s ffn)`` + ``5 a s^2``. LLaMA (no dropout): ``8 s h`` +
         ``(4 s h + 4 s kv + 8 s ffn)`` (SwiGLU keeps gate and up outputs, the SiLU output and
-        the down-projection input) + ``2 a s^2`` (softmax output).
+        the down-projection input) + ``2 a s^2`` (softmax output). :attr:`dropout` adds (or,
+        off for GPT, removes) the two residual masks ``2 s h`` and the attention
+        probabilities' mask and dropped output ``3 a s^2``.
         """
         s, h, a = self.seq, self.hidden, self.heads
+        # dropout: two residual masks (s h, replicated) and the attention probabilities'
+        # mask and output (3 a s^2; the softmax output alone is 2 a s^2)
+        masks, probs = (2 * s * h, 3 * a * s * s) if self.dropout else (0, 0)
         if self.arch == "gpt":
-            return float(10 * s * h), float(8 * s * h + 4 * s * self.ffn), float(5 * a * s * s)
+            return (
+                float(8 * s * h + masks),
+                float(8 * s * h + 4 * s * self.ffn),
+                float(2 * a * s * s + probs),
+            )
         kv = self.kv_heads * self.head_dim
         return (
-            float(8 * s * h),
+            float(8 * s * h + masks),
             float(4 * s * h + 4 * s * kv + 8 * s * self.ffn),
-            float(2 * a * s * s),
+            float(2 * a * s * s + probs),
         )
 
     def op_sac_saved(self, tp: int = 1, sp_shards: int = 1) -> float:
@@ -282,6 +306,8 @@ class ModelDims:
                 del d[f]
         if self.loss_logit_bytes == 4.0:
             del d["loss_logit_bytes"]
+        if self.dropout == (self.arch == "gpt"):
+            del d["dropout"]
         return d
 
 

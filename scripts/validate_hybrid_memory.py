@@ -1,4 +1,4 @@
-"""Validate the hybrid model's memory per GPU against torchtitan's published measurements; write the table into docs/hybrid.md.
+"""Validate the hybrid model's memory per GPU against torchtitan's and Megatron-LM's published measurements; write the tables into docs/hybrid.md.
 
 Usage: ``python scripts/validate_hybrid_memory.py [--no-write]``.
 
@@ -13,7 +13,8 @@ only (``flash_attention=True``, ``loss_logit_bytes=12``), and with every mechani
 torchtitan's stack that ``ModelDims`` can switch on (:data:`TORCHTITAN`, plus 16 bytes per
 logit under TP's ``loss_parallel``; the Table 1 and 3 rows with torchtitan's op-level
 selective activation checkpointing, ``op_level_sac``, where the first two predictions use
-Korthikanti et al.'s selective recomputation). Writes between ``<!-- memory-validation:start -->`` /
+Korthikanti et al.'s selective recomputation). A third table compares Megatron-LM runs whose
+published figure is peak *allocated* memory (:data:`MEGATRON_RUNS`). Writes between ``<!-- memory-validation:start -->`` /
 ``<!-- memory-validation:end -->``.
 """
 
@@ -131,6 +132,76 @@ def a100_table() -> tuple[str, int]:
     return "\n".join(lines) + "\n", agree
 
 
+#: Megatron-LM pull request #482 (NVIDIA/Megatron-LM, ``tools/get_training_info/README.md``,
+#: the file as stored at commit 18247cb): Megatron-LM's GPTModel with ``--swiglu
+#: --use-flash-attn --use-distributed-optimizer --bf16`` (the tool asserts all four), hidden
+#: 4,096, 32 layers, 32 heads, SwiGLU width int(4h * 2/3 / 64) * 64 = 10,880, tied
+#: embeddings, learned positions, on one 8 x H800 machine; "Peak_Memory_Actual" is
+#: ``torch.cuda.max_memory_allocated()`` reported by Megatron's ``report_memory`` after
+#: several iterations (allocated bytes, not reserved), in GiB. Sequence 2,048 and GPT-2's
+#: 50,257-token vocabulary (padded by Megatron to a multiple of 128 x TP) are not in the
+#: table: they are the tool's example settings, and its published estimates follow from
+#: them (55.5, 49.5 and 28.6 GiB exactly, 69.0 against 68.8 for the first row).
+#: (label, layout, published max allocated GiB, the tool's published estimate GiB)
+MEGATRON_RUNS = [
+    ("DP 8, micro-batch 2, global batch 2,048",
+     dict(dp=8, tp=1, pp=1, microbatch_size=2, global_batch=2048), 69.1, 68.8),
+    ("DP 4 x TP 2, micro-batch 4, global batch 512",
+     dict(dp=4, tp=2, pp=1, microbatch_size=4, global_batch=512), 55.7, 55.5),
+    ("DP 4 x PP 2, micro-batch 2, global batch 2,048",
+     dict(dp=4, tp=1, pp=2, microbatch_size=2, global_batch=2048), 49.8, 49.5),
+    ("TP 8, micro-batch 4, global batch 128",
+     dict(dp=1, tp=8, pp=1, microbatch_size=4, global_batch=128), 28.8, 28.6),
+]  # fmt: skip
+
+#: Megatron-LM's defaults that the model's defaults do not assume: with ``--bf16`` it
+#: accumulates and reduces gradients in an fp32 buffer (``arguments.py``: "bfloat16 requires
+#: gradient accumulation and all-reduce to be done in fp32", so 4 bytes per parameter where
+#: the model's default is fp16's 2), and it trains with dropout 0.1 (``--hidden-dropout``,
+#: ``--attention-dropout``), so each layer keeps its two residual dropout masks.
+MEGATRON_BF16 = dict(grad_bytes=4.0, dropout=True)
+
+
+def megatron_run(layout: dict, megatron: bool = True) -> float:
+    """Peak GiB per GPU of one ``MEGATRON_RUNS`` layout: the SwiGLU GPT as a tied ``llama``
+    of the same shape with FlashAttention, ZeRO-1 (the distributed optimizer), no
+    recomputation, on one DGX H100 node (the H800's memory system is the H100's); with
+    ``megatron`` also :data:`MEGATRON_BF16`."""
+    t = layout["tp"]
+    vocab = -(-50257 // (128 * t)) * (128 * t)
+    shapes = dict(hidden=4096, layers=32, heads=32, kv_heads=32, ffn=10880, vocab=vocab,
+                  tied=True)  # fmt: skip
+    kw = dict(flash_attention=True, **(MEGATRON_BF16 if megatron else {}))
+    lay = dict(layout, recompute="none", zero=1, sequence_parallel=False)
+    return peak_memory(shapes, 2048, kw, "dgx_h100", 1, lay)[0]
+
+
+def megatron_table() -> tuple[str, list[float]]:
+    """Predicted against Megatron-LM's measured peak *allocated* memory; (markdown, errors
+    of the predictions with Megatron's bf16 defaults)."""
+    lines = [
+        "| Megatron-LM run (SwiGLU GPT 6.6B, seq 2,048, bf16, 8 x H800) | published max "
+        "allocated (GiB) | the PR's own estimate (GiB) | predicted, model defaults (GiB) | "
+        "predicted, Megatron's bf16 defaults (GiB) | error |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    errors = []
+    for label, layout, pub, est in MEGATRON_RUNS:
+        d, m = megatron_run(layout, False), megatron_run(layout, True)
+        errors.append(m / pub - 1)
+        lines.append(
+            f"| {label} | {pub:.1f} | {est:.1f} | {d:.1f} | {m:.1f} | {errors[-1] * 100:+.1f} % |"
+        )
+    within = sum(abs(e) <= 0.10 for e in errors)
+    lines.append("")
+    lines.append(
+        f"Megatron's bf16 defaults: {within} of {len(errors)} runs within 10 % "
+        f"({sum(abs(e) <= 0.05 for e in errors)} within 5 %); errors "
+        f"{', '.join(f'{e * 100:+.1f} %' for e in errors)}."
+    )
+    return "\n".join(lines) + "\n", errors
+
+
 def loss_bytes(layout: dict) -> float:
     """torchtitan's eager ``cross_entropy(pred.float())``: 12 B per logit; with TP it runs
     under ``loss_parallel`` (on by default), whose fused backward holds 16 B per logit."""
@@ -200,6 +271,7 @@ def main() -> None:
     args = ap.parse_args()
     md, _ = table()
     md += "\n" + a100_table()[0]
+    md += "\n" + megatron_table()[0]
     print(md)
     if not args.no_write:
         text = DOC.read_text()

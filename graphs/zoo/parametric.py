@@ -16,6 +16,7 @@ PARAM_KEYS = (
     "hidden", "layers", "heads", "vocab", "seq", "ffn", "kv_heads", "tied", "batch",
     "flash_attention", "loss_logit_bytes", "fsdp_root_unsharded", "fsdp_pipeline_unsharded",
     "sp_saves_gathered_input", "pp_keeps_stage_output", "pp_step_buffers", "op_level_sac",
+    "dropout", "grad_bytes",
 )  # fmt: skip
 
 #: Mixed-precision Adam: fp16 weights and gradients, fp32 master weights, momentum, variance.
@@ -72,10 +73,23 @@ def dims_from_kwargs(name: str, kw: dict[str, Any]) -> ModelDims:
         pp_keeps_stage_output=kw.get("pp_keeps_stage_output", False),
         pp_step_buffers=kw.get("pp_step_buffers", False),
         op_level_sac=kw.get("op_level_sac", False),
+        dropout=kw.get("dropout"),
     )
 
 
-def build_parametric(dims: ModelDims) -> CompGraph:
+def grad_bytes_from_kwargs(name: str, kw: dict[str, Any]) -> float:
+    """``kw["grad_bytes"]``: bytes per parameter of the gradients the framework keeps
+    (default 2, fp16 gradients; 4 for Megatron-LM with ``--bf16``, which accumulates and
+    reduces gradients in an fp32 buffer: ``accumulate_allreduce_grads_in_fp32``)."""
+    v = kw.get("grad_bytes", GRAD_BYTES_PER_PARAM)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 16:
+        raise ValueError(
+            f"graphs.zoo: parametric {name!r}: grad_bytes = {v!r}; expected a number in (0, 16]"
+        )
+    return float(v)
+
+
+def build_parametric(dims: ModelDims, grad_bytes: float = GRAD_BYTES_PER_PARAM) -> CompGraph:
     """Training graph of a decoder LM from its dimensions, with analytic costs.
 
     Forward nodes: ``embed``; per layer ``l``: ``h.l.attn`` and ``h.l.mlp`` (``layer = l``);
@@ -83,7 +97,8 @@ def build_parametric(dims: ModelDims) -> CompGraph:
     (backward = 2x forward, Adam optimizer nodes). Costs are for ``dims.batch`` sequences:
     FLOPs from :meth:`ModelDims.attn_flops` / ``mlp_flops`` / ``head_flops``; bytes
     accessed = fp16 weights + activations saved; ``out_bytes`` = the hidden state
-    ``2 * b * s * h`` (logits for the head); ``act_bytes`` per Korthikanti et al. 2022
+    ``2 * b * s * h`` (logits for the head); ``meta["grad_bytes_per_param"]`` =
+    ``grad_bytes``; ``act_bytes`` per Korthikanti et al. 2022
     (``s b h (34 + 5 a s / h)`` bytes per GPT layer, split 11+5as/h attention / 23 MLP;
     LLaMA: SwiGLU keeps ``3 ffn`` instead of ``2 ffn + ...``, see :func:`layer_act_split`).
     Building is O(layers): a 100-layer model takes milliseconds.
@@ -134,7 +149,7 @@ def build_parametric(dims: ModelDims) -> CompGraph:
             "name": dims.arch,
             "batch": b,
             "bytes_per_param": BYTES_PER_PARAM,
-            "grad_bytes_per_param": GRAD_BYTES_PER_PARAM,
+            "grad_bytes_per_param": float(grad_bytes),
             "precision": "mixed",
             "optimizer": "adam",
             "act_elem_bytes": ACT_ELEM_BYTES,
@@ -158,18 +173,33 @@ def layer_act_split(dims: ModelDims) -> tuple[float, float]:
     input 2sh, Q 2sh, K and V ``4 s kv``, softmax output 2as^2, projection input 2sh);
     SwiGLU ``4 s h + 8 s ffn`` (RMSNorm input 2sh, input 2sh, gate and up outputs
     ``4 s ffn`` (the gate output is the SiLU's input), SiLU output ``2 s ffn``, product =
-    down-projection input ``2 s ffn``).
+    down-projection input ``2 s ffn``). ``dims.dropout`` adds (LLaMA) or removes (GPT) each
+    block's residual dropout mask ``s h`` and the probabilities' mask and output ``3 a s^2``.
     """
     s, h, a = dims.seq, dims.hidden, dims.heads
+    # dropout: one residual mask per block (s h) and the attention probabilities' mask and
+    # dropped output (3 a s^2)
+    mask, probs = (s * h, 3 * a * s * s) if dims.dropout else (0, 0)
     if dims.arch == "gpt":
-        return float(13 * s * h + 5 * a * s * s), float(5 * s * h + 4 * s * dims.ffn)
+        return float(12 * s * h + 2 * a * s * s + mask + probs), float(
+            4 * s * h + 4 * s * dims.ffn + mask
+        )
     kv = dims.kv_heads * dims.head_dim
-    return float(8 * s * h + 4 * s * kv + 2 * a * s * s), float(4 * s * h + 8 * s * dims.ffn)
+    return float(8 * s * h + 4 * s * kv + 2 * a * s * s + mask + probs), float(
+        4 * s * h + 8 * s * dims.ffn + mask
+    )
 
 
 def build_named(name: str, **kw: Any) -> CompGraph:
     """``zoo.build("gpt" | "llama", hidden=..., layers=..., heads=..., vocab=..., seq=...)``."""
-    return build_parametric(dims_from_kwargs(name, kw))
+    return build_parametric(dims_from_kwargs(name, kw), grad_bytes_from_kwargs(name, kw))
 
 
-__all__ = ["PARAMETRIC", "build_named", "build_parametric", "dims_from_kwargs", "layer_act_split"]
+__all__ = [
+    "PARAMETRIC",
+    "build_named",
+    "build_parametric",
+    "dims_from_kwargs",
+    "grad_bytes_from_kwargs",
+    "layer_act_split",
+]

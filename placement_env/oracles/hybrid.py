@@ -363,7 +363,7 @@ class HybridModel:
                 step_bufs[c % P] += m * buf[c] * ((c > 0) + (c < C - 1))
             # output_chunks: the last stage keeps every microbatch's bf16 logits
             step_bufs[(C - 1) % P] += m * 2.0 * TL["tok"] * d.vocab / tpl
-        if d.arch == "gpt":  # embedding dropout mask (LLaMA has no dropout)
+        if d.dropout:  # the embedding dropout's mask
             act[0] += s * h * T0["b"] / T0["spd"]
         loss_peak = TL["loss_peak"]
         act[-1] += loss_peak
@@ -583,7 +583,7 @@ class StageProfile:
             state += m * buf * ((not first) + (not last))
             if last:
                 state += m * 2.0 * t["tok"] * d.vocab / t["tp"]
-        if d.arch == "gpt" and first:
+        if d.dropout and first:
             act += s * h * b / spd
         extra = t["transient_layer"]
         if last:

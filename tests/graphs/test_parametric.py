@@ -87,3 +87,23 @@ def test_dgx_presets_scale_to_many_nodes():
     for name, kw in (("dgx_h100", {"nodes": 10**9}), ("dgx_a100_80g_x5000", {})):
         with pytest.raises(ValueError, match="nodes must be at most 4,096"):
             clusters.load(name, **kw)
+
+
+def test_dropout_and_grad_bytes_keywords_are_checked_and_round_trip():
+    from graphs.layout import dims_from_mapping
+
+    base = dict(hidden=64, layers=2, heads=4, vocab=128, seq=16)
+    with pytest.raises(ValueError, match=re.escape("grad_bytes = '4'; expected a number")):
+        zoo.build("gpt", **base, grad_bytes="4")
+    with pytest.raises(ValueError, match=re.escape("grad_bytes = 0; expected a number")):
+        zoo.build("gpt", **base, grad_bytes=0)
+    with pytest.raises(ValueError, match=re.escape("dropout = 'yes': expected true, false")):
+        zoo.build("llama", **base, dropout="yes")
+    # the architecture's default is not written (graphs built before keep their hash)
+    assert "dropout" not in zoo.build("gpt", **base).meta["model_dims"]
+    assert "dropout" not in zoo.build("llama", **base, dropout=False).meta["model_dims"]
+    g = zoo.build("llama", **base, dropout=True, grad_bytes=4.0)
+    d = model_dims(g)
+    assert d.dropout and g.meta["grad_bytes_per_param"] == 4.0
+    assert dims_from_mapping(d.to_dict()) == d
+    assert model_dims(zoo.build("gpt", **base)).dropout

@@ -322,3 +322,60 @@ def test_framework_fields_keep_old_graph_hashes_and_refuse_bad_values():
         zoo.build("gpt", hidden=64, layers=2, heads=2, vocab=64, seq=8, loss_logit_bytes=0)
     with pytest.raises(ValueError, match="flash_attention"):
         zoo.build("gpt", hidden=64, layers=2, heads=2, vocab=64, seq=8, flash_attention="yes")
+
+
+def test_dropout_masks_and_fp32_gradients_by_hand():
+    # a tied SwiGLU model with Megatron-LM's dropout and fp32 gradient buffer (its bf16
+    # defaults) against the same model without: the difference is, by hand, the two residual
+    # masks of every layer (1 byte per element), the probabilities' mask and dropped output
+    # (3 a s^2 per sequence), the embedding's mask on the first stage, and 2 more bytes of
+    # gradient per parameter
+    L, h, a, s, V, b, f = 4, 512, 8, 256, 1024, 2, 1408
+    kw = dict(hidden=h, layers=L, heads=a, kv_heads=a, ffn=f, vocab=V, seq=s, tied=True)
+    plain = zoo.build("llama", **kw)
+    meg = zoo.build("llama", **kw, dropout=True, grad_bytes=4)
+    assert plain.meta["grad_bytes_per_param"] == 2.0 and meg.meta["grad_bytes_per_param"] == 4.0
+    assert "dropout" not in plain.meta["model_dims"] and meg.meta["model_dims"]["dropout"]
+    cl = clusters.load("dgx_a100_80g")
+    lay = dict(dp=8, tp=1, pp=1, microbatch_size=b, global_batch=8 * b, zero=0)
+    r0 = Simulator(plain, cl).evaluate(Plan.hybrid(plain, cl, **lay))
+    r1 = Simulator(meg, cl).evaluate(Plan.hybrid(meg, cl, **lay))
+    phi = r0.breakdown["rank_params"][0]
+    assert r1.breakdown["memory_state"][0] - r0.breakdown["memory_state"][0] == pytest.approx(
+        2 * phi
+    )
+    masks = L * b * (2 * s * h + 3 * a * s * s) + b * s * h
+    assert r1.breakdown["memory_activations"][0] - r0.breakdown["memory_activations"][
+        0
+    ] == pytest.approx(masks)
+    # FlashAttention regenerates the probabilities' mask: only the residual and embedding masks
+    fl0, fl1 = (zoo.build("llama", **kw, flash_attention=True, dropout=d) for d in (False, True))
+    m0, m1 = (
+        Simulator(g, cl).evaluate(Plan.hybrid(g, cl, **lay)).breakdown["memory_activations"][0]
+        for g in (fl0, fl1)
+    )
+    assert m1 - m0 == pytest.approx(L * b * 2 * s * h + b * s * h)
+
+
+def test_gpt_without_dropout_keeps_what_llama_keeps_for_attention():
+    # GPT's default is Megatron-LM's dropout (Korthikanti et al.'s 34 s h + 5 a s^2); without
+    # it a layer keeps 2 s h less (the residual masks) and 3 a s^2 less (probabilities' mask
+    # and dropped output)
+    kw = dict(hidden=256, layers=2, heads=4, vocab=512, seq=128)
+    on, off = zoo.build("gpt", **kw), zoo.build("gpt", **kw, dropout=False)
+    d_on, d_off = HybridModel(on, clusters.load("dgx_a100_80g")).dims, model_dims_of(off)
+    s, h, a = 128, 256, 4
+    assert d_on.dropout and not d_off.dropout
+    assert sum(d_on.activation_parts()) - sum(d_off.activation_parts()) == pytest.approx(
+        2 * s * h + 3 * a * s * s
+    )
+    assert sum(d_on.activation_parts()) == pytest.approx(s * h * (34 + 5 * a * s / h))
+    # the op-level graph's per-node activation bytes agree with the hybrid model's parts
+    per_layer = lambda g: float(g.act_bytes[g.layer == 0].sum())  # noqa: E731
+    assert per_layer(on) - per_layer(off) == pytest.approx(8 * (2 * s * h + 3 * a * s * s))
+
+
+def model_dims_of(g):
+    from graphs.layout import model_dims
+
+    return model_dims(g)
