@@ -499,6 +499,55 @@ def label_corpus(
 
 
 # --------------------------------------------------------------------------- observations
+def device_classes(cluster: Cluster) -> np.ndarray:
+    """Class id of each device: devices equal in every field but the name (type, speeds,
+    memory, efficiency, overheads) share one. Labels may swap devices inside a class only."""
+    keys: dict[tuple, int] = {}
+    out = np.zeros(cluster.num_devices, dtype=np.int64)
+    for i, d in enumerate(cluster.devices):
+        fields = asdict(d)
+        fields.pop("name", None)
+        out[i] = keys.setdefault(tuple(sorted((k, repr(v)) for k, v in fields.items())), len(keys))
+    return out
+
+
+def canonical_units(
+    problem: Problem, units: np.ndarray, tolerance: float = 1e-9
+) -> tuple[np.ndarray, bool]:
+    """The label ``units`` with equal devices renamed in order of first use, when that keeps
+    its step time.
+
+    Teachers name stages arbitrarily (METIS's part 3 may land on any device of a class), so
+    equal plans reach the network under many device names, and behaviour cloning learns
+    their blur. Walking the units in their (topological) order, the first device of each
+    class the label uses becomes that class's lowest-numbered device, the second the next,
+    and so on. Equal devices need not be interchangeable (a PCIe tree, hosts on a network),
+    so the renamed label is kept only when the problem's oracle scores it no slower than
+    ``1 + tolerance`` times the label (default 1e-9: no slower); else the label is returned
+    unchanged. Returns ``(units, renamed)``.
+    """
+    from placement_env.encoding import unit_graph
+
+    units = np.asarray(units, dtype=np.int64)
+    cls = device_classes(problem.cluster)
+    free = {int(c): [int(d) for d in np.flatnonzero(cls == c)] for c in np.unique(cls)}
+    rename: dict[int, int] = {}
+    for d in units:
+        d = int(d)
+        if d not in rename:
+            rename[d] = free[int(cls[d])].pop(0)
+    new = np.array([rename[int(d)] for d in units], dtype=np.int64)
+    if np.array_equal(new, units):
+        return units, False
+    ug = unit_graph(problem.graph)
+    oracle = problem.oracle()
+    before = oracle.evaluate(units[ug.node_unit])
+    after = oracle.evaluate(new[ug.node_unit])
+    if after.feasible and after.step_time <= before.step_time * (1 + tolerance):
+        return new, True
+    return units, False
+
+
 def problem_env(problem: Problem) -> Any:
     """``OneShot-v0`` on this one problem, padded exactly (as ``ExportedPolicy.plan`` pads)."""
     import gymnasium as gym

@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from agents import generalist as G
@@ -75,6 +76,12 @@ def main(argv: list[str] | None = None) -> None:
         help="shipped: agents.generalist.CORPUS; transfer: its nested split TRANSFER_CORPUS "
         "(for choosing settings by transfer to unseen families and cluster kinds)",
     )  # fmt: skip
+    ap.add_argument(
+        "--canonical-labels", type=float, nargs="?", const=1e-9, default=None,
+        metavar="TOLERANCE",
+        help="rename equal devices in each label in order of first use where that keeps its "
+        "step time within 1 + TOLERANCE (default 1e-9; agents.generalist.canonical_units)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     base = G.corpus_named(args.corpus)
@@ -99,7 +106,15 @@ def main(argv: list[str] | None = None) -> None:
     label_seconds = time.perf_counter() - t0
     if "train" not in args.stages:
         return
-    samples = [G.make_sample(pb, r["units"]) for pb, r in zip(problems, labels) if "units" in r]
+    pairs = [(pb, np.asarray(r["units"])) for pb, r in zip(problems, labels) if "units" in r]
+    renamed = 0
+    if args.canonical_labels is not None:
+        for i, (pb, units) in enumerate(pairs):
+            units, changed = G.canonical_units(pb, units, args.canonical_labels)
+            pairs[i] = (pb, units)
+            renamed += changed
+        log(f"canonical labels: {renamed} of {len(pairs)} renamed")
+    samples = [G.make_sample(pb, units) for pb, units in pairs]
     log(f"{len(samples)} labelled samples ({label_seconds:.0f} s to build and label)")
     if len(set(args.seed)) != len(args.seed):
         raise SystemExit(f"--seed {args.seed}: each seed once")
@@ -137,6 +152,8 @@ def main(argv: list[str] | None = None) -> None:
         "anneal_calls": args.anneal_calls,
         "teacher_seconds": args.teacher_seconds,
         "teacher_labels": teachers_used,
+        "canonical_labels": args.canonical_labels,
+        "labels_renamed": renamed,
         "net_config": G.NET_CONFIG,
         "bc": {
             "steps": runs[0]["steps"],

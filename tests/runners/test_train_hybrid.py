@@ -70,6 +70,33 @@ def test_op_level_sac_through_the_runner_lowers_selective_memory(tmp_path: Path)
 
 
 @pytest.mark.timeout(600)
+def test_megatron_bf16_keywords_through_the_runner(tmp_path: Path) -> None:
+    """``grad_bytes`` (Megatron-LM's fp32 gradient buffer under bf16) and ``dropout`` are
+    model_config keys like the switches above: the run's memory per GPU is that of its
+    layout on the model built with them, not without; a bad value is refused by name."""
+    from graphs import clusters, zoo
+    from placement_env.oracles.hybrid import HybridModel
+
+    cfg = compose(
+        [*SMALL, "+env.model_config.grad_bytes=4", "+env.model_config.dropout=false",
+         "agent=megatron_grid", "+agent.options.zero=[0]"]
+    )  # fmt: skip
+    res = train(cfg, tmp_path / "run", echo=lambda s: None)
+    plan = Plan.load(tmp_path / "run" / "best_plan.json")
+    dims = dict(hidden=2048, layers=24, heads=16, vocab=51200, seq=2048, batch=64)
+    cl = clusters.load("dgx_a100_80g", nodes=2)
+    mem = {}
+    for kw in ({}, {"grad_bytes": 4, "dropout": False}):
+        g = zoo.build("gpt", **dims, **kw)
+        mem[bool(kw)] = float(HybridModel(g, cl).evaluate(plan.layout).peak_memory.max())
+    assert res["memory_per_gpu"] == pytest.approx(mem[True], rel=1e-9)
+    assert mem[True] != pytest.approx(mem[False], rel=1e-3)
+    with pytest.raises(Exception, match="grad_bytes"):
+        train(compose([*SMALL, "+env.model_config.grad_bytes=-1", "agent=megatron_grid"]),
+              tmp_path / "bad", echo=lambda s: None)  # fmt: skip
+
+
+@pytest.mark.timeout(600)
 def test_alpa_run_writes_per_stage_submeshes_and_execute_names_them(tmp_path: Path) -> None:
     """Journey: ``runners.train ... agent=alpa`` on a problem where the inter-op DP's
     per-stage submeshes win (GPT, 16 layers, 128k vocabulary, 8 V100s, no ZeRO) writes the
