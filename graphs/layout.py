@@ -37,6 +37,7 @@ _FIELDS = (
     "schedule",
     "stage_layers",
     "stage_meshes",
+    "stage_recompute",
 )
 
 
@@ -434,6 +435,11 @@ class HybridLayout:
             take consecutive device ranges in stage order; recomputation, SP and ZeRO
             apply on every stage (SP and ZeRO where the stage's ``tp``, resp. ``dp``, is
             above 1); ``virtual_stages`` must be 1.
+        stage_recompute: empty (the default: every stage under ``recompute``), or one
+            recomputation mode per pipeline stage (Aceso's per-stage recomputation, Liu et
+            al. EuroSys'24: a 1F1B stage near the end keeps fewer microbatches in flight
+            and may need none); ``stage_recompute[0] == recompute``; ``virtual_stages``
+            must be 1.
     """
 
     dp: int
@@ -448,9 +454,11 @@ class HybridLayout:
     schedule: str = "1f1b"
     stage_layers: tuple[tuple[int, int], ...] = ()
     stage_meshes: tuple[tuple[int, int], ...] = ()
+    stage_recompute: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_fields(self, "HybridLayout")
+        object.__setattr__(self, "stage_recompute", tuple(self.stage_recompute))
         object.__setattr__(
             self, "stage_layers", tuple((int(a), int(b)) for a, b in self.stage_layers)
         )
@@ -472,8 +480,14 @@ class HybridLayout:
 
     @property
     def heterogeneous(self) -> bool:
-        """True when the stages have their own submeshes (:attr:`stage_meshes`)."""
-        return bool(self.stage_meshes)
+        """True when the stages differ: their own submeshes (:attr:`stage_meshes`) or
+        recomputation modes (:attr:`stage_recompute`)."""
+        return bool(self.stage_meshes) or bool(self.stage_recompute)
+
+    @property
+    def recomputes(self) -> tuple[str, ...]:
+        """The recomputation mode of every pipeline stage."""
+        return self.stage_recompute or (self.recompute,) * self.pp
 
     @property
     def meshes(self) -> tuple[tuple[int, int], ...]:
@@ -488,12 +502,19 @@ class HybridLayout:
 
     def stage_view(self, p: int) -> HybridLayout:
         """The uniform layout that runs every stage on stage ``p``'s submesh, with stage
-        ``p``'s microbatch size (same microbatch count, stages, schedule and switches):
+        ``p``'s microbatch size and recomputation (same microbatch count, stages, schedule
+        and switches):
         what stage ``p`` of a heterogeneous layout computes and keeps, stage for stage."""
         dp, tp = self.meshes[p]
         d = self.to_dict()
         d.pop("stage_meshes", None)
-        d.update(dp=dp, tp=tp, microbatch_size=self.stage_microbatch_sizes[p])
+        d.pop("stage_recompute", None)
+        d.update(
+            dp=dp,
+            tp=tp,
+            microbatch_size=self.stage_microbatch_sizes[p],
+            recompute=self.recomputes[p],
+        )
         if tp == 1:
             d["sequence_parallel"] = False
         return HybridLayout.from_dict(d)
@@ -595,8 +616,8 @@ class HybridLayout:
 
     # ------------------------------------------------------------------ I/O
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain JSON; ``stage_meshes`` only when set (so uniform layouts
-        read and hash as before)."""
+        """The fields as plain JSON; ``stage_meshes`` and ``stage_recompute`` only when set
+        (so uniform layouts read and hash as before)."""
         out = {
             "dp": self.dp,
             "tp": self.tp,
@@ -612,6 +633,8 @@ class HybridLayout:
         }
         if self.stage_meshes:
             out["stage_meshes"] = [[d, t] for d, t in self.stage_meshes]
+        if self.stage_recompute:
+            out["stage_recompute"] = list(self.stage_recompute)
         return out
 
     @classmethod
@@ -635,7 +658,11 @@ class HybridLayout:
             raise ValueError(
                 f"{source}: layout.stage_layers must be a list of [start, stop] pairs, got {sl!r}"
             )
-        kw = {k: d[k] for k in _FIELDS if k in d and k not in ("stage_layers", "stage_meshes")}
+        kw = {
+            k: d[k]
+            for k in _FIELDS
+            if k in d and k not in ("stage_layers", "stage_meshes", "stage_recompute")
+        }
         kw["stage_layers"] = tuple(tuple(r) for r in sl)
         sm = d.get("stage_meshes", ())
         if not isinstance(sm, (list, tuple)) or not all(
@@ -645,6 +672,13 @@ class HybridLayout:
                 f"{source}: layout.stage_meshes must be a list of [dp, tp] pairs, got {sm!r}"
             )
         kw["stage_meshes"] = tuple(tuple(r) for r in sm)
+        sr = d.get("stage_recompute", ())
+        if not isinstance(sr, (list, tuple)):
+            raise ValueError(
+                f"{source}: layout.stage_recompute must be a list of recomputation modes, "
+                f"got {sr!r}"
+            )
+        kw["stage_recompute"] = tuple(sr)
         # type checks happen before construction so that the message names the source
         _check_fields(kw, source)
         return cls(**kw)
@@ -748,6 +782,23 @@ def _check_fields(obj: Any, source: str) -> None:
                 f"a non-empty range starting at {prev} (ranges are contiguous from layer 0)",
             )
         prev = b
+    sr: Any = get("stage_recompute") or ()
+    if not isinstance(sr, (list, tuple)):
+        raise bad("stage_recompute", sr, "a sequence of recomputation modes, one per stage")
+    if sr:
+        if len(sr) != pp:
+            raise bad("stage_recompute", list(sr), f"pp = {pp} modes, one per pipeline stage")
+        if v != 1:
+            raise bad("virtual_stages", v, "1 when the stages have their own recomputation modes")
+        for c, r in enumerate(sr):
+            if r not in RECOMPUTE:
+                raise bad(f"stage_recompute[{c}]", r, f"one of {RECOMPUTE}")
+        if sr[0] != get("recompute"):
+            raise bad(
+                "stage_recompute[0]",
+                sr[0],
+                f"recompute = {get('recompute')!r}: recompute is the first stage's",
+            )
     sm: Any = get("stage_meshes") or ()
     if not isinstance(sm, (list, tuple)):
         raise bad("stage_meshes", sm, "a sequence of (dp, tp) pairs, one per pipeline stage")

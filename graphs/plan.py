@@ -133,6 +133,7 @@ class Plan:
         schedule: str | None = None,
         stage_layers: Any = None,
         stage_meshes: Any = None,
+        stage_recompute: Any = None,
         meta: Mapping[str, Any] | None = None,
     ) -> Plan:
         """A hybrid-parallel plan of a layered (transformer) graph on ``cluster``.
@@ -142,7 +143,8 @@ class Plan:
         ``pp * virtual_stages`` chunks (:func:`graphs.layout.balanced_stage_layers`);
         ``stage_meshes`` (optional) gives each pipeline stage its own ``(dp, tp)`` submesh
         (:class:`graphs.layout.HybridLayout`; ``dp``, ``tp`` and ``microbatch_size`` are
-        then the first stage's). The plan's ``placement`` puts each node on the first device of its pipeline
+        then the first stage's); ``stage_recompute`` (optional) one recomputation mode per
+        stage (``recompute`` is then the first stage's). The plan's ``placement`` puts each node on the first device of its pipeline
         stage's ``dp x tp`` submesh (so op-level code sees a valid placement);
         ``microbatches`` is the layout's microbatch count per replica. Raises
         ``ValueError`` naming the field when the layout does not fit.
@@ -165,6 +167,7 @@ class Plan:
             schedule=schedule,
             stage_layers=tuple(tuple(r) for r in stage_layers),
             stage_meshes=tuple(tuple(r) for r in (stage_meshes or ())),
+            stage_recompute=tuple(stage_recompute or ()),
         )
         return cls.from_layout(graph, cluster, layout, meta=meta)
 

@@ -342,6 +342,13 @@ def hybrid_run_spec(plan: Plan, model: Mapping[str, Any], **options: Any) -> Run
             f"plan gives its stages their own (stage_meshes = {list(map(list, plan.layout.stage_meshes))}): "
             "score it with the simulator, or plan with megatron_grid / hybrid_anneal to run it"
         )
+    if getattr(plan.layout, "stage_recompute", ()):
+        raise ValueError(
+            "the runtime executes hybrid layouts whose stages share one recomputation mode; "
+            f"this plan gives its stages their own (stage_recompute = "
+            f"{list(plan.layout.stage_recompute)}): score it with the simulator, or plan with "
+            "megatron_grid / hybrid_anneal to run it"
+        )
     layout = HybridSpec.from_layout(plan.layout)
     layout.validate()
     check_hybrid(model, layout)

@@ -1,13 +1,14 @@
-"""What per-stage submeshes buy the Alpa-style planner: ``alpa`` with and without its inter-op DP pass.
+"""What per-stage submeshes and recomputation buy the Alpa-style planner: ``alpa`` with and without its inter-op DP pass.
 
 Usage: ``python scripts/bench_alpa_submeshes.py [--no-write]``.
 
 For each problem (the hybrid envs of ``conf/env/`` -- their ``model_config`` and cluster --
 and one small problem where the end stages are heavy) it runs
-``agents.baselines.alpa`` twice on the simulator: ``submeshes=False`` (pass 1 only: every
-stage on the same ``dp x tp`` submesh) and the default (pass 1, then the inter-op DP over
-layer ranges x submesh shapes with a ``dp x tp`` per stage), and reports the step time,
-the layout, the oracle calls and the search seconds of each. GPT-2 XL is built from its
+``agents.baselines.alpa`` three times on the simulator: ``submeshes=False`` (pass 1 only:
+every stage on the same ``dp x tp`` submesh and recomputation), ``stage_recompute=False``
+(pass 1, then the inter-op DP over layer ranges x submesh shapes with a ``dp x tp`` per
+stage) and the default (the same DP choosing each stage's recomputation too), and reports
+the step time, the layout, the oracle calls and the search seconds of each. GPT-2 XL is built from its
 dimensions (``zoo.build("gpt", ...)``, what the hybrid model reads of the extracted graph).
 Prints a Markdown table and writes it into ``docs/hybrid.md`` between
 ``<!-- alpa-submeshes:start -->`` / ``<!-- alpa-submeshes:end -->``.
@@ -60,12 +61,23 @@ def _problem(name, config, cluster):
 
 
 def _layout(lay) -> str:
-    out = f"p={lay.pp} mbs={lay.microbatch_size} {lay.recompute} SP={lay.sequence_parallel} ZeRO-{lay.zero}"
+    rc = f"recompute [{', '.join(lay.stage_recompute)}]" if lay.stage_recompute else lay.recompute
+    out = f"p={lay.pp} mbs={lay.microbatch_size} {rc} SP={lay.sequence_parallel} ZeRO-{lay.zero}"
+    if lay.stage_meshes or lay.stage_recompute:
+        sizes = ", ".join(str(b - a) for a, b in lay.stage_layers)
+        out = f"layers [{sizes}], {out}"
     if lay.stage_meshes:
         meshes = ", ".join(f"{d}x{t}" for d, t in lay.stage_meshes)
-        sizes = ", ".join(str(b - a) for a, b in lay.stage_layers)
-        return f"dp x tp per stage [{meshes}], layers [{sizes}], {out}"
+        return f"dp x tp per stage [{meshes}], {out}"
     return f"d={lay.dp} t={lay.tp} {out}"
+
+
+#: the three runs of each row: (key, alpa options)
+VARIANTS = (
+    ("pass1", {"submeshes": False}),
+    ("meshes", {"stage_recompute": False}),
+    ("full", {}),
+)
 
 
 def run() -> list[dict]:
@@ -73,34 +85,35 @@ def run() -> list[dict]:
     for label, name, config, cluster, opts in ROWS:
         g, cl = _problem(name, config, cluster)
         cells = {}
-        for sub in (False, True):
+        for key, var in VARIANTS:
             t = time.perf_counter()
-            plan = alpa(g, cl, Simulator(g, cl), None, submeshes=sub, **opts)
-            cells[sub] = dict(
+            plan = alpa(g, cl, Simulator(g, cl), None, **var, **opts)
+            cells[key] = dict(
                 step=plan.meta["step_time"],
                 layout=_layout(plan.layout),
                 calls=plan.meta["oracle_calls"],
                 seconds=time.perf_counter() - t,
                 scored=plan.meta.get("submesh_layouts_scored", 0),
             )
-        rows.append(dict(label=label, gpus=cl.num_devices, **{str(k): v for k, v in cells.items()}))
+        rows.append(dict(label=label, gpus=cl.num_devices, **cells))
         print(label, cells, flush=True)
     return rows
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| problem | GPUs | pass 1 only: step (s) | calls, s | with the inter-op DP: step (s) "
-        "| calls, s | gain | layout found |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| problem | GPUs | pass 1 only: step (s) | calls, s | + inter-op DP, submesh per "
+        "stage: step (s) | calls, s | gain | + recomputation per stage: step (s) | calls, s | "
+        "gain | layout found (last run) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
-        a, b = r["False"], r["True"]
-        gain = a["step"] / b["step"] - 1
+        a, b, c = r["pass1"], r["meshes"], r["full"]
         lines.append(
             f"| {r['label']} | {r['gpus']:,} | {a['step']:.3f} | {a['calls']:,}, {a['seconds']:.1f} "
-            f"| {b['step']:.3f} | {b['calls']:,}, {b['seconds']:.1f} | {gain:+.2%} "
-            f"| {b['layout']} |"
+            f"| {b['step']:.3f} | {b['calls']:,}, {b['seconds']:.1f} | {a['step'] / b['step'] - 1:+.2%} "
+            f"| {c['step']:.3f} | {c['calls']:,}, {c['seconds']:.1f} | {a['step'] / c['step'] - 1:+.2%} "
+            f"| {c['layout']} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -99,9 +99,10 @@ def submesh_sizes(num_devices: int, gpus_per_node: int) -> tuple[int, tuple[int,
 
 
 class _MeshOptions:
-    """The submesh choices of one (microbatch, recompute, SP, ZeRO) setting: for each
-    ``(size, dp, tp)`` its :class:`StageProfile` and the most layers it can hold in
-    memory as the last, a middle or the first stage of a 1F1B pipeline."""
+    """The stage choices of one (microbatch, SP, ZeRO) setting: for each ``(size, dp, tp,
+    recompute)`` (``recompute`` among ``recomputes``; default the template's) its
+    :class:`StageProfile` and the most layers it can hold in memory as the last, a middle
+    or the first stage of a 1F1B pipeline."""
 
     def __init__(
         self,
@@ -111,18 +112,26 @@ class _MeshOptions:
         sizes: Sequence[int],
         max_tp: int,
         cap: float,
+        recomputes: Sequence[str] | None = None,
     ) -> None:
         d = model.dims
         g = template.dp * template.microbatch_size  # samples per pipeline microbatch
         self.m = template.num_microbatches
         self.L = d.layers
         self.cap = cap
+        tmpls = []
+        for rc in recomputes or (template.recompute,):
+            t = template.to_dict()
+            t.pop("stage_recompute", None)
+            t["recompute"] = rc
+            tmpls.append((rc, HybridLayout.from_dict(t)))
         opts = []
         for size in sizes:
             n = size * unit
             for tp in submesh_tps(n, g, heads=d.heads, kv_heads=d.kv_heads, max_tp=max_tp):
                 dp = n // tp
-                opts.append((size, dp, tp, model.stage_profile(template, dp, tp, g // dp)))
+                for rc, tm in tmpls:
+                    opts.append((size, dp, tp, model.stage_profile(tm, dp, tp, g // dp), rc))
         self.opts = opts
         self.n = np.array([o[0] for o in opts], dtype=np.int64)
         self.layer = np.array([o[3].layer for o in opts])
@@ -244,12 +253,14 @@ def submesh_layouts(
     max_tp: int,
     gpus_per_node: int,
     keep: int = 2,
+    recomputes: Sequence[str] | None = None,
 ) -> list[tuple[float, HybridLayout]]:
     """Alpa's inter-op pass with a submesh per stage, for the intra-op setting of
     ``template`` (its microbatch of ``dp * microbatch_size`` samples, recomputation, SP,
     ZeRO): every pipeline depth ``P >= 2``, stages on submeshes of :func:`submesh_sizes`,
     each with its own ``dp x tp`` (``tp <= max_tp`` dividing the heads, ``dp`` dividing the
-    microbatch). For a bound ``T`` on a stage's per-microbatch seconds, :func:`_interop_dp`
+    microbatch) and, with ``recomputes``, its own recomputation mode among them (Aceso's
+    per-stage recomputation; default: the template's for every stage). For a bound ``T`` on a stage's per-microbatch seconds, :func:`_interop_dp`
     finds for every ``P`` whether the layers fit on all the devices within ``T`` and memory
     (:meth:`StageProfile.memory`); the least such ``T`` per ``P`` is bracketed on a geometric
     grid and bisected (10 steps) for the four most promising depths, whose layouts get
@@ -260,7 +271,7 @@ def submesh_layouts(
     unit, sizes = submesh_sizes(D, gpus_per_node)
     U = D // unit
     cap = float(model.device.memory)
-    mo = _MeshOptions(model, template, unit, sizes, max_tp, cap)
+    mo = _MeshOptions(model, template, unit, sizes, max_tp, cap, recomputes)
     L, m = mo.L, mo.m
     P_max = min(L, U)
     if not mo.opts or P_max < 2:
@@ -311,9 +322,11 @@ def submesh_layouts(
 
 
 def _stage_layout(template: HybridLayout, opts: list, ks: list[int]) -> HybridLayout:
-    """The layout of a stage assignment: the first stage's mesh as ``dp``/``tp``, a uniform
-    layout when every stage has the same mesh."""
+    """The layout of a stage assignment: the first stage's mesh as ``dp``/``tp`` and its
+    recomputation as ``recompute``; ``stage_meshes`` / ``stage_recompute`` only where the
+    stages differ."""
     meshes = [(o[1], o[2]) for o in opts]
+    rcs = [o[4] for o in opts]
     g = template.dp * template.microbatch_size
     bounds = np.cumsum([0] + list(ks))
     d = template.to_dict()
@@ -326,10 +339,14 @@ def _stage_layout(template: HybridLayout, opts: list, ks: list[int]) -> HybridLa
         schedule="1f1b",
         stage_layers=[[int(bounds[i]), int(bounds[i + 1])] for i in range(len(ks))],
         sequence_parallel=template.sequence_parallel and max(t for _, t in meshes) > 1,
+        recompute=rcs[0],
     )
     d.pop("stage_meshes", None)
+    d.pop("stage_recompute", None)
     if len(set(meshes)) > 1:
         d["stage_meshes"] = [list(mm) for mm in meshes]
+    if len(set(rcs)) > 1:
+        d["stage_recompute"] = rcs
     return HybridLayout.from_dict(d)
 
 
@@ -348,6 +365,7 @@ def alpa(
     max_tp: int | None = None,
     submeshes: bool = True,
     submesh_settings: int = 4,
+    stage_recompute: bool = True,
 ) -> Plan:
     """Alpa-style planner over hybrid layouts (Zheng et al. OSDI'22).
 
@@ -363,10 +381,13 @@ def alpa(
        (microbatch, recomputation, SP, ZeRO) settings of pass 1, Alpa's inter-op DP over
        layer ranges x submesh shapes with the ``dp x tp`` choice per stage
        (:func:`submesh_layouts`, memory per stage in the DP); its layouts
-       (``HybridLayout.stage_meshes``) are scored.
+       (``HybridLayout.stage_meshes``) are scored. With ``stage_recompute`` (default) each
+       stage also picks its recomputation mode among ``recompute`` in the same DP (Aceso's
+       per-stage recomputation, ``HybridLayout.stage_recompute``), and settings that differ
+       only in recomputation are passed once.
 
-    Differences from Alpa: the intra-op space is Megatron's (column/row TP, SP, ZeRO, one
-    recomputation mode for all stages) rather than an ILP over every operator's sharding,
+    Differences from Alpa: the intra-op space is Megatron's (column/row TP, SP, ZeRO, a
+    recomputation mode per stage) rather than an ILP over every operator's sharding,
     and submesh sizes are powers of two and divisors of the GPU count on one node, of the
     node count beyond (:func:`submesh_sizes`).
     ``budget`` caps oracle calls.
@@ -428,14 +449,30 @@ def alpa(
         for cand in tries:
             if consider(cand):
                 break
-    hetero = 0
+    if not isinstance(stage_recompute, bool):
+        raise ValueError(f"alpa: stage_recompute must be true or false, got {stage_recompute!r}")
+    hetero = per_stage_rc = 0
     if submeshes and submesh_settings:
-        ranked = sorted(settings.values(), key=lambda x: x[0])[:submesh_settings]
-        for _, template in ranked:
-            for _, cand in submesh_layouts(model, template, max_tp=mtp, gpus_per_node=gpn):
+        ranked = sorted(settings.values(), key=lambda x: x[0])
+        if stage_recompute:  # settings differing only in recomputation: one DP covers them
+            seen: set[tuple] = set()
+            uniq = []
+            for item in ranked:
+                t = item[1]
+                k = (t.dp * t.microbatch_size, t.sequence_parallel, t.zero)
+                if k not in seen:
+                    seen.add(k)
+                    uniq.append(item)
+            ranked = uniq
+        rcs = tuple(recompute) if stage_recompute else None
+        for _, template in ranked[:submesh_settings]:
+            for _, cand in submesh_layouts(
+                model, template, max_tp=mtp, gpus_per_node=gpn, recomputes=rcs
+            ):
                 if budget is not None and calls >= budget:
                     break
                 hetero += bool(cand.stage_meshes)
+                per_stage_rc += bool(cand.stage_recompute)
                 consider(cand)
     if best is None:
         raise InfeasiblePlanError(
@@ -443,8 +480,9 @@ def alpa(
             f"(least peak memory {fmt_bytes(least)})"
         )
     return finish_hybrid(
-        graph, cluster, best, best_res, "alpa", calls, t0, submesh_layouts_scored=hetero
-    )
+        graph, cluster, best, best_res, "alpa", calls, t0, submesh_layouts_scored=hetero,
+        stage_recompute_layouts_scored=per_stage_rc,
+    )  # fmt: skip
 
 
 def _with_stages(lay: HybridLayout, stages: tuple[tuple[int, int], ...]) -> HybridLayout:

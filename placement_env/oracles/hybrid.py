@@ -178,13 +178,17 @@ class HybridModel:
         t = self._mesh_terms(lay, dp, tp, b, 0)
         return StageProfile(self, lay, t)
 
-    def _mesh_terms(self, lay: HybridLayout, dp: int, tp: int, b: int, off: int) -> dict[str, Any]:
+    def _mesh_terms(
+        self, lay: HybridLayout, dp: int, tp: int, b: int, off: int, recompute: str | None = None
+    ) -> dict[str, Any]:
         """Per-GPU terms of a pipeline stage on a ``dp x tp`` submesh whose first device is
-        ``off``, with microbatches of ``b`` samples per data-parallel rank: one layer's
+        ``off``, with microbatches of ``b`` samples per data-parallel rank and recomputation
+        ``recompute`` (default: ``lay.recompute``): one layer's
         forward / backward seconds (with ZeRO-2/3 traffic over the stage's DP group), the
         TP collective, the end chunks' costs, the p2p payload, and the activation bytes
         per layer and microbatch."""
         d, dev, topo = self.dims, self.device, self.topo
+        rc = lay.recompute if recompute is None else recompute
         s, h = d.seq, d.hidden
         tok = float(b * s)
         sp = lay.sequence_parallel and tp > 1
@@ -205,9 +209,9 @@ class HybridModel:
         fwd = gemm_f + elem_f + 2 * tp_ar
         bwd = 2 * (gemm_f + elem_f) + 2 * tp_ar
         score_flops = 4.0 * tok * s * h
-        if lay.recompute == "full":
+        if rc == "full":
             bwd += fwd
-        elif lay.recompute == "selective":
+        elif rc == "selective":
             bwd += score_flops / tp / peak + ELEMENTWISE_TRAFFIC * b * A / tp / mem_bw
 
         # ---- ZeRO traffic per layer and microbatch (over the stage's DP group)
@@ -226,15 +230,15 @@ class HybridModel:
         rep_mem = rep
         if sp and d.sp_saves_gathered_input:  # DTensor keeps the gathered inputs
             rep_mem = rep + d.gathered_inputs() * (1.0 - 1.0 / tp)
-        if lay.recompute == "full":
+        if rc == "full":
             per_layer = 2.0 * s * h / spd
-        elif lay.recompute == "selective":
+        elif rc == "selective":
             per_layer = d.op_sac_saved(tp, spd) if d.op_level_sac else rep_mem + Sh / tp
         else:
             per_layer = rep_mem + (Sh + A_kept) / tp
         full_layer = b * (rep_mem + (Sh + A_kept) / tp)
-        transient_layer = full_layer if lay.recompute == "full" else 0.0
-        if lay.recompute == "selective" and d.op_level_sac:  # what the block's recompute rebuilds
+        transient_layer = full_layer if rc == "full" else 0.0
+        if rc == "selective" and d.op_level_sac:  # what the block's recompute rebuilds
             transient_layer = max(full_layer - b * per_layer, 0.0)
         head_input = 2.0 * s * h if (sp and d.sp_saves_gathered_input) else 2.0 * s * h / spd
         logits = d.loss_logit_bytes * tok * d.vocab / tp
@@ -267,7 +271,7 @@ class HybridModel:
         layout.validate(d.layers, d.heads, self.cluster.num_devices)
         for tp_p in sorted({t for _, t in lay.meshes}):
             if d.kv_heads % tp_p and tp_p % d.kv_heads:
-                what = "stage_meshes tp" if lay.heterogeneous else "tp"
+                what = "stage_meshes tp" if lay.stage_meshes else "tp"
                 raise ValueError(
                     f"HybridLayout.{what} = {tp_p} and the model's {d.kv_heads} kv heads: one "
                     "must divide the other"
@@ -281,6 +285,7 @@ class HybridModel:
         # group at device 0, as every stage's is alike; heterogeneous: each stage's own)
         het = lay.heterogeneous
         meshes = lay.meshes
+        recs = lay.recomputes
         if het:
             bs = lay.stage_microbatch_sizes
             sizes = np.array([a * b for a, b in meshes], dtype=np.int64)
@@ -291,9 +296,16 @@ class HybridModel:
                 off = int(first_dev[r])
                 # on node-structured clusters a group's collectives depend on its place only
                 # modulo the node (every node alike): one computation per distinct stage
-                key = (meshes[r], bs[r], off % topo.gpus_per_node if topo.uniform else off)
+                key = (
+                    meshes[r],
+                    bs[r],
+                    recs[r],
+                    off % topo.gpus_per_node if topo.uniform else off,
+                )
                 if key not in memo:
-                    memo[key] = self._mesh_terms(lay, meshes[r][0], meshes[r][1], bs[r], off)
+                    memo[key] = self._mesh_terms(
+                        lay, meshes[r][0], meshes[r][1], bs[r], off, recs[r]
+                    )
                 T.append(memo[key])
         else:  # every stage alike: one representative group at device 0
             first_dev = np.arange(P) * (lay.dp * lay.tp)
@@ -469,10 +481,11 @@ class HybridModel:
         model_flops = d.model_flops(lay.global_batch)
         hw = model_flops
         tokens = lay.global_batch * s
-        if lay.recompute == "full":
-            hw += d.layers * d.layer_flops(tokens)
-        elif lay.recompute == "selective":
-            hw += d.layers * 4.0 * tokens * s * h
+        for (lo, hi), rc in zip(lay.stage_layers, (recs[r] for r in rk)):
+            if rc == "full":
+                hw += (hi - lo) * d.layer_flops(tokens)
+            elif rc == "selective":
+                hw += (hi - lo) * 4.0 * tokens * s * h
         mfpd = model_flops / step / D
         oom = bool((mem_rank > dev.memory).any())
         return HybridResult(

@@ -164,11 +164,17 @@ class CpuHybridModel:
         d = self.dims
         lay = layout
         layout.validate(d.layers, d.heads, self.cluster.num_devices)
-        if layout.heterogeneous:
+        if layout.stage_meshes:
             raise ValueError(
                 f"CpuHybridModel: cluster {self.cluster.name!r} is calibrated for layouts whose "
                 "stages share one dp x tp submesh; this layout gives its stages their own "
                 f"(stage_meshes = {[list(r) for r in layout.stage_meshes]})"
+            )
+        if layout.stage_recompute:
+            raise ValueError(
+                f"CpuHybridModel: cluster {self.cluster.name!r} is calibrated for layouts whose "
+                "stages share one recomputation mode; this layout gives its stages their own "
+                f"(stage_recompute = {list(layout.stage_recompute)})"
             )
         P, v, dp, tp = lay.pp, lay.virtual_stages, lay.dp, lay.tp
         C, m, b = P * v, lay.num_microbatches, lay.microbatch_size

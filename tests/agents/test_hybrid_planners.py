@@ -155,6 +155,57 @@ def test_interop_dp_equals_brute_force(cap_quantile, recompute):
         assert _interop_dp(mo, 8, best * (1 - 1e-7), P)[0][P] < L
 
 
+@pytest.mark.parametrize("cap_quantile", [None, 0.4])
+def test_interop_dp_with_a_recomputation_per_stage_equals_brute_force(cap_quantile):
+    """With a recomputation mode per stage among the options (Aceso's per-stage
+    recomputation), the DP's least feasible stage-time bound still equals brute force over
+    layer splits x per-stage (submesh, mode) for P = 2 and 3 on 8 GPUs; and the options
+    hold every mode for every submesh."""
+    import itertools
+
+    from agents.baselines.alpa import _interop_dp, _MeshOptions
+    from graphs.layout import HybridLayout
+    from placement_env.oracles.hybrid import HybridModel
+
+    g = zoo.build("gpt", hidden=1024, layers=5, heads=8, vocab=50000, seq=1024, batch=16)
+    cl = clusters.load("dgx1_v100_8")
+    M = HybridModel(g, cl)
+    tpl = HybridLayout(dp=4, tp=1, pp=1, microbatch_size=1, global_batch=16,
+                       stage_layers=((0, 5),))  # fmt: skip
+    rcs = ("none", "selective", "full")
+    mo = _MeshOptions(M, tpl, 1, (2, 4, 8), 8, float("inf"), rcs)
+    assert {o[4] for o in mo.opts} == set(rcs) and len(mo.opts) % 3 == 0
+    L, m = 5, tpl.num_microbatches
+    mems = [o[3].memory(k, 0, 3, m) for o in mo.opts for k in range(1, 6)]
+    cap = float("inf") if cap_quantile is None else float(np.quantile(mems, cap_quantile))
+    mo = _MeshOptions(M, tpl, 1, (2, 4, 8), 8, cap, rcs)
+    chose_mixed = False
+    for P in (2, 3):
+        best, arg = float("inf"), None
+        for cut in itertools.combinations(range(1, L), P - 1):
+            ks = np.diff((0, *cut, L))
+            for pick in itertools.product(range(len(mo.opts)), repeat=P):
+                if sum(mo.opts[i][0] for i in pick) != 8:
+                    continue
+                worst = 0.0
+                for r, (i, k) in enumerate(zip(pick, ks)):
+                    prof = mo.opts[i][3]
+                    if prof.memory(int(k), r, P, m) > cap:
+                        worst = float("inf")
+                        break
+                    worst = max(worst, prof.seconds(int(k), r == 0, r == P - 1))
+                if worst < best:
+                    best, arg = worst, pick
+        if best == float("inf"):
+            assert _interop_dp(mo, 8, 1e9, P)[0][P] < L
+            continue
+        chose_mixed |= len({mo.opts[i][4] for i in arg}) > 1
+        assert _interop_dp(mo, 8, best * (1 + 1e-9), P)[0][P] >= L
+        assert _interop_dp(mo, 8, best * (1 - 1e-7), P)[0][P] < L
+    if cap_quantile is not None:  # under a memory cap, stages pick different modes
+        assert chose_mixed
+
+
 def test_alpa_gives_stages_their_own_submeshes_where_that_is_faster():
     """GPT (h 4096, 16 layers, 128k vocabulary) on 8 V100s without ZeRO: the uniform pass's
     best is 3.85 s; the inter-op DP's layout with a 4-GPU middle stage between 2-GPU end

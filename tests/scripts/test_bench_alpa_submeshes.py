@@ -14,10 +14,13 @@ def test_the_small_problem_row_shows_the_per_stage_gain(monkeypatch):
     rows = b.run()
     (r,) = rows
     assert r["gpus"] == 8
-    assert r["True"]["step"] < r["False"]["step"] * 0.995  # the DP's layout is faster
-    assert r["True"]["calls"] > r["False"]["calls"]
+    assert r["meshes"]["step"] < r["pass1"]["step"] * 0.995  # the DP's layout is faster
+    assert r["meshes"]["calls"] > r["pass1"]["calls"]
+    # a recomputation mode per stage: the last stage keeps one microbatch and needs none
+    assert r["full"]["step"] < r["meshes"]["step"] * 0.98
     md = b.table(rows)
-    assert "dp x tp per stage [1x2, 2x2, 1x2]" in md and "+0.96%" in md
+    assert "dp x tp per stage [1x2, 2x2, 1x2]" in md and "+0.96%" in md and "+3.95%" in md
+    assert "recompute [selective, selective, none]" in md
     # an env row resolves its model and cluster from conf/env
     g, cl = b._problem(*env_row[1:4])
     assert cl.num_devices == 1024 and g.meta["model_dims"]["layers"] == 96
