@@ -111,13 +111,36 @@ def test_submesh_sizes_are_alpas_shapes():
     )
 
 
+def _brute_force_bound(mo, L: int, P: int, m: int, cap: float) -> tuple[float, tuple | None]:
+    """The least slowest-stage seconds over every split of ``L`` layers into ``P`` stages and
+    every choice of ``mo``'s options per stage filling the 8 GPUs, memory capped per stage;
+    and the options of the best choice."""
+    import itertools
+
+    best, arg = float("inf"), None
+    for cut in itertools.combinations(range(1, L), P - 1):
+        ks = np.diff((0, *cut, L))
+        for pick in itertools.product(range(len(mo.opts)), repeat=P):
+            if sum(mo.opts[i][0] for i in pick) != 8:
+                continue
+            worst = 0.0
+            for r, (i, k) in enumerate(zip(pick, ks)):
+                prof = mo.opts[i][3]
+                if prof.memory(int(k), r, P, m) > cap:
+                    worst = float("inf")
+                    break
+                worst = max(worst, prof.seconds(int(k), r == 0, r == P - 1))
+            if worst < best:
+                best, arg = worst, pick
+    return best, arg
+
+
 @pytest.mark.parametrize("cap_quantile", [None, 0.5, 0.25])
 @pytest.mark.parametrize("recompute", ["none", "full"])
 def test_interop_dp_equals_brute_force(cap_quantile, recompute):
     """For P = 2 and 3 stages on 8 GPUs, the least stage-time bound under which the DP
     covers every layer equals brute force's min over all layer splits and per-stage
     submeshes (sizes summing to 8) of the slowest stage, memory capped per stage."""
-    import itertools
 
     from agents.baselines.alpa import _interop_dp, _MeshOptions
     from graphs.layout import HybridLayout
@@ -134,20 +157,7 @@ def test_interop_dp_equals_brute_force(cap_quantile, recompute):
     cap = float("inf") if cap_quantile is None else float(np.quantile(mems, cap_quantile))
     mo = _MeshOptions(M, tpl, 1, (1, 2, 4, 8), 8, cap)
     for P in (2, 3):
-        best = float("inf")
-        for cut in itertools.combinations(range(1, L), P - 1):
-            ks = np.diff((0, *cut, L))
-            for pick in itertools.product(range(len(mo.opts)), repeat=P):
-                if sum(mo.opts[i][0] for i in pick) != 8:
-                    continue
-                worst = 0.0
-                for r, (i, k) in enumerate(zip(pick, ks)):
-                    prof = mo.opts[i][3]
-                    if prof.memory(int(k), r, P, m) > cap:
-                        worst = float("inf")
-                        break
-                    worst = max(worst, prof.seconds(int(k), r == 0, r == P - 1))
-                best = min(best, worst)
+        best, _ = _brute_force_bound(mo, L, P, m, cap)
         if best == float("inf"):
             assert _interop_dp(mo, 8, 1e9, P)[0][P] < L
             continue
@@ -161,7 +171,6 @@ def test_interop_dp_with_a_recomputation_per_stage_equals_brute_force(cap_quanti
     recomputation), the DP's least feasible stage-time bound still equals brute force over
     layer splits x per-stage (submesh, mode) for P = 2 and 3 on 8 GPUs; and the options
     hold every mode for every submesh."""
-    import itertools
 
     from agents.baselines.alpa import _interop_dp, _MeshOptions
     from graphs.layout import HybridLayout
@@ -181,21 +190,7 @@ def test_interop_dp_with_a_recomputation_per_stage_equals_brute_force(cap_quanti
     mo = _MeshOptions(M, tpl, 1, (2, 4, 8), 8, cap, rcs)
     chose_mixed = False
     for P in (2, 3):
-        best, arg = float("inf"), None
-        for cut in itertools.combinations(range(1, L), P - 1):
-            ks = np.diff((0, *cut, L))
-            for pick in itertools.product(range(len(mo.opts)), repeat=P):
-                if sum(mo.opts[i][0] for i in pick) != 8:
-                    continue
-                worst = 0.0
-                for r, (i, k) in enumerate(zip(pick, ks)):
-                    prof = mo.opts[i][3]
-                    if prof.memory(int(k), r, P, m) > cap:
-                        worst = float("inf")
-                        break
-                    worst = max(worst, prof.seconds(int(k), r == 0, r == P - 1))
-                if worst < best:
-                    best, arg = worst, pick
+        best, arg = _brute_force_bound(mo, L, P, m, cap)
         if best == float("inf"):
             assert _interop_dp(mo, 8, 1e9, P)[0][P] < L
             continue
