@@ -260,12 +260,13 @@ def submesh_layouts(
     ZeRO): every pipeline depth ``P >= 2``, stages on submeshes of :func:`submesh_sizes`,
     each with its own ``dp x tp`` (``tp <= max_tp`` dividing the heads, ``dp`` dividing the
     microbatch) and, with ``recomputes``, its own recomputation mode among them (Aceso's
-    per-stage recomputation; default: the template's for every stage). For a bound ``T`` on a stage's per-microbatch seconds, :func:`_interop_dp`
-    finds for every ``P`` whether the layers fit on all the devices within ``T`` and memory
-    (:meth:`StageProfile.memory`); the least such ``T`` per ``P`` is bracketed on a geometric
-    grid and bisected (10 steps) for the four most promising depths, whose layouts get
-    Alpa's estimate ``sum_i t_i + (m - 1) max_i t_i`` (eq. 2). Returns the ``keep`` best
-    ``(estimate, layout)`` pairs, best first."""
+    per-stage recomputation; default: the template's for every stage). For a bound ``T``
+    on a stage's per-microbatch seconds, :func:`_interop_dp` finds for every ``P`` whether
+    the layers fit on all the devices within ``T`` and memory (:meth:`StageProfile.memory`);
+    the least such ``T`` per ``P`` is bracketed on a geometric grid and bisected (10 steps)
+    for the four most promising depths, whose layouts get Alpa's estimate ``sum_i t_i +
+    (m - 1) max_i t_i`` (eq. 2). Returns the ``keep`` best ``(estimate, layout)`` pairs,
+    best first."""
     cl = model.cluster
     D = cl.num_devices
     unit, sizes = submesh_sizes(D, gpus_per_node)
@@ -404,6 +405,8 @@ def alpa(
         raise ValueError(
             f"alpa: submesh_settings must be an integer >= 0, got {submesh_settings!r}"
         )
+    if not isinstance(stage_recompute, bool):
+        raise ValueError(f"alpa: stage_recompute must be true or false, got {stage_recompute!r}")
     best: HybridLayout | None = None
     best_res, calls, least = None, 0, float("inf")
     D = cluster.num_devices
@@ -449,8 +452,6 @@ def alpa(
         for cand in tries:
             if consider(cand):
                 break
-    if not isinstance(stage_recompute, bool):
-        raise ValueError(f"alpa: stage_recompute must be true or false, got {stage_recompute!r}")
     hetero = per_stage_rc = 0
     if submeshes and submesh_settings:
         ranked = sorted(settings.values(), key=lambda x: x[0])

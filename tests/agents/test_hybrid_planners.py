@@ -244,3 +244,10 @@ def test_hybrid_anneal_visits_per_stage_submeshes():
     assert len(seen) == 400 and het
     assert all(x.world_size == 8 for x in het)
     assert plan.meta["step_time"] == min(score(x).step_time for x in seen if not score(x).oom)
+
+
+def test_alpa_refuses_a_bad_stage_recompute_before_searching():
+    g = zoo.build("gpt", hidden=512, layers=4, heads=8, vocab=1000, seq=128, batch=8)
+    cl = clusters.load("dgx1_v100_8")
+    with pytest.raises(ValueError, match="stage_recompute must be true or false, got 'yes'"):
+        baselines.get("alpa")(g, cl, Simulator(g, cl), None, stage_recompute="yes")
