@@ -884,6 +884,24 @@ def with_stage_tp(layout: HybridLayout, p: int, tp: int) -> HybridLayout:
     return HybridLayout.from_dict(out)
 
 
+def with_stage_recompute(layout: HybridLayout, p: int, mode: str) -> HybridLayout:
+    """``layout`` with pipeline stage ``p`` under recomputation ``mode`` (``v = 1``):
+    ``stage_recompute`` set, or dropped when every stage is back on one mode; ``recompute``
+    follows stage 0."""
+    if mode not in RECOMPUTE:
+        raise ValueError(f"with_stage_recompute: mode {mode!r}: expected one of {RECOMPUTE}")
+    if not 0 <= p < layout.pp:
+        raise ValueError(f"with_stage_recompute: stage {p} not in [0, {layout.pp})")
+    rcs = list(layout.recomputes)
+    rcs[p] = mode
+    out = layout.to_dict()
+    out.pop("stage_recompute", None)
+    out["recompute"] = rcs[0]
+    if len(set(rcs)) > 1:
+        out["stage_recompute"] = rcs
+    return HybridLayout.from_dict(out)
+
+
 #: Default microbatch sizes and virtual-stage counts of :func:`layout_grid`.
 GRID_MICROBATCH_SIZES = (1, 2, 4, 8)
 GRID_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)
@@ -951,5 +969,6 @@ __all__ = [
     "stage_tp_choices",
     "submesh_tps",
     "tp_fits",
+    "with_stage_recompute",
     "with_stage_tp",
 ]

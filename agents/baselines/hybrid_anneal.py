@@ -22,6 +22,7 @@ from graphs.layout import (
     layout_grid,
     model_dims,
     stage_tp_choices,
+    with_stage_recompute,
     with_stage_tp,
 )
 from graphs.plan import Plan
@@ -54,6 +55,7 @@ def hybrid_anneal(
     zero: Sequence[int] = ZERO_STAGES,
     sequence_parallel: Sequence[bool] = (False, True),
     max_tp: int | None = None,
+    stage_recompute: bool = True,
 ) -> Plan:
     """Simulated annealing over layouts, ``budget`` oracle calls (default 2000).
 
@@ -63,13 +65,19 @@ def hybrid_anneal(
     (``tp``/``pp``/``dp`` change together so that their product stays the device count),
     moves one stage boundary by one layer, or (``v = 1``, ``pp > 1``) gives one stage
     another ``tp`` on its own GPUs (:func:`graphs.layout.stage_tp_choices`; the layout's
-    ``stage_meshes``). Cost: the
+    ``stage_meshes``) or, with ``stage_recompute`` (default), half of those times another
+    recomputation mode of ``recompute`` (:func:`graphs.layout.with_stage_recompute`; the
+    layout's ``stage_recompute``). Cost: the
     step time (x 10 x memory overflow for OOM layouts); acceptance is Metropolis on the
     log of the cost with a temperature falling geometrically from ``t0`` to ``t1``.
     Starts from the grid layout most like Megatron's defaults (largest ``tp`` within a
     node, fewest stages, microbatch 1, 1F1B, full recomputation, ZeRO-0).
     """
     start = time.perf_counter()
+    if not isinstance(stage_recompute, bool):
+        raise ValueError(
+            f"hybrid_anneal: stage_recompute must be true or false, got {stage_recompute!r}"
+        )
     score = hybrid_oracle(oracle)
     gb, budget = hybrid_arguments("hybrid_anneal", graph, global_batch, budget)
     space = list(
@@ -120,6 +128,9 @@ def hybrid_anneal(
 
     def stage_move(lay: HybridLayout) -> HybridLayout | None:
         p = int(rng.integers(0, lay.pp))
+        if stage_recompute and rng.random() < 0.5:  # the stage's own recomputation mode
+            modes = [rc for rc in recompute if rc != lay.recomputes[p]]
+            return with_stage_recompute(lay, p, str(rng.choice(modes))) if modes else None
         tps = stage_tp_choices(lay, p, heads=dims.heads, kv_heads=dims.kv_heads, max_tp=mtp)
         tps = [t for t in tps if t != lay.meshes[p][1]]
         return with_stage_tp(lay, p, int(rng.choice(tps))) if tps else None

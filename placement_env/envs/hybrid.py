@@ -17,6 +17,7 @@ from graphs.layout import (
     layout_grid,
     model_dims,
     submesh_tps,
+    with_stage_recompute,
     with_stage_tp,
 )
 from graphs.plan import hybrid_placement
@@ -30,7 +31,7 @@ KEYS = ("tp", "pp", "microbatch_size", "virtual_stages", "recompute", "sequence_
 LAYOUT_FEATURES = 16
 PROBLEM_FEATURES = 8
 RESULT_FEATURES = 4
-CHUNK_FEATURES = 5
+CHUNK_FEATURES = 6
 INITS = ("megatron", "random")
 
 
@@ -64,7 +65,7 @@ class HybridEnv(gym.Env[dict, Any]):
 
     ## Action Space
 
-    ``Discrete(2 * 7 + 2 * (max_chunks - 1) + 2 * max_chunks)``:
+    ``Discrete(2 * 7 + 2 * (max_chunks - 1) + 2 * max_chunks + 2 * max_chunks)``:
 
     - ``a < 14``: field ``KEYS[a // 2]`` (``tp``, ``pp``, ``microbatch_size``,
       ``virtual_stages``, ``recompute``, ``sequence_parallel``, ``zero``) one step down
@@ -73,7 +74,7 @@ class HybridEnv(gym.Env[dict, Any]):
       not change, else reset to an even split.
     - ``14 <= a < 14 + 2 (max_chunks - 1)``: with ``b = (a - 14) // 2``, move the end of
       chunk ``b`` (the start of chunk ``b + 1``) one layer left (even) or right (odd).
-    - the last ``2 * max_chunks``: with ``q`` the offset into them, pipeline stage
+    - the next ``2 * max_chunks``: with ``q`` the offset into them, pipeline stage
       ``q // 2``'s tensor-parallel degree one step down (even) or up (odd) on its own
       submesh (its GPU count kept, ``dp`` following; ``v = 1`` layouts only): the next
       ``tp`` that divides the submesh and the heads, fits a node, and leaves a ``dp`` that
@@ -81,6 +82,10 @@ class HybridEnv(gym.Env[dict, Any]):
       ``stage_meshes`` (:class:`graphs.layout.HybridLayout`), or none again when every
       stage is back on the same shape; a field move (the first 14) lands on a layout of the
       grid, whose stages share one shape.
+    - the last ``2 * max_chunks``: pipeline stage ``q // 2``'s recomputation one step down
+      (even: less, ``full`` -> ``selective`` -> ``none``) or up (odd) (``v = 1`` layouts
+      only): the layout then has ``stage_recompute``, or none again when every stage is
+      back on one mode (:func:`graphs.layout.with_stage_recompute`).
 
     A move with no valid target (no such layout, an empty chunk, a chunk beyond the
     layout's ``pp * v``) is a no-op flagged ``info["invalid_action"]``; ``action_masks()``
@@ -95,7 +100,7 @@ class HybridEnv(gym.Env[dict, Any]):
     | ``layout`` | ``(16,)`` | log2 of dp, tp, pp, microbatch, v, microbatches (scaled); recompute one-hot (3); SP; ZeRO one-hot (4); ``num_chunks / max_chunks`` |
     | ``problem`` | ``(8,)`` | log10 parameters / 12, log2 GPUs / 13, layers / 128, heads / 128, log2 hidden / 15, log2 seq / 14, GPU memory (GB) / 100, GPU peak (PFLOP/s) |
     | ``result`` | ``(4,)`` | step time / lower bound (clipped at 1e3) / 10, OOM, peak memory / capacity (clipped at 11), MFU |
-    | ``chunks`` | ``(max_chunks * 5,)`` | per chunk (row-major, 5 each): its layers / all layers, its start / layers, its pipeline rank / pp, log2 of its stage's tp / 3 and dp / log2 GPUs |
+    | ``chunks`` | ``(max_chunks * 6,)`` | per chunk (row-major, 6 each): its layers / all layers, its start / layers, its pipeline rank / pp, log2 of its stage's tp / 3 and dp / log2 GPUs, its stage's recomputation (none 0, selective 0.5, full 1) |
     | ``chunk_mask`` | ``(max_chunks,)`` | 1 for the layout's chunks, 0 for padding |
 
     ## Rewards
@@ -179,7 +184,7 @@ class HybridEnv(gym.Env[dict, Any]):
                 "chunk_mask": spaces.Box(0.0, 1.0, (K,), f32),
             }
         )
-        self.action_space = spaces.Discrete(2 * len(KEYS) + 2 * (K - 1) + 2 * K)
+        self.action_space = spaces.Discrete(2 * len(KEYS) + 2 * (K - 1) + 4 * K)
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
         self._prep: dict[str, Any] | None = None
         self.layout: HybridLayout | None = None
@@ -279,6 +284,9 @@ class HybridEnv(gym.Env[dict, Any]):
         ns = nk + 2 * (self.max_chunks - 1)
         for a in range(ns, min(ns + 2 * lay.pp, len(mask))):
             mask[a] = self._stage_tp_next(lay, (a - ns) // 2, (a - ns) % 2 == 1) is not None
+        nr = ns + 2 * self.max_chunks
+        for a in range(nr, min(nr + 2 * lay.pp, len(mask))):
+            mask[a] = self._stage_rc_next(lay, (a - nr) // 2, (a - nr) % 2 == 1) is not None
         return mask
 
     def render(self) -> str | None:
@@ -325,6 +333,11 @@ class HybridEnv(gym.Env[dict, Any]):
                     return new
             return new
         ns = nk + 2 * (self.max_chunks - 1)
+        nr = ns + 2 * self.max_chunks
+        if a >= nr:
+            stage, up = (a - nr) // 2, (a - nr) % 2 == 1
+            mode = self._stage_rc_next(lay, stage, up)
+            return None if mode is None else with_stage_recompute(lay, stage, mode)
         if a >= ns:
             return self._stage_tp_move(lay, (a - ns) // 2, (a - ns) % 2 == 1)
         b, right = (a - nk) // 2, (a - nk) % 2 == 1
@@ -357,6 +370,14 @@ class HybridEnv(gym.Env[dict, Any]):
             return None
         return min(nxt) if up else max(nxt)
 
+    @staticmethod
+    def _stage_rc_next(lay: HybridLayout, stage: int, up: bool) -> str | None:
+        """Stage ``stage``'s recomputation one step up (more) or down (``None``: none)."""
+        if stage >= lay.pp or lay.virtual_stages != 1:
+            return None
+        i = RECOMPUTE.index(lay.recomputes[stage]) + (1 if up else -1)
+        return RECOMPUTE[i] if 0 <= i < len(RECOMPUTE) else None
+
     def _stage_tp_move(self, lay: HybridLayout, stage: int, up: bool) -> HybridLayout | None:
         """``lay`` with stage ``stage``'s ``tp`` one valid step down or up on its own submesh."""
         t = self._stage_tp_next(lay, stage, up)
@@ -381,7 +402,7 @@ class HybridEnv(gym.Env[dict, Any]):
         feat = np.clip(feat, 0.0, 1.0)
         chunks = np.zeros((K, CHUNK_FEATURES), np.float32)
         mask = np.zeros(K, np.float32)
-        meshes = lay.meshes
+        meshes, recs = lay.meshes, lay.recomputes
         for c, (a, b) in enumerate(lay.stage_layers):
             dp_c, tp_c = meshes[c % lay.pp]
             chunks[c] = (
@@ -390,6 +411,7 @@ class HybridEnv(gym.Env[dict, Any]):
                 (c % lay.pp) / lay.pp,
                 min(lg(tp_c) / 3, 1.0),
                 lg(dp_c) / max(lg(D), 1),
+                RECOMPUTE.index(recs[c % lay.pp]) / (len(RECOMPUTE) - 1),
             )
             mask[c] = 1.0
         res = np.array(

@@ -251,3 +251,44 @@ def test_alpa_refuses_a_bad_stage_recompute_before_searching():
     cl = clusters.load("dgx1_v100_8")
     with pytest.raises(ValueError, match="stage_recompute must be true or false, got 'yes'"):
         baselines.get("alpa")(g, cl, Simulator(g, cl), None, stage_recompute="yes")
+
+
+def test_hybrid_anneal_visits_per_stage_recomputation_and_with_stage_recompute_by_hand():
+    """The per-stage move also gives one stage another recomputation mode: some scored
+    layouts carry ``stage_recompute``, each valid; ``stage_recompute=False`` never does.
+    ``with_stage_recompute`` sets one stage's mode, moves ``recompute`` with stage 0 and
+    drops the field when the modes agree again."""
+    from graphs.layout import HybridLayout, with_stage_recompute
+
+    lay = HybridLayout(dp=2, tp=1, pp=3, microbatch_size=1, global_batch=8, recompute="full",
+                       stage_layers=((0, 2), (2, 4), (4, 6)))  # fmt: skip
+    a = with_stage_recompute(lay, 2, "none")
+    assert a.stage_recompute == ("full", "full", "none") and a.recompute == "full"
+    b = with_stage_recompute(a, 0, "none")
+    assert b.recompute == "none" and b.stage_recompute == ("none", "full", "none")
+    c = with_stage_recompute(with_stage_recompute(b, 1, "none"), 0, "none")
+    assert c.recomputes == ("none",) * 3 and not c.stage_recompute and c.recompute == "none"
+    with pytest.raises(ValueError, match="mode 'some'"):
+        with_stage_recompute(lay, 0, "some")
+    with pytest.raises(ValueError, match="stage 3"):
+        with_stage_recompute(lay, 3, "none")
+
+    g = zoo.build("gpt", hidden=2048, layers=24, heads=16, vocab=51200, seq=1024, batch=64)
+    cl = clusters.load("dgx1_v100_8")
+    for on in (True, False):
+        sim = Simulator(g, cl)
+        seen = []
+        score = sim.evaluate_layout
+
+        def record(lay, **kw):
+            seen.append(lay)
+            return score(lay, **kw)
+
+        sim.evaluate_layout = record
+        opts = dict(zero=(0,), microbatch_sizes=(4, 8), virtual_stages=(1,), seed=0)
+        baselines.get("hybrid_anneal")(g, cl, sim, 400, stage_recompute=on, **opts)
+        rc = [x for x in seen if x.stage_recompute]
+        assert bool(rc) == on
+        assert all(len(x.stage_recompute) == x.pp and x.world_size == 8 for x in rc)
+    with pytest.raises(ValueError, match="stage_recompute must be true or false"):
+        baselines.get("hybrid_anneal")(g, cl, Simulator(g, cl), 10, stage_recompute=1)

@@ -121,3 +121,30 @@ def test_masks_match_the_moves(env):
 def test_bad_options_are_refused_by_name(kw, says):
     with pytest.raises(ValueError, match=f"HybridEnv: {says}"):
         gym.make("placement_env/Hybrid-v0", **kw)
+
+
+def test_stage_recompute_moves(env):
+    """The last block of actions changes one stage's recomputation (less: even, more: odd):
+    the layout gets stage_recompute, the observation shows it per chunk, the step is the
+    simulator's, the move back restores the uniform layout, and the ends are masked."""
+    env.reset(seed=0)
+    env.step(2 * KEYS.index("pp") + 1)  # two stages, full recomputation (the start)
+    lay = env.layout
+    assert lay.pp == 2 and lay.recompute == "full" and not lay.stage_recompute
+    nr = 2 * len(KEYS) + 2 * (env.max_chunks - 1) + 2 * env.max_chunks
+    assert env.action_space.n == nr + 2 * env.max_chunks
+    m = env.action_masks()
+    assert m[nr + 2 * 1] and not m[nr + 2 * 1 + 1]  # full: only less recomputation
+    assert not m[nr + 2 * 2] and not m[nr + 2 * 2 + 1]  # no third stage
+    obs, r, *_, info = env.step(nr + 2 * 1)  # stage 1: full -> selective
+    het = env.layout
+    assert het.stage_recompute == ("full", "selective") and het.recompute == "full"
+    assert info["layout"]["stage_recompute"] == ["full", "selective"]
+    assert info["step_time"] == pytest.approx(env._prep["oracle"].evaluate_layout(het).step_time)
+    chunks = obs["chunks"].reshape(env.max_chunks, -1)
+    assert chunks[0, 5] == pytest.approx(1.0) and chunks[1, 5] == pytest.approx(0.5)
+    env.step(nr + 2 * 1 + 1)  # back to full
+    assert env.layout == lay and not env.layout.heterogeneous
+    env.step(nr + 2 * 0)  # stage 0 (and so `recompute`) to selective
+    assert env.layout.recompute == "selective"
+    assert env.layout.stage_recompute == ("selective", "full")
