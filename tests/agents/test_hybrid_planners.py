@@ -224,13 +224,9 @@ def test_alpa_gives_stages_their_own_submeshes_where_that_is_faster():
         baselines.get("alpa")(g, cl, Simulator(g, cl), None, submesh_settings=-1)
 
 
-def test_hybrid_anneal_visits_per_stage_submeshes():
-    """hybrid_anneal's per-stage move: among the layouts it scores on a pipelined problem some
-    give a stage its own submesh shape, every one valid and on all 8 GPUs."""
-    g = zoo.build("gpt", hidden=2048, layers=24, heads=16, vocab=51200, seq=1024, batch=64)
-    cl = clusters.load("dgx1_v100_8")
-    sim = Simulator(g, cl)
-    seen = []
+def _recording_simulator(g, cl) -> tuple[Simulator, list]:
+    """A simulator whose ``evaluate_layout`` also appends each layout it scores to a list."""
+    sim, seen = Simulator(g, cl), []
     score = sim.evaluate_layout
 
     def record(lay, **kw):
@@ -238,6 +234,16 @@ def test_hybrid_anneal_visits_per_stage_submeshes():
         return score(lay, **kw)
 
     sim.evaluate_layout = record
+    return sim, seen
+
+
+def test_hybrid_anneal_visits_per_stage_submeshes():
+    """hybrid_anneal's per-stage move: among the layouts it scores on a pipelined problem some
+    give a stage its own submesh shape, every one valid and on all 8 GPUs."""
+    g = zoo.build("gpt", hidden=2048, layers=24, heads=16, vocab=51200, seq=1024, batch=64)
+    cl = clusters.load("dgx1_v100_8")
+    sim, seen = _recording_simulator(g, cl)
+    score = Simulator(g, cl).evaluate_layout
     opts = dict(zero=(0,), microbatch_sizes=(4, 8), virtual_stages=(1,), seed=0)
     plan = baselines.get("hybrid_anneal")(g, cl, sim, 400, **opts)
     het = [x for x in seen if x.heterogeneous]
@@ -276,15 +282,7 @@ def test_hybrid_anneal_visits_per_stage_recomputation_and_with_stage_recompute_b
     g = zoo.build("gpt", hidden=2048, layers=24, heads=16, vocab=51200, seq=1024, batch=64)
     cl = clusters.load("dgx1_v100_8")
     for on in (True, False):
-        sim = Simulator(g, cl)
-        seen = []
-        score = sim.evaluate_layout
-
-        def record(lay, **kw):
-            seen.append(lay)
-            return score(lay, **kw)
-
-        sim.evaluate_layout = record
+        sim, seen = _recording_simulator(g, cl)
         opts = dict(zero=(0,), microbatch_sizes=(4, 8), virtual_stages=(1,), seed=0)
         baselines.get("hybrid_anneal")(g, cl, sim, 400, stage_recompute=on, **opts)
         rc = [x for x in seen if x.stage_recompute]
