@@ -481,11 +481,11 @@ class HybridModel:
         model_flops = d.model_flops(lay.global_batch)
         hw = model_flops
         tokens = lay.global_batch * s
-        for (lo, hi), rc in zip(lay.stage_layers, (recs[r] for r in rk)):
-            if rc == "full":
-                hw += (hi - lo) * d.layer_flops(tokens)
-            elif rc == "selective":
-                hw += (hi - lo) * 4.0 * tokens * s * h
+        extra = {"none": 0.0, "selective": 4.0 * tokens * s * h, "full": d.layer_flops(tokens)}
+        if lay.stage_recompute:  # each chunk's layers under its stage's mode
+            hw += sum(float(n) * extra[recs[r]] for n, r in zip(nl, rk))
+        else:
+            hw += d.layers * extra[lay.recompute]
         mfpd = model_flops / step / D
         oom = bool((mem_rank > dev.memory).any())
         return HybridResult(
