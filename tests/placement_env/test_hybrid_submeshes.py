@@ -154,7 +154,8 @@ _SPLITS_16 = [
 
 @st.composite
 def _het_layouts(draw):
-    """Random layouts of 12 layers on 16 GPUs whose stages have their own submeshes."""
+    """Random layouts of 12 layers on 16 GPUs whose stages have their own submeshes (and,
+    in half of the draws, their own recomputation modes)."""
     sizes = draw(st.sampled_from(_SPLITS_16))  # stage GPU counts, powers of two summing to 16
     P = len(sizes)
     meshes = []
@@ -164,9 +165,15 @@ def _het_layouts(draw):
     g = draw(st.sampled_from([8, 16, 32]))  # samples per microbatch: every dp divides it
     cuts = sorted(draw(st.sets(st.integers(1, 11), min_size=P - 1, max_size=P - 1)))
     bounds = [0, *cuts, 12]
+    # a recomputation mode per stage (stage_recompute) in half of the draws
+    modes = ["none", "selective", "full"]
+    rcs = draw(st.lists(st.sampled_from(modes), min_size=P, max_size=P))
+    if not draw(st.booleans()):
+        rcs = [rcs[0]] * P
     return HybridLayout(
         dp=meshes[0][0], tp=meshes[0][1], pp=P, microbatch_size=g // meshes[0][0],
-        global_batch=32, recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        global_batch=32, recompute=rcs[0],
+        stage_recompute=tuple(rcs) if len(set(rcs)) > 1 else (),
         sequence_parallel=draw(st.booleans()) and max(t for _, t in meshes) > 1,
         zero=draw(st.sampled_from([0, 1, 2, 3])), schedule=draw(st.sampled_from(["1f1b", "gpipe"])),
         stage_layers=tuple(zip(bounds[:-1], bounds[1:])), stage_meshes=tuple(meshes),
@@ -176,7 +183,8 @@ def _het_layouts(draw):
 @settings(max_examples=60, deadline=None)
 @given(_het_layouts())
 def test_random_submesh_layouts_keep_what_their_stage_views_keep(lay):
-    """Property: on any split of 16 GPUs into stage submeshes, each stage's bytes per GPU are
+    """Property: on any split of 16 GPUs into stage submeshes (with or without a
+    recomputation mode per stage), each stage's bytes per GPU are
     those of stage p of its uniform view (scored on a cluster of the view's size), the
     per-device array repeats each stage's value over its own GPUs, and StageProfile's closed
     form (1F1B) matches the kernel's peak."""
@@ -195,7 +203,7 @@ def test_random_submesh_layouts_keep_what_their_stage_views_keep(lay):
             assert mem[p] == pytest.approx(rv.breakdown["memory_per_rank"][p], rel=1e-12)
         if lay.schedule == "1f1b":
             b = lay.stage_microbatch_sizes[p]
-            prof = _M16.stage_profile(lay, dp, tp, b)
+            prof = _M16.stage_profile(lay.stage_view(p), dp, tp, b)
             a, z = lay.stage_layers[p]
             got = prof.memory(z - a, p, lay.pp, lay.num_microbatches)
             assert got == pytest.approx(mem[p], rel=1e-9)
