@@ -52,13 +52,16 @@ class HybridSpec:
         recompute: ``"none"``, ``"selective"`` (each transformer layer keeps its matmul
             outputs and recomputes the rest in backward) or ``"full"`` (each layer keeps
             only its input and recomputes its forward in backward).
-        sequence_parallel: Megatron sequence parallelism (not executed yet: refused).
+        sequence_parallel: Megatron sequence parallelism (needs ``tp > 1``).
         zero: 0 = replicated parameters, gradients all-reduced over dp (FSDP2's
             ``replicate``, DDP semantics); 1 and 2 = FSDP2 ``fully_shard`` with
             ``reshard_after_forward=False`` (optimizer state and gradients sharded,
             parameters gathered once per step and kept until backward; ZeRO-1 runs as
             ZeRO-2); 3 = ``fully_shard`` resharding after forward (parameters sharded too).
         schedule: ``gpipe``, ``1f1b`` or ``interleaved`` (``ScheduleInterleaved1F1B``).
+        stage_recompute: empty (every chunk under ``recompute``) or one recomputation mode
+            per pipeline stage (``virtual_stages == 1``; ``stage_recompute[0] ==
+            recompute``), as ``graphs.layout.HybridLayout.stage_recompute``.
         stage_layers: half-open transformer-layer ranges, one per model chunk, in
             pipeline order (``pp * virtual_stages`` chunks, chunk c on pipeline rank
             ``c % pp``); chunk 0 also holds the embeddings, the last chunk the head and loss.
@@ -75,11 +78,13 @@ class HybridSpec:
     sequence_parallel: bool = False
     zero: int = 0
     schedule: str = "1f1b"
+    stage_recompute: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "stage_layers", tuple((int(a), int(b)) for a, b in self.stage_layers)
         )
+        object.__setattr__(self, "stage_recompute", tuple(self.stage_recompute or ()))
 
     @classmethod
     def from_layout(cls, layout: Any) -> HybridSpec:
@@ -99,7 +104,15 @@ class HybridSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stage_layers"] = [list(r) for r in self.stage_layers]
+        if self.stage_recompute:
+            d["stage_recompute"] = list(self.stage_recompute)
+        else:
+            d.pop("stage_recompute")  # as HybridLayout's JSON: only when set
         return d
+
+    def chunk_recompute(self, c: int) -> str:
+        """The recomputation mode of model chunk ``c`` (its pipeline stage's)."""
+        return self.stage_recompute[c % self.pp] if self.stage_recompute else self.recompute
 
     @property
     def world_size(self) -> int:
@@ -135,6 +148,27 @@ class HybridSpec:
             raise ValueError(
                 f"hybrid layout: schedule={self.schedule!r}; expected one of {SCHEDULES}"
             )
+        if self.stage_recompute:
+            if len(self.stage_recompute) != self.pp:
+                raise ValueError(
+                    f"hybrid layout: stage_recompute={list(self.stage_recompute)} has "
+                    f"{len(self.stage_recompute)} modes, expected pp = {self.pp} (one per stage)"
+                )
+            bad = [r for r in self.stage_recompute if r not in RECOMPUTE]
+            if bad:
+                raise ValueError(
+                    f"hybrid layout: stage_recompute mode {bad[0]!r}; expected one of {RECOMPUTE}"
+                )
+            if self.virtual_stages != 1:
+                raise ValueError(
+                    f"hybrid layout: virtual_stages={self.virtual_stages} with stage_recompute; "
+                    "per-stage recomputation modes need virtual_stages = 1"
+                )
+            if self.stage_recompute[0] != self.recompute:
+                raise ValueError(
+                    f"hybrid layout: stage_recompute[0] = {self.stage_recompute[0]!r} differs "
+                    f"from recompute = {self.recompute!r} (recompute is the first stage's)"
+                )
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"hybrid layout: zero={self.zero} must be 0, 1, 2 or 3")
         if self.sequence_parallel and self.tp < 2:
@@ -460,7 +494,7 @@ class HybridRunner:
                 [segments[k] for k in ks],
                 [0 < k <= n_layer for k in ks],
                 tp_mesh=tp_mesh if L.tp > 1 else None,
-                recompute=L.recompute,
+                recompute=L.chunk_recompute(c),
             )
             names = {
                 path: canon[path.split(".", 2)[2]]

@@ -7,7 +7,8 @@ about a handful of single-threaded CPU processes time-sharing two cores, where t
 program's per-op overheads (DTensor dispatch, autograd, gloo) dominate.
 
 The model, per layout ``(dp, tp, pp, microbatch b, recompute, ZeRO)`` with ``k = dp tp pp``
-processes and ``m = global_batch / (dp b)`` microbatches per replica:
+processes and ``m = global_batch / (dp b)`` microbatches per replica (with
+``stage_recompute`` each stage's chunks take its own mode's figures):
 
 * **Work.** Each chunk's forward / backward per microbatch is the sum of its segments'
   measured CPU seconds at ``(tp, b, recompute)`` (embeddings on the first chunk, head +
@@ -43,7 +44,7 @@ processes and ``m = global_batch / (dp b)`` microbatches per replica:
   gradients (sharded by ZeRO >= 2), Adam's two fp32 moments (sharded by ZeRO >= 1), ZeRO-3's
   gathered weights of one block, the activations in flight (each segment's measured
   saved-tensor bytes per microbatch, times the microbatches the schedule holds at its
-  peak), under full recomputation one block's recomputed activations, and the measured
+  peak), on a stage under full recomputation one block's recomputed activations, and the measured
   ``memory.step_residue`` (the 1-process probe's step memory beyond these terms: allocator
   and optimizer temporaries) = ``step``. ``peak = base + step``.
 """
@@ -108,11 +109,12 @@ class CpuHybridModel:
         self.cal = calibration
 
     # ------------------------------------------------------------------ pieces
-    def segments(self, layout: HybridLayout) -> dict[str, np.ndarray]:
-        """The measured per-segment figures for the layout's ``(tp, b, recompute)``:
+    def segments(self, layout: HybridLayout, recompute: str | None = None) -> dict[str, np.ndarray]:
+        """The measured per-segment figures for the layout's ``(tp, b, recompute)``
+        (``recompute``: another mode than the layout's first stage's):
         ``fwd``, ``bwd`` (CPU s per microbatch), ``kept`` (bytes), ``params`` (per rank)."""
         by_tp = self.cal["segments"].get(str(layout.tp))
-        rc = layout.recompute
+        rc = layout.recompute if recompute is None else recompute
         key = f"{layout.microbatch_size}/{rc}"
         if by_tp is None or key not in by_tp["segments"]:
             have = sorted(
@@ -170,21 +172,17 @@ class CpuHybridModel:
                 "stages share one dp x tp submesh; this layout gives its stages their own "
                 f"(stage_meshes = {[list(r) for r in layout.stage_meshes]})"
             )
-        if layout.stage_recompute:
-            raise ValueError(
-                f"CpuHybridModel: cluster {self.cluster.name!r} is calibrated for layouts whose "
-                "stages share one recomputation mode; this layout gives its stages their own "
-                f"(stage_recompute = {list(layout.stage_recompute)})"
-            )
         P, v, dp, tp = lay.pp, lay.virtual_stages, lay.dp, lay.tp
         C, m, b = P * v, lay.num_microbatches, lay.microbatch_size
         k = lay.world_size
-        seg = self.segments(lay)
+        # chunk c runs under its stage's mode (``stage_recompute``; v == 1 when it is set)
+        modes = [lay.recomputes[c % P] for c in range(C)]
+        segs = {rc: self.segments(lay, rc) for rc in dict.fromkeys(modes)}
         chunks = self.chunk_segments(lay)
-        F = np.array([seg["fwd"][ks].sum() for ks in chunks])
-        B = np.array([seg["bwd"][ks].sum() for ks in chunks])
-        kept = np.array([seg["kept"][ks].sum() for ks in chunks])
-        prm = seg["params"]
+        F = np.array([segs[rc]["fwd"][ks].sum() for rc, ks in zip(modes, chunks)])
+        B = np.array([segs[rc]["bwd"][ks].sum() for rc, ks in zip(modes, chunks)])
+        kept = np.array([segs[rc]["kept"][ks].sum() for rc, ks in zip(modes, chunks)])
+        prm = segs[modes[0]]["params"]
         chunk_params = np.array([prm[ks].sum() for ks in chunks])  # one tp rank's, before ZeRO
         if d.tied and C == 1:  # the embedding and the head share one matrix in one chunk
             chunk_params[0] -= d.vocab * d.hidden
@@ -274,10 +272,9 @@ class CpuHybridModel:
         if z >= 3 and dp > 1:
             gathered += block_params * FP32
         transient = np.zeros(P)
-        if lay.recompute == "full":
-            full_kept = self._kept_without_recompute(lay)
-            if full_kept is not None:
-                transient += full_kept
+        full_kept = self._kept_without_recompute(lay) if "full" in modes else None
+        if full_kept is not None:  # the block being recomputed, on the stages that recompute
+            transient += full_kept * (np.array(lay.recomputes) == "full")
         step_mem = grads + adam + gathered + peak_act + transient
         step_mem = step_mem + float(mem.get("step_residue", 0.0))
         peak_rank = base + step_mem

@@ -121,6 +121,25 @@ def test_recompute_trades_activations_for_backward_time(graph):
     assert bd["chunk_bwd"][0] == pytest.approx(1.5 * none["chunk_bwd"][0])
 
 
+def test_a_recomputation_mode_per_stage_takes_each_stages_own_figures(graph):
+    """``stage_recompute = (full, none)`` on 2 stages: stage 0 is charged the ``2/full``
+    segment figures and the block it recomputes, stage 1 the ``2/none`` figures and no
+    transient -- each stage exactly as in the uniform layout of its own mode."""
+    kw = dict(dp=1, tp=1, pp=2, microbatch_size=2)
+    mixed = _evaluate(graph, 2, recompute="full", stage_recompute=("full", "none"), **kw)
+    bd = mixed.breakdown
+    assert bd["chunk_bwd"] == pytest.approx([1.5 * (BWD[0] + BWD[1]), BWD[2] + BWD[3]])
+    # 1F1B: stage 0 holds 2 microbatches of the full-recomputation kept bytes, stage 1 one
+    assert bd["memory_activations"] == pytest.approx([2 * (1000 + 4000), KEPT[2] + KEPT[3]])
+    assert bd["memory_transient"] == pytest.approx([50_000, 0.0])
+    uniform = {rc: _evaluate(graph, 2, recompute=rc, **kw).breakdown for rc in ("full", "none")}
+    for p, rc in enumerate(("full", "none")):
+        for key in ("chunk_fwd", "chunk_bwd", "memory_activations", "memory_transient",
+                    "memory_per_rank", "work_per_rank"):  # fmt: skip
+            assert bd[key][p] == pytest.approx(uniform[rc][key][p]), (key, p)
+    assert uniform["none"]["critical_path"] < bd["critical_path"] < uniform["full"]["critical_path"]
+
+
 def test_pipeline_splits_work_and_memory_by_stage(graph):
     res = _evaluate(graph, 2, dp=1, tp=1, pp=2, microbatch_size=2)
     bd = res.breakdown

@@ -75,6 +75,18 @@ def test_layout_fields_rank_order_and_duck_typing():
         ),
         (dict(sequence_parallel=True, tp=1), "sequence_parallel=True needs tp > 1"),
         (dict(dp=0), "dp=0 must be >= 1"),
+        (dict(stage_recompute=["none"]), "has 1 modes, expected pp = 2"),
+        (dict(stage_recompute=["none", "most"]), "stage_recompute mode 'most'"),
+        (dict(stage_recompute=["full", "none"]), r"stage_recompute\[0\] = 'full' differs"),
+        (
+            dict(
+                stage_recompute=["none", "full"],
+                virtual_stages=2,
+                schedule="interleaved",
+                stage_layers=((0, 1), (1, 2), (2, 3), (3, 4)),
+            ),
+            "virtual_stages=2 with stage_recompute",
+        ),  # fmt: skip
     ],
 )
 def test_layout_refusals_name_the_field(kw, match):
@@ -82,6 +94,23 @@ def test_layout_refusals_name_the_field(kw, match):
     base.update(kw)
     with pytest.raises(ValueError, match=match):
         HybridSpec.from_layout(base).validate(2)
+
+
+def test_each_chunk_runs_under_its_stages_recomputation_mode():
+    """``stage_recompute`` (one mode per pipeline stage, as ``HybridLayout``'s) survives the
+    JSON round trip, is left out of it when unset, and gives chunk ``c`` stage ``c``'s mode."""
+    per_stage = layout(1, 1, 4, n_layer=4, recompute="full",
+                       stage_recompute=("full", "selective", "none", "none"))  # fmt: skip
+    per_stage.validate(4)
+    assert [per_stage.chunk_recompute(c) for c in range(4)] == [
+        "full", "selective", "none", "none",
+    ]  # fmt: skip
+    d = per_stage.to_dict()
+    assert d["stage_recompute"] == ["full", "selective", "none", "none"]
+    assert HybridSpec.from_layout(d) == per_stage
+    uniform = layout(1, 1, 2, recompute="selective")
+    assert "stage_recompute" not in uniform.to_dict()
+    assert [uniform.chunk_recompute(c) for c in range(2)] == ["selective", "selective"]
 
 
 def test_layout_must_cover_the_model_layers():
@@ -158,18 +187,28 @@ def test_hybrid_plan_resolves_to_a_hybrid_run_spec(graphs_by_layers):
         *hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, sequence_parallel=True), CLUSTER
     )
     assert sp.hybrid["sequence_parallel"] is True
+    # a recomputation mode per stage (what alpa and hybrid_anneal may plan) is executed
+    per_stage = make_run_spec(
+        *hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, recompute="full",
+                     stage_recompute=("full", "none")),
+        CLUSTER,
+    )  # fmt: skip
+    assert per_stage.hybrid["stage_recompute"] == ["full", "none"]
+    assert "stage_recompute" not in spec.hybrid
 
 
 @pytest.mark.timeout(900)
 def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(graphs_by_layers):
     """8 gloo ranks, one torchrun launch, dp x pp x tp = 2 x 2 x 2: ZeRO 0 / 3 x recompute
     none / full (2 blocks, 1F1B), then ZeRO 2 with selective recomputation and sequence
-    parallelism on the interleaved schedule (4 blocks, 2 chunks per pipeline rank). The loss
+    parallelism on the interleaved schedule (4 blocks, 2 chunks per pipeline rank), then a
+    recomputation mode per stage (full on the first, selective on the second). The loss
     and every gradient of the first step equal one full-batch process within 1e-5."""
     cases = [dict(zero=z, recompute=r) for z in (0, 3) for r in ("none", "full")]
     cases.append(
         dict(zero=2, recompute="selective", virtual_stages=2, n_layer=4, sequence_parallel=True)
     )
+    cases.append(dict(zero=0, recompute="full", stage_recompute=("full", "selective")))
     specs = []
     for kw in cases:
         plan, graph = hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, **kw)
@@ -178,7 +217,8 @@ def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(g
                 plan, graph, CLUSTER, steps=1, warmup=0, capture_grads=True, timeout_s=300
             )
         )
-    assert specs[-1].schedule == "interleaved"
+    assert specs[-2].schedule == "interleaved"
+    assert specs[-1].hybrid["stage_recompute"] == ["full", "selective"]
     results = run_specs(specs, timeout_s=880)
     for kw, res in zip(cases, results):
         assert (res.mode, res.world_size, res.microbatches) == ("hybrid", 8, 2), kw
