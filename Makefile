@@ -25,8 +25,11 @@ setup: $(VENV)/.installed
 train: setup
 	$(PY) -m runners.train +env=gpt2_8gpu $(ARGS)
 
+# pytest-xdist workers: one per core, at most 4 (TEST_WORKERS=0 runs the tests in one process)
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: setup
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

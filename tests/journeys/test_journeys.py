@@ -27,12 +27,15 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY_PPO = ["agent.ppo.n_steps=16", "agent.ppo.batch_size=16", "train.progress=false"]
 
 
-def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``python -m ARGS`` from the repository root, as the README runs it; must succeed."""
+def cli(*args: str, timeout: float = 600, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``python -m ARGS`` from the repository root, as the README runs it (or from ``cwd``,
+    the repository on ``PYTHONPATH``); must succeed."""
     env = {**os.environ, "WANDB_MODE": "offline", "MPLBACKEND": "Agg"}
+    if cwd != ROOT:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     p = subprocess.run(
         [sys.executable, "-m", *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -48,11 +51,12 @@ def last_line(p: subprocess.CompletedProcess[str]) -> str:
 
 def test_own_model_train_execute_plan_elsewhere_execute_evaluate(tmp_path: Path) -> None:
     train_dir, plan_dir = tmp_path / "train", tmp_path / "plan"
-    before = set((ROOT / "outputs").rglob("*"))
+    work = tmp_path / "cwd"  # a directory of its own: other tests' runs land in ROOT/outputs
+    work.mkdir()
     # 1. train on a model of one's own, named by import path (examples/my_model.py)
     p = cli(
         "runners.train", "+env=my_model", "logger=none", f"output_dir={train_dir}",
-        "train.timesteps=32", "env.baselines=[single,metis]", *TINY_PPO,
+        "train.timesteps=32", "env.baselines=[single,metis]", *TINY_PPO, cwd=work,
     )  # fmt: skip
     assert last_line(p).startswith("my_model ppo seed=0: best ")
     result = json.loads((train_dir / "result.json").read_text())
@@ -61,8 +65,8 @@ def test_own_model_train_execute_plan_elsewhere_execute_evaluate(tmp_path: Path)
     assert best.meta["cluster"] == "cpu_2" and best.microbatches == 2
     assert result["best_step_time"] <= min(result["baselines"].values()) + 1e-12
     assert "my_model ppo seed=0: best" in (train_dir / "train.log").read_text()
-    made = set((ROOT / "outputs").rglob("*")) - before
-    assert not made, f"output_dir=PATH must not create a second run folder: {sorted(made)}"
+    made = sorted(work.rglob("*"))
+    assert not made, f"output_dir=PATH must not create a second run folder: {made}"
 
     # 2. execute the best plan on this machine's CPU processes
     p = cli("runners.execute", f"plan={train_dir / 'best_plan.json'}", f"output_dir={tmp_path / 'ex1'}",
