@@ -271,6 +271,38 @@ def warm_search_options(
     )
 
 
+def _ppo_run_state(
+    budget: Mapping[str, Any],
+    run_dir: Path,
+    tracker: NullTracker,
+    references: Mapping[str, float],
+    log_every: int,
+    resume_state: Mapping[str, Any] | None,
+    total: int,
+) -> tuple[Any, Any, Any]:
+    """``(best-plan tracker, runner callback, restored model or None)`` of a PPO run: the
+    progress bar, logging, budget and checkpoints of ``train.*``, resumed from
+    ``resume_state`` when given."""
+    from agents.callbacks import BestPlanTracker
+
+    best = BestPlanTracker()
+    cb = _make_runner_callback(
+        run_dir=run_dir,
+        total=total,
+        seconds=budget.get("seconds"),
+        checkpoint_every=int(budget.get("checkpoint_every") or 0),
+        crash_after=budget.get("crash_after_updates"),
+        progress=bool(budget.get("progress", True)),
+        tracker=tracker,
+        references=references,
+        best=best,
+        log_every=log_every,
+        save_extra=dict,
+    )
+    model = None if resume_state is None else checkpoint.restore(resume_state, [cb, best])
+    return best, cb, model
+
+
 def search_ppo(
     problem: common.Problem,
     agent_cfg: Mapping[str, Any],
@@ -293,29 +325,14 @@ def search_ppo(
     ``meta["warm_start_step_time"]``).
     """
     import agents
-    from agents.callbacks import BestPlanTracker
 
     policy = agent_cfg["policy"]
     if policy == "auto":
         policy = problem.spec.policy
     total = int(budget["timesteps"])
-    best = BestPlanTracker()
-    cb = _make_runner_callback(
-        run_dir=run_dir,
-        total=total,
-        seconds=budget.get("seconds"),
-        checkpoint_every=int(budget.get("checkpoint_every") or 0),
-        crash_after=budget.get("crash_after_updates"),
-        progress=bool(budget.get("progress", True)),
-        tracker=tracker,
-        references=references,
-        best=best,
-        log_every=log_every,
-        save_extra=dict,
+    best, cb, model = _ppo_run_state(
+        budget, run_dir, tracker, references, log_every, resume_state, total
     )
-    model = None
-    if resume_state is not None:
-        model = checkpoint.restore(resume_state, [cb, best])
     init = None if warm_start is None else warm_start[1]
     env_defaults, kwargs = warm_search_options(problem, agent_cfg, warm_start is not None)
     fixed = problem.spec.generator == "fixed"
@@ -523,7 +540,6 @@ def search_hybrid_ppo(
     ``agent.init_policy`` unset; no ``policy.pt`` is exported (``runners.plan`` reads graph
     policies only) and baselines give no warm start (episodes start as the env's ``init``).
     """
-    from agents.callbacks import BestPlanTracker
     from graphs.layout import HybridLayout
     from graphs.plan import Plan
 
@@ -544,23 +560,9 @@ def search_hybrid_ppo(
             "on its one problem: expected generator=fixed"
         )
     total = int(budget["timesteps"])
-    best = BestPlanTracker()
-    cb = _make_runner_callback(
-        run_dir=run_dir,
-        total=total,
-        seconds=budget.get("seconds"),
-        checkpoint_every=int(budget.get("checkpoint_every") or 0),
-        crash_after=budget.get("crash_after_updates"),
-        progress=bool(budget.get("progress", True)),
-        tracker=tracker,
-        references=references,
-        best=best,
-        log_every=log_every,
-        save_extra=dict,
+    best, cb, model = _ppo_run_state(
+        budget, run_dir, tracker, references, log_every, resume_state, total
     )
-    model = None
-    if resume_state is not None:
-        model = checkpoint.restore(resume_state, [cb, best])
     kwargs = ppo_kwargs(agent_cfg)
     if "n_envs" not in kwargs:
         kwargs["n_envs"] = 1
