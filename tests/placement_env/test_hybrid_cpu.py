@@ -189,3 +189,35 @@ def test_runtime_overheads_by_process_count(graph):
     # ZeRO-0: one chunk, its all-reduce + 10 ms; one microbatch + 1 ms
     assert with_rt["dp_cpu"][0] == pytest.approx(without["dp_cpu"][0] + 0.01)
     assert with_rt["chunk_fwd"][0] == pytest.approx(without["chunk_fwd"][0] + 0.001)
+
+
+def test_hybrid_anneal_on_a_calibrated_cpu_cluster_scores_per_stage_modes(graph):
+    """``hybrid_anneal`` moves one stage to another recomputation mode by default; on a
+    calibrated ``cpu_N`` cluster those layouts are scored by this model (they raised
+    ``ValueError`` before it charged modes per stage) and the search ends with a plan."""
+    from agents import baselines
+
+    cal = calibration()
+    segs = cal["segments"]["1"]["segments"]
+    for mb in (1, 4, 8):  # the figures of microbatch 2 stand in for the other sizes
+        for rc in ("none", "full"):
+            segs.setdefault(f"{mb}/{rc}", segs[f"2/{rc}"])
+    cl = cpu_cluster(4, calibration={"hybrid": cal})
+    sim = Simulator(graph, cl)
+    scored = []
+
+    class Recording:
+        def evaluate_layout(self, lay):
+            scored.append(lay)
+            return sim.evaluate_layout(lay)
+
+    plan = baselines.get("hybrid_anneal")(
+        graph, cl, Recording(), 400, recompute=("none", "full"), max_tp=1,
+        sequence_parallel=(False,),
+    )  # fmt: skip
+    assert isinstance(sim._hybrid, CpuHybridModel)
+    per_stage = [lay for lay in scored if lay.stage_recompute]
+    assert len(per_stage) > 10
+    for lay in per_stage[:5]:  # each scored as its stages' own modes
+        assert np.isfinite(sim.evaluate_layout(lay).step_time)
+    assert plan.layout is not None and np.isfinite(plan.meta["step_time"])
