@@ -684,6 +684,38 @@ class HybridLayout:
         return cls(**kw)
 
 
+def stage_recompute_problem(
+    stage_recompute: Any, pp: int, virtual_stages: int, recompute: str
+) -> tuple[str, Any, str] | None:
+    """What is wrong with a layout's ``stage_recompute`` as ``(field, value, expected)``, or
+    ``None`` when it is valid (empty, or one known mode per pipeline stage, ``virtual_stages``
+    1, the first stage's mode equal to ``recompute``). Shared by :class:`HybridLayout` and the
+    runtime's ``HybridSpec``."""
+    sr: Any = stage_recompute or ()
+    if not isinstance(sr, (list, tuple)):
+        return ("stage_recompute", sr, "a sequence of recomputation modes, one per stage")
+    if not sr:
+        return None
+    if len(sr) != pp:
+        return ("stage_recompute", list(sr), f"pp = {pp} modes, one per pipeline stage")
+    if virtual_stages != 1:
+        return (
+            "virtual_stages",
+            virtual_stages,
+            "1 when the stages have their own recomputation modes",
+        )
+    for c, r in enumerate(sr):
+        if r not in RECOMPUTE:
+            return (f"stage_recompute[{c}]", r, f"one of {RECOMPUTE}")
+    if sr[0] != recompute:
+        return (
+            "stage_recompute[0]",
+            sr[0],
+            f"recompute = {recompute!r}: recompute is the first stage's",
+        )
+    return None
+
+
 def _check_fields(obj: Any, source: str) -> None:
     """Shared checks of a layout's fields (an instance or a mapping of them)."""
 
@@ -782,23 +814,9 @@ def _check_fields(obj: Any, source: str) -> None:
                 f"a non-empty range starting at {prev} (ranges are contiguous from layer 0)",
             )
         prev = b
-    sr: Any = get("stage_recompute") or ()
-    if not isinstance(sr, (list, tuple)):
-        raise bad("stage_recompute", sr, "a sequence of recomputation modes, one per stage")
-    if sr:
-        if len(sr) != pp:
-            raise bad("stage_recompute", list(sr), f"pp = {pp} modes, one per pipeline stage")
-        if v != 1:
-            raise bad("virtual_stages", v, "1 when the stages have their own recomputation modes")
-        for c, r in enumerate(sr):
-            if r not in RECOMPUTE:
-                raise bad(f"stage_recompute[{c}]", r, f"one of {RECOMPUTE}")
-        if sr[0] != get("recompute"):
-            raise bad(
-                "stage_recompute[0]",
-                sr[0],
-                f"recompute = {get('recompute')!r}: recompute is the first stage's",
-            )
+    problem = stage_recompute_problem(get("stage_recompute"), pp, v, get("recompute"))
+    if problem is not None:
+        raise bad(*problem)
     sm: Any = get("stage_meshes") or ()
     if not isinstance(sm, (list, tuple)):
         raise bad("stage_meshes", sm, "a sequence of (dp, tp) pairs, one per pipeline stage")
@@ -969,6 +987,7 @@ __all__ = [
     "stage_tp_choices",
     "submesh_tps",
     "tp_fits",
+    "stage_recompute_problem",
     "with_stage_recompute",
     "with_stage_tp",
 ]

@@ -21,6 +21,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
+from graphs.layout import stage_recompute_problem
 from runtime.pipeline import SCHEDULE_CLASSES, _loss_of_output, _patch_wait, _zeros, stage_modules
 from runtime.program import (
     MODEL_PREFIX,
@@ -148,27 +149,12 @@ class HybridSpec:
             raise ValueError(
                 f"hybrid layout: schedule={self.schedule!r}; expected one of {SCHEDULES}"
             )
-        if self.stage_recompute:
-            if len(self.stage_recompute) != self.pp:
-                raise ValueError(
-                    f"hybrid layout: stage_recompute={list(self.stage_recompute)} has "
-                    f"{len(self.stage_recompute)} modes, expected pp = {self.pp} (one per stage)"
-                )
-            bad = [r for r in self.stage_recompute if r not in RECOMPUTE]
-            if bad:
-                raise ValueError(
-                    f"hybrid layout: stage_recompute mode {bad[0]!r}; expected one of {RECOMPUTE}"
-                )
-            if self.virtual_stages != 1:
-                raise ValueError(
-                    f"hybrid layout: virtual_stages={self.virtual_stages} with stage_recompute; "
-                    "per-stage recomputation modes need virtual_stages = 1"
-                )
-            if self.stage_recompute[0] != self.recompute:
-                raise ValueError(
-                    f"hybrid layout: stage_recompute[0] = {self.stage_recompute[0]!r} differs "
-                    f"from recompute = {self.recompute!r} (recompute is the first stage's)"
-                )
+        problem = stage_recompute_problem(
+            self.stage_recompute, self.pp, self.virtual_stages, self.recompute
+        )
+        if problem is not None:
+            field_name, value, expected = problem
+            raise ValueError(f"hybrid layout: {field_name} = {value!r}: expected {expected}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"hybrid layout: zero={self.zero} must be 0, 1, 2 or 3")
         if self.sequence_parallel and self.tp < 2:

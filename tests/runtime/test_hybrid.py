@@ -75,9 +75,12 @@ def test_layout_fields_rank_order_and_duck_typing():
         ),
         (dict(sequence_parallel=True, tp=1), "sequence_parallel=True needs tp > 1"),
         (dict(dp=0), "dp=0 must be >= 1"),
-        (dict(stage_recompute=["none"]), "has 1 modes, expected pp = 2"),
-        (dict(stage_recompute=["none", "most"]), "stage_recompute mode 'most'"),
-        (dict(stage_recompute=["full", "none"]), r"stage_recompute\[0\] = 'full' differs"),
+        (dict(stage_recompute=["none"]), r"stage_recompute = \['none'\]: expected pp = 2 modes"),
+        (dict(stage_recompute=["none", "most"]), r"stage_recompute\[1\] = 'most': expected one of"),
+        (
+            dict(stage_recompute=["full", "none"]),
+            r"stage_recompute\[0\] = 'full': expected recompute = 'none'",
+        ),
         (
             dict(
                 stage_recompute=["none", "full"],
@@ -85,7 +88,7 @@ def test_layout_fields_rank_order_and_duck_typing():
                 schedule="interleaved",
                 stage_layers=((0, 1), (1, 2), (2, 3), (3, 4)),
             ),
-            "virtual_stages=2 with stage_recompute",
+            "virtual_stages = 2: expected 1 when the stages have their own recomputation modes",
         ),  # fmt: skip
     ],
 )
