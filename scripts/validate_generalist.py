@@ -11,7 +11,9 @@ one validation figure per value (how ``agents.decoding.DEFAULT_PENALTY`` was cho
 Validation problems: ``corpus_instances`` of the training corpus with another seed (same
 families, cluster kinds and sizes as training, different draws), every ``k``-th one, so no
 held-out family or cluster kind is looked at. Per-model search as in
-``scripts/eval_generalist.py`` (best one-call baseline, then ``--anneal-calls`` annealing).
+``scripts/eval_generalist.py`` (``--reference each``, the default: annealing for
+``--anneal-calls`` from each one-call plan, exact planners included; ``best``: from the best
+heuristic's plan only, the validation figures before 27 Nov 2026).
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ import numpy as np
 import torch
 
 from agents import generalist as G
-from scripts.eval_generalist import ONE_CALL, per_model_search, zero_shot
+from scripts.eval_generalist import (
+    BASELINES,
+    ONE_CALL,
+    add_reference_argument,
+    per_model_search,
+    search_key,
+    zero_shot,
+)
 
 
 def _penalty(s: str) -> float | list[float]:
@@ -50,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     ap.add_argument("--decode", default=None, choices=[None, "chain", "independent"])
     ap.add_argument("--cache", type=Path, default=Path("runs/generalist/validation.json"))
+    add_reference_argument(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import agents
@@ -57,8 +67,12 @@ def main(argv: list[str] | None = None) -> None:
     probs = G.validation_instances(args.rows, seed=args.seed)
     cache = json.loads(args.cache.read_text()) if args.cache.exists() else {}
     for pb in probs:
-        if pb.name not in cache:
-            cache[pb.name] = per_model_search(pb, list(ONE_CALL), args.anneal_calls)
+        key = pb.name if args.reference == "best" else search_key(pb, args.anneal_calls)
+        if key not in cache:
+            cache[key] = per_model_search(
+                pb, list(BASELINES if args.reference == "each" else ONE_CALL),
+                args.anneal_calls, reference=args.reference,
+            )  # fmt: skip
             args.cache.parent.mkdir(parents=True, exist_ok=True)
             args.cache.write_text(json.dumps(cache, indent=1))
     for path in args.policies:
@@ -69,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
                 z = zero_shot(
                     pb, pol, args.samples, decode=args.decode, penalty=pen, temperature=temp
                 )
-                s = cache[pb.name].get("search_ms")
+                key = pb.name if args.reference == "best" else search_key(pb, args.anneal_calls)
+                s = cache[key].get("search_ms")
                 if z["zs_ms"] is not None and s and not z["oom"]:
                     ratios.append(z["zs_ms"] / s)
             geo = math.exp(float(np.mean(np.log(ratios))))
