@@ -49,6 +49,14 @@ BASELINES = (*ONE_CALL, "chain_dp", "ideal_dp", "ideal_dp_makespan")
 REFERENCES = ("each", "best")
 
 
+def default_baselines(reference: str) -> list[str]:
+    """The one-call baselines of a ``reference``: :data:`BASELINES` for ``each``,
+    :data:`ONE_CALL` for ``best``."""
+    if reference not in REFERENCES:
+        raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    return list(BASELINES if reference == "each" else ONE_CALL)
+
+
 def add_reference_argument(ap: argparse.ArgumentParser) -> None:
     """``--reference`` (one of :data:`REFERENCES`, default ``each``) of the three generalist
     scripts: how per-model search anneals from the one-call plans."""
@@ -221,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     args = ap.parse_args(argv)
     if args.baselines is None:
-        args.baselines = list(BASELINES if args.reference == "each" else ONE_CALL)
+        args.baselines = default_baselines(args.reference)
     torch.set_num_threads(1)
     import agents
 
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
 
     for pb in problems:
         key = search_key(pb, args.anneal_calls, args.reference)
-        if args.baselines != list(BASELINES if args.reference == "each" else ONE_CALL):
+        if args.baselines != default_baselines(args.reference):
             key += " | baselines=" + ",".join(args.baselines)
         if key not in cache:
             cache[key] = per_model_search(

@@ -4,10 +4,11 @@
         --anneal-calls 2000 --json runs/finetune/finetune.json --out runs/finetune/finetune.md
 
 For each held-out row of ``agents.generalist.CORPUS`` (model x held-out cluster, 8
-microbatches, 1F1B): the target is **within 1 % of per-model search's best** (``--reference each``, the default:
-the one-call baselines, exact planners included, then ``--search-anneal-calls`` annealing from
-each of their plans; ``best``: from the best heuristic's plan only, the figures before 27 Nov
-2026; as in ``scripts/eval_generalist.py``, read from its ``--search-cache`` when there). Then, each
+microbatches, 1F1B): the target is **within 1 % of per-model search's best**
+(``--reference each``, the default: the one-call baselines, exact planners included, then
+``--search-anneal-calls`` annealing from each of their plans; ``best``: from the best
+heuristic's plan only, the figures before 27 Nov 2026; as in ``scripts/eval_generalist.py``,
+read from its ``--search-cache`` when there). Then, each
 counting oracle calls and wall time until its best plan is at or under the target:
 
 - ``zero-shot``: ``load_policy("generalist").plan(..., samples=K)`` alone;
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     from agents import baselines
     from agents.finetune import chain_finetune
     from placement_env.encoding import unit_graph
-    from scripts.eval_generalist import BASELINES, ONE_CALL, per_model_search, search_key
+    from scripts.eval_generalist import default_baselines, per_model_search, search_key
 
     policy = agents.load_policy("generalist")
     if args.samples is None:
@@ -214,8 +215,8 @@ def main(argv: list[str] | None = None) -> None:
         key = search_key(pb, args.search_anneal_calls, args.reference)
         if key not in cache:
             cache[key] = per_model_search(
-                pb, list(BASELINES if args.reference == "each" else ONE_CALL),
-                args.search_anneal_calls, reference=args.reference,
+                pb, default_baselines(args.reference), args.search_anneal_calls,
+                reference=args.reference,
             )  # fmt: skip
             args.search_cache.parent.mkdir(parents=True, exist_ok=True)
             args.search_cache.write_text(json.dumps(cache, indent=1))

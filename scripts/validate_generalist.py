@@ -28,9 +28,8 @@ import torch
 
 from agents import generalist as G
 from scripts.eval_generalist import (
-    BASELINES,
-    ONE_CALL,
     add_reference_argument,
+    default_baselines,
     per_model_search,
     search_key,
     zero_shot,
@@ -66,11 +65,14 @@ def main(argv: list[str] | None = None) -> None:
 
     probs = G.validation_instances(args.rows, seed=args.seed)
     cache = json.loads(args.cache.read_text()) if args.cache.exists() else {}
-    for pb in probs:
-        key = pb.name if args.reference == "best" else search_key(pb, args.anneal_calls)
+    # the validation caches of the earlier reference are keyed by row name
+    keys = [
+        pb.name if args.reference == "best" else search_key(pb, args.anneal_calls) for pb in probs
+    ]
+    for pb, key in zip(probs, keys, strict=True):
         if key not in cache:
             cache[key] = per_model_search(
-                pb, list(BASELINES if args.reference == "each" else ONE_CALL),
+                pb, default_baselines(args.reference),
                 args.anneal_calls, reference=args.reference,
             )  # fmt: skip
             args.cache.parent.mkdir(parents=True, exist_ok=True)
@@ -79,11 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         pol = agents.load_policy(path)
         for pen, temp in [(p, t) for p in args.penalties for t in args.temperatures]:
             ratios = []
-            for pb in probs:
+            for pb, key in zip(probs, keys, strict=True):
                 z = zero_shot(
                     pb, pol, args.samples, decode=args.decode, penalty=pen, temperature=temp
                 )
-                key = pb.name if args.reference == "best" else search_key(pb, args.anneal_calls)
                 s = cache[key].get("search_ms")
                 if z["zs_ms"] is not None and s and not z["oom"]:
                     ratios.append(z["zs_ms"] / s)

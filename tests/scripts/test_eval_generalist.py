@@ -38,6 +38,10 @@ def test_the_default_reference_includes_the_exact_planners(ev):
     assert set(ev.ONE_CALL) < set(ev.BASELINES)
     assert {"chain_dp", "ideal_dp", "ideal_dp_makespan"} <= set(ev.BASELINES)
     assert all(name in baselines.names() for name in ev.BASELINES)
+    assert ev.default_baselines("each") == list(ev.BASELINES)
+    assert ev.default_baselines("best") == list(ev.ONE_CALL)
+    with pytest.raises(ValueError, match="reference must be one of"):
+        ev.default_baselines("all")
 
 
 def test_without_annealing_the_reference_is_the_best_one_call_plan(ev):
