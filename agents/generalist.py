@@ -693,11 +693,13 @@ def train_bc(
     lr: float = 1e-3,
     seed: int = 0,
     net_config: Mapping[str, Any] | None = None,
+    weight_decay: float = 0.0,
     log: Any = None,
     log_every: int = 50,
     max_seconds: float | None = None,
 ) -> tuple[Any, dict[str, Any]]:
-    """Behaviour cloning: Adam on :func:`bc_loss` over random mini-batches of ``samples``.
+    """Behaviour cloning: Adam on :func:`bc_loss` over random mini-batches of ``samples``
+    (AdamW, decoupled weight decay, when ``weight_decay > 0``).
 
     Resumable: the network, optimiser, RNG state and step count are saved to
     ``checkpoint`` every ``log_every`` steps and at the end, and read back when present.
@@ -706,9 +708,15 @@ def train_bc(
     ``ValueError`` naming the field (a finished seed-0 checkpoint would otherwise be returned
     as seed 1's network). Returns ``(network, stats)``.
     """
+    if not (isinstance(weight_decay, (int, float)) and 0.0 <= weight_decay < 1.0):
+        raise ValueError(f"train_bc: weight_decay must be in [0, 1), got {weight_decay!r}")
     torch.manual_seed(seed)
     net = new_network(net_config)
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    opt = (
+        torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=weight_decay)
+        if weight_decay > 0
+        else torch.optim.Adam(net.parameters(), lr=lr)
+    )
     start, history = 0, []
     rng = np.random.default_rng(seed)
     settings = {
@@ -719,10 +727,13 @@ def train_bc(
         "net_config": {**NET_CONFIG, **dict(net_config or {})},
         "samples": len(samples),
     }
+    if weight_decay > 0:  # only when set: checkpoints written before it resume unchanged
+        settings["weight_decay"] = float(weight_decay)
     if checkpoint.exists():
         ck = torch.load(checkpoint, map_location="cpu", weights_only=False)
         saved = ck.get("settings")
-        for key, value in settings.items():
+        for key in sorted(set(settings) | set(saved or {})):
+            value = settings.get(key)
             if saved is not None and saved.get(key) != value:
                 raise ValueError(
                     f"{checkpoint}: field 'settings.{key}' is {saved.get(key)!r}, but this run "

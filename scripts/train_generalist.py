@@ -41,6 +41,27 @@ def git_commit() -> str:
         return "unknown"
 
 
+#: ``--net`` keys and their types (``GDPNet``'s constructor arguments).
+NET_KEYS = {"hidden": int, "num_layers": int, "attn_layers": int, "heads": int, "dropout": float}
+
+
+def parse_net(items: list[str]) -> dict[str, int | float]:
+    """``["hidden=128", "dropout=0.1"]`` -> ``{"hidden": 128, "dropout": 0.1}``; a bad item
+    exits naming it."""
+    out: dict[str, int | float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in NET_KEYS:
+            raise SystemExit(f"--net {item!r}: expected KEY=VALUE with KEY one of {list(NET_KEYS)}")
+        try:
+            out[key] = NET_KEYS[key](value)
+        except ValueError:
+            raise SystemExit(
+                f"--net {item!r}: {value!r} is not a {NET_KEYS[key].__name__}"
+            ) from None
+    return out
+
+
 def one_or_list(xs: list) -> object:
     """A value per cloned network: the value itself when there is one network."""
     return xs[0] if len(xs) == 1 else xs
@@ -53,6 +74,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=1500, help="behaviour-cloning gradient steps")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument(
+        "--weight-decay", type=float, default=0.0,
+        help="decoupled weight decay of behaviour cloning (AdamW); 0: Adam, as shipped",
+    )  # fmt: skip
+    ap.add_argument(
+        "--net", nargs="+", default=[], metavar="KEY=VALUE",
+        help="network settings over agents.generalist.NET_CONFIG, e.g. hidden=128 dropout=0.1 "
+        f"(keys: {', '.join(NET_KEYS)})",
+    )  # fmt: skip
     ap.add_argument("--anneal-calls", type=int, default=300, help="annealing from the best teacher")
     ap.add_argument("--teachers", nargs="+", default=list(G.DEFAULT_TEACHERS))
     ap.add_argument(
@@ -83,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         "step time within 1 + TOLERANCE (default 1e-9; agents.generalist.canonical_units)",
     )  # fmt: skip
     args = ap.parse_args(argv)
+    net_config = parse_net(args.net)
     torch.set_num_threads(1)
     base = G.corpus_named(args.corpus)
     cmd = "python " + " ".join(shlex.quote(a) for a in sys.argv)
@@ -127,6 +158,8 @@ def main(argv: list[str] | None = None) -> None:
             batch_size=args.batch_size,
             lr=args.lr,
             seed=seed,
+            net_config=net_config,
+            weight_decay=args.weight_decay,
             log=log,
             max_seconds=None if args.max_minutes is None else 60 * args.max_minutes,
         )
@@ -154,11 +187,12 @@ def main(argv: list[str] | None = None) -> None:
         "teacher_labels": teachers_used,
         "canonical_labels": args.canonical_labels,
         "labels_renamed": renamed,
-        "net_config": G.NET_CONFIG,
+        "net_config": {**G.NET_CONFIG, **net_config},
         "bc": {
             "steps": runs[0]["steps"],
             "batch_size": args.batch_size,
             "lr": args.lr,
+            "weight_decay": args.weight_decay,
             "seed": args.seed[0] if len(args.seed) == 1 else list(args.seed),
         },
         "ensemble": len(nets) > 1,
