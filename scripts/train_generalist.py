@@ -59,6 +59,14 @@ def parse_net(items: list[str]) -> dict[str, int | float]:
             raise SystemExit(
                 f"--net {item!r}: {value!r} is not a {NET_KEYS[key].__name__}"
             ) from None
+        ok = 0 <= out[key] < 1 if key == "dropout" else out[key] >= 1
+        if not ok:
+            expected = "in [0, 1)" if key == "dropout" else "at least 1"
+            raise SystemExit(f"--net {item!r}: {key} must be {expected}")
+    try:  # before the corpus is built and labelled: GDPNet's own checks (hidden % heads)
+        G.new_network(out)
+    except ValueError as e:
+        raise SystemExit(f"--net {' '.join(items)}: {e}") from None
     return out
 
 
