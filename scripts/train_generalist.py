@@ -57,7 +57,8 @@ def parse_net(items: list[str]) -> dict[str, int | float]:
             out[key] = NET_KEYS[key](value)
         except ValueError:
             raise SystemExit(
-                f"--net {item!r}: {value!r} is not a {NET_KEYS[key].__name__}"
+                f"--net {item!r}: {value!r} is not "
+                + ("an integer" if NET_KEYS[key] is int else "a number")
             ) from None
         ok = 0 <= out[key] < 1 if key == "dropout" else out[key] >= 1
         if not ok:

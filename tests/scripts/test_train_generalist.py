@@ -19,8 +19,8 @@ def test_parse_net_types_each_setting() -> None:
     [
         ("hidden", "expected KEY=VALUE"),
         ("width=128", "expected KEY=VALUE with KEY one of"),
-        ("hidden=12.5", "'12.5' is not a int"),
-        ("dropout=lots", "'lots' is not a float"),
+        ("hidden=12.5", "'12.5' is not an integer"),
+        ("dropout=lots", "'lots' is not a number"),
         ("hidden=0", "hidden must be at least 1"),
         ("dropout=1.5", r"dropout must be in \[0, 1\)"),
         ("hidden=66", "hidden=66 must be divisible by heads=4"),
