@@ -224,10 +224,42 @@ def env_factory(
     return functools.partial(_make_env, spec.env_id, gen, problem.oracle_factory, kwargs)
 
 
+def init_policy_plan(
+    problem: common.Problem, agent_cfg: Mapping[str, Any], *, seed: int
+) -> dict[str, tuple[float | None, np.ndarray | None]]:
+    """The zero-shot plan of ``agent.init_policy`` on ``problem`` as a warm-start candidate,
+    ``{"zero_shot:NAME": (step time or None, placement)}`` (the policy's own ``plan``: its
+    default samples, seeded by ``seed``); ``{}`` without an init policy. An infeasible plan
+    is a candidate with no step time (never chosen)."""
+    init = agent_cfg.get("init_policy")
+    if not init:
+        return {}
+    import agents
+    from agents.baselines import InfeasiblePlanError
+
+    spec = problem.spec
+    oracle = problem.oracle_factory(problem.graph, problem.cluster)
+    try:
+        plan = agents.load_policy(str(init)).plan(
+            problem.graph, problem.cluster, microbatches=spec.microbatches,
+            schedule=spec.schedule, oracle=oracle, seed=seed,
+        )  # fmt: skip
+    except InfeasiblePlanError:
+        return {f"zero_shot:{init}": (None, None)}
+    res = oracle.evaluate(plan.placement)
+    t = None if res.oom or not math.isfinite(res.step_time) else float(res.step_time)
+    return {f"zero_shot:{init}": (t, np.asarray(plan.placement, dtype=np.int64))}
+
+
 def _warm_start(
-    run_dir: Path, baselines: Mapping[str, common.BaselineOutcome], resuming: bool
+    run_dir: Path,
+    baselines: Mapping[str, common.BaselineOutcome],
+    resuming: bool,
+    extra: Callable[[], Mapping[str, tuple[float | None, np.ndarray | None]]] | None = None,
 ) -> tuple[str, np.ndarray] | None:
-    """The warm-start plan of this run, recorded in ``warm_start.json`` so a resume keeps it."""
+    """The warm-start plan of this run -- the fastest feasible plan of the env's baselines and
+    of ``extra()`` (:func:`init_policy_plan`; called only when the plan is not already
+    recorded) -- recorded in ``warm_start.json`` so a resume keeps it."""
     path = run_dir / "warm_start.json"
     if resuming and path.exists():
         saved = json.loads(path.read_text())
@@ -236,10 +268,12 @@ def _warm_start(
             return None
         # files written before the placement was recorded give an empty one (start unknown)
         return name, np.asarray(saved.get("placement") or [], dtype=np.int64)
-    ws = search.warm_start_plan(
-        {n: (o.step_time if not o.oom else None, getattr(o.plan, "placement", None))
-         for n, o in baselines.items()}
-    )  # fmt: skip
+    candidates: dict[str, tuple[float | None, np.ndarray | None]] = {
+        n: (o.step_time if not o.oom else None, getattr(o.plan, "placement", None))
+        for n, o in baselines.items()
+    }
+    candidates.update(extra() if extra is not None else {})
+    ws = search.warm_start_plan(candidates)
     common.write_json(
         path,
         {
@@ -768,7 +802,12 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
                 references=references,
                 log_every=int(cfg.logger.log_every),
                 resume_state=resume_state,
-                warm_start=_warm_start(run_dir, baselines, resuming)
+                warm_start=_warm_start(
+                    run_dir,
+                    baselines,
+                    resuming,
+                    functools.partial(init_policy_plan, problem, agent_cfg, seed=seed),
+                )  # fmt: skip
                 if agent_cfg.get("warm_start", True) and spec.generator == "fixed"
                 else None,
             )

@@ -294,6 +294,11 @@ def test_runners_train_init_policy_generalist(tmp_path: Path) -> None:
     assert res["meta"]["init_policy"] == "generalist"
     exported = load_policy(tmp_path / "train" / "policy.pt")
     assert exported.network == "gdp"  # the generalist's network, not the env's placeto
+    # with no baselines, its own zero-shot plan is where every episode starts, and the run
+    # reports nothing slower than it
+    ws = json.loads((tmp_path / "train" / "warm_start.json").read_text())
+    assert ws["name"] == "zero_shot:generalist" == res["meta"]["warm_start"]
+    assert res["best_step_time"] <= res["meta"]["warm_start_step_time"] * (1 + 1e-9)
 
 
 def test_canonical_units_renames_equal_devices_in_order_of_first_use() -> None:

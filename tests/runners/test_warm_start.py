@@ -104,3 +104,44 @@ def test_warm_search_options(graph_file: Path) -> None:
     e = env_fn()
     assert e.unwrapped.accept == "improve"
     e.close()
+
+
+def test_warm_start_takes_a_faster_extra_candidate_and_calls_it_once(tmp_path: Path) -> None:
+    plan = common.BaselineOutcome("expert", step_time=0.5, oracle_calls=1, seconds=0.0, oom=False)
+    plan.plan = type("P", (), {"placement": START})()
+    calls = []
+
+    def extra() -> dict:
+        calls.append(1)
+        return {"zero_shot:generalist": (0.4, FOUND)}
+
+    ws = _warm_start(tmp_path, {"expert": plan}, resuming=False, extra=extra)
+    assert ws is not None and ws[0] == "zero_shot:generalist"
+    np.testing.assert_array_equal(ws[1], FOUND)
+    # a resume reads the recorded start and does not plan again
+    again = _warm_start(tmp_path, {"expert": plan}, resuming=True, extra=extra)
+    assert again is not None and again[0] == "zero_shot:generalist" and calls == [1]
+    # slower or infeasible: the baseline stays the start
+    slower = _warm_start(tmp_path / "b", {"expert": plan}, False, lambda: {"z": (0.6, FOUND)})
+    none = _warm_start(tmp_path / "c", {"expert": plan}, False, lambda: {"z": (None, None)})
+    assert slower is not None and slower[0] == "expert" and none is not None and none[0] == "expert"
+
+
+def test_init_policy_plan_is_the_policys_own_zero_shot_plan(graph_file: Path) -> None:
+    from agents import load_policy
+    from runners.train import init_policy_plan
+
+    cfg = compose([*small_env(graph_file), "agent.init_policy=generalist"])
+    plain = common.to_plain(cfg)
+    problem = common.build_problem(common.env_spec(cfg.env))
+    assert init_policy_plan(problem, {**plain["agent"], "init_policy": None}, seed=0) == {}
+    got = init_policy_plan(problem, plain["agent"], seed=3)
+    ((name, (t, placement)),) = got.items()
+    assert name == "zero_shot:generalist"
+    oracle = problem.oracle()
+    want = load_policy("generalist").plan(
+        problem.graph, problem.cluster, microbatches=problem.spec.microbatches,
+        schedule=problem.spec.schedule, oracle=oracle, seed=3,
+    )  # fmt: skip
+    np.testing.assert_array_equal(placement, want.placement)
+    assert t == pytest.approx(float(oracle.evaluate(want.placement).step_time))
