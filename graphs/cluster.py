@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -350,6 +351,31 @@ class Cluster:
             replace(d, transfer_overhead=transfer, receive_overhead=receive) for d in self.devices
         )
         return Cluster(self.name, devices, self.links, self.switches, dict(self.meta))
+
+    def with_memory_fraction(self, fraction: float) -> Cluster:
+        """This cluster with every device's memory capacity scaled by ``fraction``
+        (``0 < fraction <= 1``): the share of each device a plan may use, the rest left for
+        what the simulator does not count -- the CUDA context, the caching allocator's
+        reserved but unallocated blocks, communication buffers (``docs/hybrid.md``, "Memory
+        headroom"). Unbounded memories stay unbounded; ``meta["memory_fraction"]`` records
+        the product of the fractions applied."""
+        if (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, (int, float))
+            or not (math.isfinite(fraction) and 0 < fraction <= 1)
+        ):
+            raise ValueError(
+                f"Cluster {self.name!r}: memory_fraction must be a number in (0, 1], got "
+                f"{fraction!r}"
+            )
+        if fraction == 1:
+            return self
+        devices = tuple(replace(d, memory=d.memory * fraction) for d in self.devices)
+        meta = {
+            **self.meta,
+            "memory_fraction": float(self.meta.get("memory_fraction", 1.0)) * fraction,
+        }
+        return Cluster(self.name, devices, self.links, self.switches, meta)
 
     # ------------------------------------------------------------------- I/O
     def to_dict(self) -> dict[str, Any]:

@@ -253,7 +253,7 @@ def build_problem(spec: EnvSpec) -> Problem:
     from graphs import clusters
 
     graph = load_graph(spec)
-    cluster = clusters.load(spec.cluster)
+    cluster = clusters.load(spec.cluster).with_memory_fraction(spec.memory_fraction)
     if spec.env_id != HYBRID_ENV_ID:  # hybrid plans shard the state (ZeRO): not this bound
         from placement_env.oracles.simulator import memory_floor
 

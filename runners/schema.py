@@ -34,7 +34,9 @@ class EnvConfig:
     scored by ``oracle``. ``generator`` chooses the training instances: ``fixed`` is that
     one problem; ``synthetic`` samples ``graphs.synthetic`` graphs (and the clusters in
     ``generator_options``) so one policy learns many problems, while the fixed problem
-    stays the one reported.
+    stays the one reported. ``memory_fraction`` (default 1) is the share of each device's
+    memory a plan may use (``Cluster.with_memory_fraction``): the simulator counts allocated
+    bytes, and frameworks reserve more (``docs/hybrid.md``, "Memory headroom").
     """
 
     name: str = MISSING
@@ -44,6 +46,7 @@ class EnvConfig:
     graph_file: str | None = None
     max_groups: int | None = 256
     cluster: str = "dgx1_v100_8"
+    memory_fraction: float = 1.0
     microbatches: int = 8
     schedule: str = "1f1b"
     objective: str = "makespan"
@@ -320,6 +323,7 @@ _SEED = _int(0, 2**32 - 1)
 #: The valid values of each config field the code does not take verbatim.
 RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (EnvConfig, "max_groups"): _int(1, none=True),
+    (EnvConfig, "memory_fraction"): _num(0, hi=1),
     (EnvConfig, "microbatches"): _int(1, 2**20),
     (EnvConfig, "schedule"): _one_of("gpipe", "1f1b", "interleaved"),
     (EnvConfig, "objective"): _one_of("makespan", "max_load"),

@@ -202,6 +202,150 @@ def megatron_table() -> tuple[str, list[float]]:
     return "\n".join(lines) + "\n", errors
 
 
+#: BigScience's BLOOM-176B pre-training log, ``train/tr11-176B-ml/chronicles-prequel.md`` of
+#: bigscience-workshop/bigscience (the file as stored at commit 053adaf; the runs before
+#: "BLOOM: A 176B-Parameter Open-Access Multilingual Language Model", BigScience Workshop 2022,
+#: arXiv:2211.05100): Megatron-DeepSpeed GPTs (GeLU MLP of 4h, ALiBi, tied embeddings,
+#: vocabulary 250k padded to 250,880, sequence 2,048) on up to 48 nodes of 8 A100 80GB,
+#: DeepSpeed pipeline with ZeRO-1, activation checkpointing. "Mem" is an ``nvidia-smi``
+#: snapshot of the first node ("max memory used by the first (last) nodes with the word
+#: embedding matrix"), read here as GiB. fp16 until 02-27; from 02-28 bf16 with DeepSpeed's
+#: BF16_Optimizer, which "accumulate[s] gradients in fp32 ... The additional memory usage is
+#: 4bytes x params and it's not sharded" (``grad_bytes=6``), and the partition
+#: ``type:transformer|embedding`` that gives each embedding a layer's slot (``slot``; the
+#: 02-27 row ``195B`` already ran with it). Every row of the log with a Mem figure or OOM and
+#: stated shapes, except: the 02-20 rows (layer counts not stated), the 02-17 bf16 rows (which
+#: optimizer is not said), the 02-26 rows of 78 layers on 12 stages (uneven: "the last stage
+#: has 1 block, while the rest have 7") and the two readings of DP 8 TP 4 PP 12 MBS 2 on
+#: 02-25 (44 and 38 GB for one layout).
+#: (date, hidden, layers, heads, dp, tp, pp, microbatch size, global batch, bf16, slot,
+#: published GiB or None for "OOM")
+BLOOM_RUNS = [
+    ("02-17", 14400, 8, 32, 1, 8, 1, 1, 2048, False, False, 67),
+    ("02-17", 14400, 80, 96, 1, 8, 10, 1, 2048, False, False, 73),
+    ("02-17", 14400, 80, 96, 2, 8, 10, 1, 2048, False, False, 51),
+    ("02-21", 14336, 72, 64, 4, 8, 12, 1, 2048, False, False, 29),
+    ("02-21", 14336, 72, 64, 4, 8, 12, 2, 2048, False, False, 37),
+    ("02-21", 14336, 72, 64, 4, 8, 12, 4, 2048, False, False, 49),
+    ("02-21", 14336, 72, 64, 4, 8, 12, 8, 2048, False, False, 69),
+    ("02-21", 14336, 72, 64, 8, 8, 6, 1, 2048, False, False, 38),
+    ("02-21", 14336, 72, 64, 8, 8, 6, 2, 2048, False, False, 44),
+    ("02-21", 14336, 72, 64, 8, 8, 6, 4, 2048, False, False, 56),
+    ("02-24", 14336, 72, 16, 8, 8, 6, 4, 2048, False, False, 54),
+    ("02-23", 14336, 72, 32, 8, 8, 6, 4, 2048, False, False, 55),
+    ("02-23", 14336, 72, 64, 8, 8, 6, 4, 2048, False, False, 55),
+    ("02-23", 14336, 72, 112, 8, 8, 6, 4, 2048, False, False, 53),
+    ("02-23", 14336, 72, 128, 8, 8, 6, 4, 2048, False, False, 55),
+    ("02-24", 14336, 72, 256, 8, 8, 6, 4, 2048, False, False, 54),
+    ("02-23", 13824, 78, 96, 8, 8, 6, 4, 2048, False, False, 59),
+    ("02-23", 13824, 78, 128, 8, 8, 6, 4, 2048, False, False, 54),
+    ("02-25", 14336, 72, 64, 8, 8, 6, 4, 1568, False, False, 56),
+    ("02-25", 14336, 72, 64, 8, 8, 6, 4, 2048, False, False, 55),
+    ("02-25", 14336, 72, 64, 8, 8, 6, 6, 2016, False, False, 66),
+    ("02-25", 14336, 72, 64, 4, 8, 12, 4, 2048, False, False, 49),
+    ("02-25", 14336, 72, 64, 6, 8, 8, 4, 2016, False, False, 52),
+    ("02-25", 14336, 72, 64, 12, 8, 4, 2, 2016, False, False, 53),
+    ("02-25", 14336, 72, 64, 12, 8, 4, 4, 2016, False, False, 59),
+    ("02-25", 14336, 72, 64, 24, 8, 2, 1, 2016, False, False, 65),
+    ("02-25", 14336, 72, 64, 24, 8, 2, 2, 2016, False, False, 76),
+    ("02-25", 14336, 72, 64, 48, 8, 1, 1, 2016, False, False, None),
+    ("02-25", 14336, 72, 64, 8, 4, 12, 4, 2048, False, False, 60),
+    ("02-25", 14336, 72, 64, 16, 4, 6, 4, 2048, False, False, 75),
+    ("02-25", 14336, 72, 64, 16, 4, 6, 2, 2048, False, False, 57),
+    ("02-25", 14336, 72, 64, 16, 2, 12, 2, 2048, False, False, 63),
+    ("02-25", 14336, 72, 64, 32, 2, 6, 2, 2048, False, False, None),
+    ("02-25", 14336, 72, 64, 32, 2, 6, 1, 2048, False, False, None),
+    ("02-25", 14336, 72, 64, 8, 2, 24, 1, 2048, False, False, 44),
+    ("02-25", 14336, 72, 64, 8, 2, 24, 2, 2048, False, False, 53),
+    ("02-25", 12288, 96, 64, 8, 1, 48, 1, 2048, False, False, 58),
+    ("02-27", 13824, 78, 96, 8, 8, 6, 4, 2048, False, False, 59),
+    ("02-27", 13824, 78, 96, 16, 4, 6, 4, 2048, False, False, 75),
+    ("02-27", 12288, 106, 96, 8, 4, 12, 2, 2048, False, True, 44),
+    ("02-28", 12288, 106, 64, 8, 4, 12, 2, 2048, True, True, 67),
+    ("02-28", 12288, 106, 96, 8, 4, 12, 2, 2048, True, True, 65),
+    ("02-28", 12288, 106, 128, 8, 4, 12, 2, 2048, True, True, 67),
+    ("02-28", 12288, 106, 96, 8, 4, 12, 4, 2048, True, True, 79),
+    ("02-28", 12288, 100, 64, 16, 4, 6, 2, 2048, True, True, None),
+    ("02-28", 12288, 100, 64, 16, 4, 6, 1, 2048, True, True, None),
+    ("02-28", 12288, 100, 64, 8, 8, 6, 2, 2048, True, True, 61),
+    ("02-28", 12288, 100, 64, 8, 8, 6, 4, 2048, True, True, 72),
+    ("02-28", 13312, 82, 64, 4, 8, 12, 4, 2048, True, True, 52),
+    ("02-28", 13312, 82, 64, 8, 4, 12, 2, 2048, True, True, 63),
+    ("02-28", 13312, 82, 104, 8, 4, 12, 2, 2048, True, True, 62),
+    ("02-28", 13312, 82, 128, 8, 4, 12, 2, 2048, True, True, 60),
+    ("02-28", 13312, 82, 64, 8, 4, 12, 4, 2048, True, True, 74),
+    ("02-28", 13312, 94, 128, 8, 4, 12, 2, 2048, True, True, 67),
+    ("02-28", 14336, 70, 64, 4, 8, 12, 2, 2048, True, True, 40),
+    ("02-28", 14336, 70, 64, 8, 4, 12, 2, 2048, True, True, 59),
+    ("02-28", 14336, 70, 112, 8, 4, 12, 2, 2048, True, True, 59),
+    ("02-28", 14336, 70, 128, 8, 4, 12, 2, 2048, True, True, 60),
+    ("02-28", 14336, 70, 64, 8, 4, 12, 4, 2048, True, True, 73),
+    ("02-28", 14336, 82, 128, 8, 4, 12, 2, 2048, True, True, None),
+]  # fmt: skip
+
+#: The share of each GPU's memory a plan may use for the second fits / OOM count: the 80 %
+#: below which Fujii et al. (arXiv:2411.06465) saw no run out of memory.
+BLOOM_FRACTION = 0.8
+
+
+def bloom_run(row: tuple) -> float:
+    """Predicted peak GiB per GPU of one :data:`BLOOM_RUNS` row: the ``gpt`` builder at the
+    row's shapes (learned positions: ALiBi has none, 29 M parameters over), ZeRO-1, full
+    recomputation, 1F1B (DeepSpeed's ``TrainSchedule`` keeps ``min(stages - stage, m)``
+    microbatches in flight), on DGX A100 80GB nodes."""
+    _, h, L, a, dp, tp, pp, mbs, gbs, bf16, slot, _ = row
+    g = zoo.build("gpt", hidden=h, layers=L, heads=a, vocab=250880, seq=2048,
+                  **(dict(grad_bytes=6.0) if bf16 else {}))  # fmt: skip
+    lay: dict = dict(dp=dp, tp=tp, pp=pp, microbatch_size=mbs, global_batch=gbs,
+                     recompute="full", zero=1)  # fmt: skip
+    if slot:  # each embedding takes one of the (L + 2) / pp slots of its end stage
+        k = (L + 2) // pp
+        if k * pp != L + 2:
+            raise ValueError(f"BLOOM row {row}: {L} + 2 layers do not split into {pp} stages")
+        cuts = [0, *(k * i - 1 for i in range(1, pp)), L]
+        lay["stage_layers"] = [(cuts[i], cuts[i + 1]) for i in range(pp)]
+    cl = clusters.load("dgx_a100_80g", nodes=dp * tp * pp // 8 or 1)
+    res = Simulator(g, cl).evaluate(Plan.hybrid(g, cl, **lay))
+    return float(res.peak_memory.max()) / GiB
+
+
+def bloom_table() -> tuple[str, dict]:
+    """Predicted against the BLOOM log's ``nvidia-smi`` readings; (markdown, stats: the
+    errors of the runs that ran, and fits / OOM agreement at 80 GiB and at
+    :data:`BLOOM_FRACTION` of it)."""
+    lines = [
+        "| BLOOM log run (date, hidden x layers, heads) | DP | TP | PP | MBS | GBS | precision "
+        "| published (nvidia-smi, GiB) | predicted (GiB) | error |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    errors, agree_full, agree_frac = [], 0, 0
+    for row in BLOOM_RUNS:
+        date, h, L, a, dp, tp, pp, mbs, gbs, bf16, slot, pub = row
+        gib = bloom_run(row)
+        ran = pub is not None
+        agree_full += (gib <= 80.0) == ran
+        agree_frac += (gib <= 80.0 * BLOOM_FRACTION) == ran
+        err = ""
+        if ran:
+            errors.append(gib / pub - 1)
+            err = f"{errors[-1] * 100:+.1f} %"
+        prec = ("bf16" if bf16 else "fp16") + (", embedding slots" if slot else "")
+        lines.append(
+            f"| {date}, {h} x {L}, {a} | {dp} | {tp} | {pp} | {mbs} | {gbs:,} | {prec} | "
+            f"{pub if ran else 'OOM'} | {gib:.1f} | {err} |"
+        )
+    n = len(BLOOM_RUNS)
+    lines.append("")
+    lines.append(
+        f"Runs that ran: {len(errors)}, predicted {min(errors) * 100:+.1f} % to "
+        f"{max(errors) * 100:+.1f} % (mean {100 * sum(errors) / len(errors):+.1f} %); "
+        f"{sum(abs(e) <= 0.10 for e in errors)} within 10 %. Fits or OOM as published: "
+        f"{agree_full} of {n} at 80 GiB, {agree_frac} of {n} at {BLOOM_FRACTION:.0%} of it."
+    )
+    stats = dict(errors=errors, agree_full=agree_full, agree_fraction=agree_frac, runs=n)
+    return "\n".join(lines) + "\n", stats
+
+
 def loss_bytes(layout: dict) -> float:
     """torchtitan's eager ``cross_entropy(pred.float())``: 12 B per logit; with TP it runs
     under ``loss_parallel`` (on by default), whose fused backward holds 16 B per logit."""
@@ -272,6 +416,7 @@ def main() -> None:
     md, _ = table()
     md += "\n" + a100_table()[0]
     md += "\n" + megatron_table()[0]
+    md += "\n" + bloom_table()[0]
     print(md)
     if not args.no_write:
         text = DOC.read_text()

@@ -291,3 +291,21 @@ def test_hash_ignores_int_vs_float_figures():
     b = Cluster("b", (Device("g", "gpu", 1e12, 1e11, float(2**30)),), ())
     assert a.content_hash() == b.content_hash()
     assert isinstance(a.devices[0].memory, float)
+
+
+def test_with_memory_fraction_scales_every_capacity() -> None:
+    from graphs import clusters
+
+    cl = clusters.load("dgx1_v100_8")
+    half = cl.with_memory_fraction(0.5)
+    assert np.allclose(half.memory, 0.5 * cl.memory)
+    assert half.meta["memory_fraction"] == 0.5 and cl.meta.get("memory_fraction") is None
+    assert np.array_equal(half.bandwidth_matrix(), cl.bandwidth_matrix())
+    assert half.with_memory_fraction(0.5).meta["memory_fraction"] == 0.25
+    assert cl.with_memory_fraction(1.0) is cl
+    cpu = clusters.load("cpu_2")
+    if not np.isfinite(cpu.memory).all():  # unbounded memories stay unbounded
+        assert not np.isfinite(cpu.with_memory_fraction(0.5).memory).all()
+    for bad in (0, -0.5, 1.5, float("nan"), True, "0.8"):
+        with pytest.raises(ValueError, match="memory_fraction must be a number in \\(0, 1\\]"):
+            cl.with_memory_fraction(bad)

@@ -200,3 +200,22 @@ def test_ppo_refuses_graph_policy_options_on_a_hybrid_env(
     cfg = compose([*TINY_PPO, "env.baselines=[]", override])
     with pytest.raises(ValueError, match=match):
         train(cfg, tmp_path, echo=lambda s: None)
+
+
+@pytest.mark.timeout(600)
+def test_memory_fraction_caps_what_the_grid_may_use(tmp_path: Path) -> None:
+    # the 1.3B GPT's fastest grid layout uses some memory M; with env.memory_fraction set so
+    # that only 0.9 M fits, the grid must pick another layout, under that share of 80 GiB
+    quiet = [*SMALL, "env.baselines=[]", "agent=megatron_grid"]
+    free = train(compose(quiet), tmp_path / "a", echo=lambda s: None)
+    frac = 0.9 * free["memory_per_gpu"] / (80 * 2**30)
+    capped = train(
+        compose([*quiet, f"env.memory_fraction={frac:.6f}"]), tmp_path / "b", echo=lambda s: None
+    )
+    assert capped["layout"] != free["layout"] and not capped["oom"]
+    assert capped["memory_per_gpu"] <= frac * 80 * 2**30
+    assert capped["best_step_time"] >= free["best_step_time"]
+    with pytest.raises(
+        ValueError, match=r"env\.memory_fraction' is 1\.5; expected a finite number > 0 and <= 1"
+    ):
+        train(compose([*quiet, "env.memory_fraction=1.5"]), tmp_path / "c", echo=lambda s: None)
