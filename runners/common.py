@@ -259,11 +259,17 @@ def build_problem(spec: EnvSpec) -> Problem:
 
         why = memory_floor(graph, cluster, spec.microbatches, spec.objective)
         if why is not None:
+            share = (
+                f", let plans use more than env.memory_fraction={spec.memory_fraction:g} of "
+                "each device's memory"
+                if spec.memory_fraction < 1
+                else ""
+            )
             raise ValueError(
                 f"env {spec.name!r}: no placement can fit: {why}. Make the model smaller "
-                "(env.model_config, e.g. its n_layer), give it a larger cluster (env.cluster), "
-                "or plan it in the hybrid plan space, whose ZeRO stages shard that state "
-                "(env_id placement_env/Hybrid-v0, e.g. +env=gpt2_8gpu_hybrid)"
+                "(env.model_config, e.g. its n_layer), give it a larger cluster (env.cluster)"
+                f"{share}, or plan it in the hybrid plan space, whose ZeRO stages shard that "
+                "state (env_id placement_env/Hybrid-v0, e.g. +env=gpt2_8gpu_hybrid)"
             )
     return Problem(spec, graph, cluster, oracle_factory(spec))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import OmegaConf
@@ -172,3 +173,17 @@ def test_an_env_no_placement_can_fit_is_refused_by_name() -> None:
     assert "env 'moe_a100_8': no placement can fit" in msg
     assert "695.9 GiB of parameter state" in msg and "640.0 GiB of 'dgx_a100_8'" in msg
     assert "env.model_config" in msg and "Hybrid-v0" in msg
+
+
+def test_memory_fraction_scales_the_problems_cluster_and_is_named_when_it_refuses() -> None:
+    """``env.memory_fraction`` gives the problem a cluster with that share of each device's
+    memory; when the share is what makes the model not fit, the message says so."""
+    full = common.build_problem(common.env_spec(compose(["+env=moe_a100_8"]).env))
+    spec = common.env_spec(compose(["+env=moe_a100_8", "env.memory_fraction=0.75"]).env)
+    part = common.build_problem(spec)
+    assert np.allclose(part.cluster.memory, 0.75 * full.cluster.memory)
+    assert part.cluster.meta["memory_fraction"] == 0.75
+    # its 367 GiB of state and one microbatch fit 8 x 80 GiB, not 8 x 40 GiB
+    tiny = common.env_spec(compose(["+env=moe_a100_8", "env.memory_fraction=0.5"]).env)
+    with pytest.raises(ValueError, match=r"more than env\.memory_fraction=0\.5 of each device"):
+        common.build_problem(tiny)
