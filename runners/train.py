@@ -670,6 +670,8 @@ def _write_hybrid_plan(
         "mfu": float(res.mfu),
         "memory_per_gpu": float(res.peak_memory.max()),
         "memory_per_stage": res.breakdown["memory_per_rank"],
+        # what a plan may use per GPU: the capacity times env.memory_fraction
+        "memory_capacity_per_gpu": float(problem.cluster.memory.min()),
         "num_gpus": problem.cluster.num_devices,
     }
 

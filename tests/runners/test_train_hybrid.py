@@ -214,6 +214,8 @@ def test_memory_fraction_caps_what_the_grid_may_use(tmp_path: Path) -> None:
     )
     assert capped["layout"] != free["layout"] and not capped["oom"]
     assert capped["memory_per_gpu"] <= frac * 80 * 2**30
+    assert free["memory_capacity_per_gpu"] == 80 * 2**30
+    assert capped["memory_capacity_per_gpu"] == pytest.approx(frac * 80 * 2**30, rel=1e-5)
     assert capped["best_step_time"] >= free["best_step_time"]
     with pytest.raises(
         ValueError, match=r"env\.memory_fraction' is 1\.5; expected a finite number > 0 and <= 1"
