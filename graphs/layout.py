@@ -38,6 +38,7 @@ _FIELDS = (
     "stage_layers",
     "stage_meshes",
     "stage_recompute",
+    "stage_zero",
 )
 
 
@@ -440,6 +441,11 @@ class HybridLayout:
             al. EuroSys'24: a 1F1B stage near the end keeps fewer microbatches in flight
             and may need none); ``stage_recompute[0] == recompute``; ``virtual_stages``
             must be 1.
+        stage_zero: empty (the default: every stage under ``zero``), or one ZeRO stage per
+            pipeline stage, each over that stage's own data-parallel group (e.g. ZeRO-3 on
+            the first stages of a 1F1B pipeline, which keep the most microbatches in
+            flight, and ZeRO-1 on the rest, whose all-gathers it spares);
+            ``stage_zero[0] == zero``; ``virtual_stages`` must be 1.
     """
 
     dp: int
@@ -455,10 +461,12 @@ class HybridLayout:
     stage_layers: tuple[tuple[int, int], ...] = ()
     stage_meshes: tuple[tuple[int, int], ...] = ()
     stage_recompute: tuple[str, ...] = ()
+    stage_zero: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_fields(self, "HybridLayout")
         object.__setattr__(self, "stage_recompute", tuple(self.stage_recompute))
+        object.__setattr__(self, "stage_zero", tuple(self.stage_zero))
         object.__setattr__(
             self, "stage_layers", tuple((int(a), int(b)) for a, b in self.stage_layers)
         )
@@ -480,14 +488,19 @@ class HybridLayout:
 
     @property
     def heterogeneous(self) -> bool:
-        """True when the stages differ: their own submeshes (:attr:`stage_meshes`) or
-        recomputation modes (:attr:`stage_recompute`)."""
-        return bool(self.stage_meshes) or bool(self.stage_recompute)
+        """True when the stages differ: their own submeshes (:attr:`stage_meshes`),
+        recomputation modes (:attr:`stage_recompute`) or ZeRO stages (:attr:`stage_zero`)."""
+        return bool(self.stage_meshes) or bool(self.stage_recompute) or bool(self.stage_zero)
 
     @property
     def recomputes(self) -> tuple[str, ...]:
         """The recomputation mode of every pipeline stage."""
         return self.stage_recompute or (self.recompute,) * self.pp
+
+    @property
+    def zeros(self) -> tuple[int, ...]:
+        """The ZeRO stage of every pipeline stage."""
+        return self.stage_zero or (self.zero,) * self.pp
 
     @property
     def meshes(self) -> tuple[tuple[int, int], ...]:
@@ -502,18 +515,20 @@ class HybridLayout:
 
     def stage_view(self, p: int) -> HybridLayout:
         """The uniform layout that runs every stage on stage ``p``'s submesh, with stage
-        ``p``'s microbatch size and recomputation (same microbatch count, stages, schedule
-        and switches):
+        ``p``'s microbatch size, recomputation and ZeRO stage (same microbatch count,
+        stages, schedule and switches):
         what stage ``p`` of a heterogeneous layout computes and keeps, stage for stage."""
         dp, tp = self.meshes[p]
         d = self.to_dict()
         d.pop("stage_meshes", None)
         d.pop("stage_recompute", None)
+        d.pop("stage_zero", None)
         d.update(
             dp=dp,
             tp=tp,
             microbatch_size=self.stage_microbatch_sizes[p],
             recompute=self.recomputes[p],
+            zero=self.zeros[p],
         )
         if tp == 1:
             d["sequence_parallel"] = False
@@ -616,8 +631,8 @@ class HybridLayout:
 
     # ------------------------------------------------------------------ I/O
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain JSON; ``stage_meshes`` and ``stage_recompute`` only when set
-        (so uniform layouts read and hash as before)."""
+        """The fields as plain JSON; ``stage_meshes``, ``stage_recompute`` and ``stage_zero``
+        only when set (so uniform layouts read and hash as before)."""
         out = {
             "dp": self.dp,
             "tp": self.tp,
@@ -635,6 +650,8 @@ class HybridLayout:
             out["stage_meshes"] = [[d, t] for d, t in self.stage_meshes]
         if self.stage_recompute:
             out["stage_recompute"] = list(self.stage_recompute)
+        if self.stage_zero:
+            out["stage_zero"] = list(self.stage_zero)
         return out
 
     @classmethod
@@ -661,7 +678,7 @@ class HybridLayout:
         kw = {
             k: d[k]
             for k in _FIELDS
-            if k in d and k not in ("stage_layers", "stage_meshes", "stage_recompute")
+            if k in d and k not in ("stage_layers", "stage_meshes", "stage_recompute", "stage_zero")
         }
         kw["stage_layers"] = tuple(tuple(r) for r in sl)
         sm = d.get("stage_meshes", ())
@@ -679,6 +696,12 @@ class HybridLayout:
                 f"got {sr!r}"
             )
         kw["stage_recompute"] = tuple(sr)
+        sz = d.get("stage_zero", ())
+        if not isinstance(sz, (list, tuple)):
+            raise ValueError(
+                f"{source}: layout.stage_zero must be a list of ZeRO stages, got {sz!r}"
+            )
+        kw["stage_zero"] = tuple(sz)
         # type checks happen before construction so that the message names the source
         _check_fields(kw, source)
         return cls(**kw)
@@ -713,6 +736,29 @@ def stage_recompute_problem(
             sr[0],
             f"recompute = {recompute!r}: recompute is the first stage's",
         )
+    return None
+
+
+def stage_zero_problem(
+    stage_zero: Any, pp: int, virtual_stages: int, zero: int
+) -> tuple[str, Any, str] | None:
+    """What is wrong with a layout's ``stage_zero`` as ``(field, value, expected)``, or
+    ``None`` when it is valid (empty, or one ZeRO stage 0-3 per pipeline stage,
+    ``virtual_stages`` 1, the first stage's equal to ``zero``)."""
+    sz: Any = stage_zero or ()
+    if not isinstance(sz, (list, tuple)):
+        return ("stage_zero", sz, "a sequence of ZeRO stages, one per pipeline stage")
+    if not sz:
+        return None
+    if len(sz) != pp:
+        return ("stage_zero", list(sz), f"pp = {pp} ZeRO stages, one per pipeline stage")
+    if virtual_stages != 1:
+        return ("virtual_stages", virtual_stages, "1 when the stages have their own ZeRO stages")
+    for c, z in enumerate(sz):
+        if isinstance(z, bool) or z not in ZERO_STAGES:
+            return (f"stage_zero[{c}]", z, f"one of {ZERO_STAGES}")
+    if sz[0] != zero:
+        return ("stage_zero[0]", sz[0], f"zero = {zero!r}: zero is the first stage's")
     return None
 
 
@@ -817,6 +863,9 @@ def _check_fields(obj: Any, source: str) -> None:
     problem = stage_recompute_problem(get("stage_recompute"), pp, v, get("recompute"))
     if problem is not None:
         raise bad(*problem)
+    problem = stage_zero_problem(get("stage_zero"), pp, v, get("zero"))
+    if problem is not None:
+        raise bad(*problem)
     sm: Any = get("stage_meshes") or ()
     if not isinstance(sm, (list, tuple)):
         raise bad("stage_meshes", sm, "a sequence of (dp, tp) pairs, one per pipeline stage")
@@ -908,15 +957,33 @@ def with_stage_recompute(layout: HybridLayout, p: int, mode: str) -> HybridLayou
     follows stage 0."""
     if mode not in RECOMPUTE:
         raise ValueError(f"with_stage_recompute: mode {mode!r}: expected one of {RECOMPUTE}")
+    return _with_stage_value(layout, p, mode, "recompute", layout.recomputes)
+
+
+def with_stage_zero(layout: HybridLayout, p: int, zero: int) -> HybridLayout:
+    """``layout`` with pipeline stage ``p`` under ZeRO stage ``zero`` (``v = 1``):
+    ``stage_zero`` set, or dropped when every stage is back on one stage; ``zero`` follows
+    stage 0."""
+    if isinstance(zero, bool) or zero not in ZERO_STAGES:
+        raise ValueError(f"with_stage_zero: zero {zero!r}: expected one of {ZERO_STAGES}")
+    return _with_stage_value(layout, p, zero, "zero", layout.zeros)
+
+
+def _with_stage_value(
+    layout: HybridLayout, p: int, value: Any, field: str, current: Sequence[Any]
+) -> HybridLayout:
+    """``layout`` with stage ``p``'s ``field`` (``"recompute"`` or ``"zero"``) set to
+    ``value``: the per-stage field (``stage_<field>``) written only while the stages differ,
+    and ``field`` following stage 0."""
     if not 0 <= p < layout.pp:
-        raise ValueError(f"with_stage_recompute: stage {p} not in [0, {layout.pp})")
-    rcs = list(layout.recomputes)
-    rcs[p] = mode
+        raise ValueError(f"with_stage_{field}: stage {p} not in [0, {layout.pp})")
+    values = list(current)
+    values[p] = value
     out = layout.to_dict()
-    out.pop("stage_recompute", None)
-    out["recompute"] = rcs[0]
-    if len(set(rcs)) > 1:
-        out["stage_recompute"] = rcs
+    out.pop(f"stage_{field}", None)
+    out[field] = values[0]
+    if len(set(values)) > 1:
+        out[f"stage_{field}"] = values
     return HybridLayout.from_dict(out)
 
 
@@ -988,6 +1055,8 @@ __all__ = [
     "submesh_tps",
     "tp_fits",
     "stage_recompute_problem",
+    "stage_zero_problem",
     "with_stage_recompute",
+    "with_stage_zero",
     "with_stage_tp",
 ]

@@ -134,6 +134,7 @@ class Plan:
         stage_layers: Any = None,
         stage_meshes: Any = None,
         stage_recompute: Any = None,
+        stage_zero: Any = None,
         meta: Mapping[str, Any] | None = None,
     ) -> Plan:
         """A hybrid-parallel plan of a layered (transformer) graph on ``cluster``.
@@ -144,7 +145,8 @@ class Plan:
         ``stage_meshes`` (optional) gives each pipeline stage its own ``(dp, tp)`` submesh
         (:class:`graphs.layout.HybridLayout`; ``dp``, ``tp`` and ``microbatch_size`` are
         then the first stage's); ``stage_recompute`` (optional) one recomputation mode per
-        stage (``recompute`` is then the first stage's). The plan's ``placement`` puts each node on the first device of its pipeline
+        stage (``recompute`` is then the first stage's); ``stage_zero`` (optional) one ZeRO
+        stage per pipeline stage (``zero`` is then the first stage's). The plan's ``placement`` puts each node on the first device of its pipeline
         stage's ``dp x tp`` submesh (so op-level code sees a valid placement);
         ``microbatches`` is the layout's microbatch count per replica. Raises
         ``ValueError`` naming the field when the layout does not fit.
@@ -168,6 +170,7 @@ class Plan:
             stage_layers=tuple(tuple(r) for r in stage_layers),
             stage_meshes=tuple(tuple(r) for r in (stage_meshes or ())),
             stage_recompute=tuple(stage_recompute or ()),
+            stage_zero=tuple(stage_zero or ()),
         )
         return cls.from_layout(graph, cluster, layout, meta=meta)
 

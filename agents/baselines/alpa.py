@@ -100,9 +100,10 @@ def submesh_sizes(num_devices: int, gpus_per_node: int) -> tuple[int, tuple[int,
 
 class _MeshOptions:
     """The stage choices of one (microbatch, SP, ZeRO) setting: for each ``(size, dp, tp,
-    recompute)`` (``recompute`` among ``recomputes``; default the template's) its
-    :class:`StageProfile` and the most layers it can hold in memory as the last, a middle
-    or the first stage of a 1F1B pipeline."""
+    recompute, zero)`` (``recompute`` among ``recomputes``, ``zero`` among ``zeros``; default
+    the template's) its :class:`StageProfile` and the most layers it can hold in memory as
+    the last, a middle or the first stage of a 1F1B pipeline. ``opts[i]`` is ``(size, dp,
+    tp, profile, recompute, zero)``."""
 
     def __init__(
         self,
@@ -113,6 +114,7 @@ class _MeshOptions:
         max_tp: int,
         cap: float,
         recomputes: Sequence[str] | None = None,
+        zeros: Sequence[int] | None = None,
     ) -> None:
         d = model.dims
         g = template.dp * template.microbatch_size  # samples per pipeline microbatch
@@ -121,17 +123,19 @@ class _MeshOptions:
         self.cap = cap
         tmpls = []
         for rc in recomputes or (template.recompute,):
-            t = template.to_dict()
-            t.pop("stage_recompute", None)
-            t["recompute"] = rc
-            tmpls.append((rc, HybridLayout.from_dict(t)))
+            for z in zeros or (template.zero,):
+                t = template.to_dict()
+                t.pop("stage_recompute", None)
+                t.pop("stage_zero", None)
+                t.update(recompute=rc, zero=z)
+                tmpls.append((rc, z, HybridLayout.from_dict(t)))
         opts = []
         for size in sizes:
             n = size * unit
             for tp in submesh_tps(n, g, heads=d.heads, kv_heads=d.kv_heads, max_tp=max_tp):
                 dp = n // tp
-                for rc, tm in tmpls:
-                    opts.append((size, dp, tp, model.stage_profile(tm, dp, tp, g // dp), rc))
+                for rc, z, tm in tmpls:
+                    opts.append((size, dp, tp, model.stage_profile(tm, dp, tp, g // dp), rc, z))
         self.opts = opts
         self.n = np.array([o[0] for o in opts], dtype=np.int64)
         self.layer = np.array([o[3].layer for o in opts])
@@ -254,13 +258,15 @@ def submesh_layouts(
     gpus_per_node: int,
     keep: int = 2,
     recomputes: Sequence[str] | None = None,
+    zeros: Sequence[int] | None = None,
 ) -> list[tuple[float, HybridLayout]]:
     """Alpa's inter-op pass with a submesh per stage, for the intra-op setting of
     ``template`` (its microbatch of ``dp * microbatch_size`` samples, recomputation, SP,
     ZeRO): every pipeline depth ``P >= 2``, stages on submeshes of :func:`submesh_sizes`,
     each with its own ``dp x tp`` (``tp <= max_tp`` dividing the heads, ``dp`` dividing the
     microbatch) and, with ``recomputes``, its own recomputation mode among them (Aceso's
-    per-stage recomputation; default: the template's for every stage). For a bound ``T``
+    per-stage recomputation; default: the template's for every stage) and, with ``zeros``,
+    its own ZeRO stage among them (over the stage's own DP group). For a bound ``T``
     on a stage's per-microbatch seconds, :func:`_interop_dp` finds for every ``P`` whether
     the layers fit on all the devices within ``T`` and memory (:meth:`StageProfile.memory`);
     the least such ``T`` per ``P`` is bracketed on a geometric grid and bisected (10 steps)
@@ -272,7 +278,7 @@ def submesh_layouts(
     unit, sizes = submesh_sizes(D, gpus_per_node)
     U = D // unit
     cap = float(model.device.memory)
-    mo = _MeshOptions(model, template, unit, sizes, max_tp, cap, recomputes)
+    mo = _MeshOptions(model, template, unit, sizes, max_tp, cap, recomputes, zeros)
     L, m = mo.L, mo.m
     P_max = min(L, U)
     if not mo.opts or P_max < 2:
@@ -323,11 +329,12 @@ def submesh_layouts(
 
 
 def _stage_layout(template: HybridLayout, opts: list, ks: list[int]) -> HybridLayout:
-    """The layout of a stage assignment: the first stage's mesh as ``dp``/``tp`` and its
-    recomputation as ``recompute``; ``stage_meshes`` / ``stage_recompute`` only where the
-    stages differ."""
+    """The layout of a stage assignment: the first stage's mesh as ``dp``/``tp``, its
+    recomputation as ``recompute`` and its ZeRO stage as ``zero``; ``stage_meshes`` /
+    ``stage_recompute`` / ``stage_zero`` only where the stages differ."""
     meshes = [(o[1], o[2]) for o in opts]
     rcs = [o[4] for o in opts]
+    zs = [o[5] for o in opts]
     g = template.dp * template.microbatch_size
     bounds = np.cumsum([0] + list(ks))
     d = template.to_dict()
@@ -341,13 +348,17 @@ def _stage_layout(template: HybridLayout, opts: list, ks: list[int]) -> HybridLa
         stage_layers=[[int(bounds[i]), int(bounds[i + 1])] for i in range(len(ks))],
         sequence_parallel=template.sequence_parallel and max(t for _, t in meshes) > 1,
         recompute=rcs[0],
+        zero=zs[0],
     )
     d.pop("stage_meshes", None)
     d.pop("stage_recompute", None)
+    d.pop("stage_zero", None)
     if len(set(meshes)) > 1:
         d["stage_meshes"] = [list(mm) for mm in meshes]
     if len(set(rcs)) > 1:
         d["stage_recompute"] = rcs
+    if len(set(zs)) > 1:
+        d["stage_zero"] = zs
     return HybridLayout.from_dict(d)
 
 
@@ -367,6 +378,7 @@ def alpa(
     submeshes: bool = True,
     submesh_settings: int = 4,
     stage_recompute: bool = True,
+    stage_zero: bool = False,
 ) -> Plan:
     """Alpa-style planner over hybrid layouts (Zheng et al. OSDI'22).
 
@@ -385,7 +397,9 @@ def alpa(
        (``HybridLayout.stage_meshes``) are scored. With ``stage_recompute`` (default) each
        stage also picks its recomputation mode among ``recompute`` in the same DP (Aceso's
        per-stage recomputation, ``HybridLayout.stage_recompute``), and settings that differ
-       only in recomputation are passed once.
+       only in recomputation are passed once. With ``stage_zero`` (off by default, so the
+       default search is unchanged) each stage likewise picks its ZeRO stage among ``zero``
+       (``HybridLayout.stage_zero``), and settings that differ only in ZeRO are passed once.
 
     Differences from Alpa: the intra-op space is Megatron's (column/row TP, SP, ZeRO, a
     recomputation mode per stage) rather than an ILP over every operator's sharding,
@@ -405,8 +419,9 @@ def alpa(
         raise ValueError(
             f"alpa: submesh_settings must be an integer >= 0, got {submesh_settings!r}"
         )
-    if not isinstance(stage_recompute, bool):
-        raise ValueError(f"alpa: stage_recompute must be true or false, got {stage_recompute!r}")
+    for name, flag in (("stage_recompute", stage_recompute), ("stage_zero", stage_zero)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"alpa: {name} must be true or false, got {flag!r}")
     best: HybridLayout | None = None
     best_res, calls, least = None, 0, float("inf")
     D = cluster.num_devices
@@ -452,28 +467,35 @@ def alpa(
         for cand in tries:
             if consider(cand):
                 break
-    hetero = per_stage_rc = 0
+    hetero = per_stage_rc = per_stage_z = 0
     if submeshes and submesh_settings:
         ranked = sorted(settings.values(), key=lambda x: x[0])
-        if stage_recompute:  # settings differing only in recomputation: one DP covers them
+        if stage_recompute or stage_zero:  # settings differing only in what the DP picks
             seen: set[tuple] = set()
             uniq = []
             for item in ranked:
                 t = item[1]
-                k = (t.dp * t.microbatch_size, t.sequence_parallel, t.zero)
+                k = (
+                    t.dp * t.microbatch_size,
+                    t.sequence_parallel,
+                    None if stage_recompute else t.recompute,
+                    None if stage_zero else t.zero,
+                )
                 if k not in seen:
                     seen.add(k)
                     uniq.append(item)
             ranked = uniq
         rcs = tuple(recompute) if stage_recompute else None
+        zs = tuple(zero) if stage_zero else None
         for _, template in ranked[:submesh_settings]:
             for _, cand in submesh_layouts(
-                model, template, max_tp=mtp, gpus_per_node=gpn, recomputes=rcs
+                model, template, max_tp=mtp, gpus_per_node=gpn, recomputes=rcs, zeros=zs
             ):
                 if budget is not None and calls >= budget:
                     break
                 hetero += bool(cand.stage_meshes)
                 per_stage_rc += bool(cand.stage_recompute)
+                per_stage_z += bool(cand.stage_zero)
                 consider(cand)
     if best is None:
         raise InfeasiblePlanError(
@@ -483,6 +505,7 @@ def alpa(
     return finish_hybrid(
         graph, cluster, best, best_res, "alpa", calls, t0, submesh_layouts_scored=hetero,
         stage_recompute_layouts_scored=per_stage_rc,
+        **({"stage_zero_layouts_scored": per_stage_z} if stage_zero else {}),
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from graphs.layout import (
     stage_tp_choices,
     with_stage_recompute,
     with_stage_tp,
+    with_stage_zero,
 )
 from graphs.plan import Plan
 from placement_env.oracles.base import Oracle
@@ -56,6 +57,7 @@ def hybrid_anneal(
     sequence_parallel: Sequence[bool] = (False, True),
     max_tp: int | None = None,
     stage_recompute: bool = True,
+    stage_zero: bool = False,
 ) -> Plan:
     """Simulated annealing over layouts, ``budget`` oracle calls (default 2000).
 
@@ -67,17 +69,19 @@ def hybrid_anneal(
     another ``tp`` on its own GPUs (:func:`graphs.layout.stage_tp_choices`; the layout's
     ``stage_meshes``) or, with ``stage_recompute`` (default), half of those times another
     recomputation mode of ``recompute`` (:func:`graphs.layout.with_stage_recompute`; the
-    layout's ``stage_recompute``). Cost: the
+    layout's ``stage_recompute``). With ``stage_zero`` (off by default, so the default search
+    is unchanged) a third of the per-stage moves give one stage another ZeRO stage of
+    ``zero`` instead (:func:`graphs.layout.with_stage_zero`; the layout's ``stage_zero``).
+    Cost: the
     step time (x 10 x memory overflow for OOM layouts); acceptance is Metropolis on the
     log of the cost with a temperature falling geometrically from ``t0`` to ``t1``.
     Starts from the grid layout most like Megatron's defaults (largest ``tp`` within a
     node, fewest stages, microbatch 1, 1F1B, full recomputation, ZeRO-0).
     """
     start = time.perf_counter()
-    if not isinstance(stage_recompute, bool):
-        raise ValueError(
-            f"hybrid_anneal: stage_recompute must be true or false, got {stage_recompute!r}"
-        )
+    for name, flag in (("stage_recompute", stage_recompute), ("stage_zero", stage_zero)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"hybrid_anneal: {name} must be true or false, got {flag!r}")
     score = hybrid_oracle(oracle)
     gb, budget = hybrid_arguments("hybrid_anneal", graph, global_batch, budget)
     space = list(
@@ -128,6 +132,9 @@ def hybrid_anneal(
 
     def stage_move(lay: HybridLayout) -> HybridLayout | None:
         p = int(rng.integers(0, lay.pp))
+        if stage_zero and rng.random() < 1 / 3:  # the stage's own ZeRO stage
+            zs = [z for z in zero if z != lay.zeros[p]]
+            return with_stage_zero(lay, p, int(rng.choice(zs))) if zs else None
         if stage_recompute and rng.random() < 0.5:  # the stage's own recomputation mode
             modes = [rc for rc in recompute if rc != lay.recomputes[p]]
             return with_stage_recompute(lay, p, str(rng.choice(modes))) if modes else None

@@ -179,16 +179,25 @@ class HybridModel:
         return StageProfile(self, lay, t)
 
     def _mesh_terms(
-        self, lay: HybridLayout, dp: int, tp: int, b: int, off: int, recompute: str | None = None
+        self,
+        lay: HybridLayout,
+        dp: int,
+        tp: int,
+        b: int,
+        off: int,
+        recompute: str | None = None,
+        zero: int | None = None,
     ) -> dict[str, Any]:
         """Per-GPU terms of a pipeline stage on a ``dp x tp`` submesh whose first device is
-        ``off``, with microbatches of ``b`` samples per data-parallel rank and recomputation
-        ``recompute`` (default: ``lay.recompute``): one layer's
+        ``off``, with microbatches of ``b`` samples per data-parallel rank, recomputation
+        ``recompute`` (default: ``lay.recompute``) and ZeRO stage ``zero`` (default:
+        ``lay.zero``): one layer's
         forward / backward seconds (with ZeRO-2/3 traffic over the stage's DP group), the
         TP collective, the end chunks' costs, the p2p payload, and the activation bytes
         per layer and microbatch."""
         d, dev, topo = self.dims, self.device, self.topo
         rc = lay.recompute if recompute is None else recompute
+        zs = lay.zero if zero is None else zero
         s, h = d.seq, d.hidden
         tok = float(b * s)
         sp = lay.sequence_parallel and tp > 1
@@ -217,9 +226,9 @@ class HybridModel:
         # ---- ZeRO traffic per layer and microbatch (over the stage's DP group)
         lp_local = d.layer_params() / tp
         zf = zb = 0.0
-        if dp > 1 and lay.zero >= 2:
+        if dp > 1 and zs >= 2:
             zb = topo.reduce_scatter(lp_local * self.grad_bytes, g0)
-        if dp > 1 and lay.zero >= 3:
+        if dp > 1 and zs >= 3:
             ag = topo.allgather(lp_local * WEIGHT_BYTES, g0)
             zf, zb = ag, zb + ag
         emb_f, head_f = self._end_costs(b, tp, tp_ar)
@@ -286,6 +295,7 @@ class HybridModel:
         het = lay.heterogeneous
         meshes = lay.meshes
         recs = lay.recomputes
+        zeros = lay.zeros
         if het:
             bs = lay.stage_microbatch_sizes
             sizes = np.array([a * b for a, b in meshes], dtype=np.int64)
@@ -300,11 +310,12 @@ class HybridModel:
                     meshes[r],
                     bs[r],
                     recs[r],
+                    zeros[r],
                     off % topo.gpus_per_node if topo.uniform else off,
                 )
                 if key not in memo:
                     memo[key] = self._mesh_terms(
-                        lay, meshes[r][0], meshes[r][1], bs[r], off, recs[r]
+                        lay, meshes[r][0], meshes[r][1], bs[r], off, recs[r], zeros[r]
                     )
                 T.append(memo[key])
         else:  # every stage alike: one representative group at device 0
@@ -356,7 +367,7 @@ class HybridModel:
         rank_params = np.zeros(P)
         for c in range(C):
             rank_params[c % P] += chunk_params[c] + root[c]
-        z = lay.zero
+        z = np.array(zeros) if het else lay.zero  # per pipeline rank (stage_zero)
         fsdp = (z >= 3) & (dpr > 1)  # per pipeline rank (a bool when uniform)
         pipe_unsharded = fsdp & (P > 1) & bool(d.fsdp_pipeline_unsharded)
         root_unsharded = fsdp & bool(d.fsdp_root_unsharded) & np.logical_not(pipe_unsharded)
@@ -417,14 +428,14 @@ class HybridModel:
         opt_time = np.zeros(P)
         ag_time = np.zeros(P)
         for r in range(P):
-            grp, dp = dp_groups[r], int(at(dpr, r))
+            grp, dp, zr = dp_groups[r], int(at(dpr, r)), int(at(z, r))
             t = 0.0
-            if dp > 1 and z <= 1:
+            if dp > 1 and zr <= 1:
                 order = sorted(range(r, C, P), key=lambda c: last_b[c, 1])
                 for c in order:
                     nbytes = (chunk_params[c] + root[c]) * self.grad_bytes
                     comm = (
-                        topo.allreduce(nbytes, grp) if z == 0 else topo.reduce_scatter(nbytes, grp)
+                        topo.allreduce(nbytes, grp) if zr == 0 else topo.reduce_scatter(nbytes, grp)
                     )
                     dp_time[r] += comm
                     b0, b1 = last_b[c]
@@ -436,9 +447,9 @@ class HybridModel:
                     finish = b0 + max((b1 - b0) / k + comm, (b1 - b0) + per)
                     t = max(t + comm, finish)
                 sync_end[r] = max(rank_end[r], t)
-            shard = dp if z >= 1 else 1
+            shard = dp if zr >= 1 else 1
             opt_time[r] = rank_params[r] / shard * OPT_STEP_BYTES / mem_bw
-            if dp > 1 and z in (1, 2):
+            if dp > 1 and zr in (1, 2):
                 ag_time[r] = topo.allgather(rank_params[r] * WEIGHT_BYTES, grp)
         # tied embedding: the first and last stages all-reduce its gradient (Megatron)
         tied_ar = 0.0
@@ -452,9 +463,18 @@ class HybridModel:
 
         # ---- memory per pipeline rank
         wb, gb, ob = WEIGHT_BYTES, self.grad_bytes, OPTIMIZER_BYTES
-        state = rank_params * (
-            wb / (dpr if z >= 3 else 1) + gb / (dpr if z >= 2 else 1) + ob / (dpr if z >= 1 else 1)
-        )
+        if het:  # each rank's own ZeRO stage over its own DP group
+            state = rank_params * (
+                wb / np.where(z >= 3, dpr, 1)
+                + gb / np.where(z >= 2, dpr, 1)
+                + ob / np.where(z >= 1, dpr, 1)
+            )
+        else:
+            state = rank_params * (
+                wb / (dpr if z >= 3 else 1)
+                + gb / (dpr if z >= 2 else 1)
+                + ob / (dpr if z >= 1 else 1)
+            )
         gathered = np.zeros(P)
         for r in range(P):
             if at(pipe_unsharded, r):

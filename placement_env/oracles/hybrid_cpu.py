@@ -172,6 +172,12 @@ class CpuHybridModel:
                 "stages share one dp x tp submesh; this layout gives its stages their own "
                 f"(stage_meshes = {[list(r) for r in layout.stage_meshes]})"
             )
+        if layout.stage_zero:
+            raise ValueError(
+                f"CpuHybridModel: cluster {self.cluster.name!r} is calibrated for layouts with one "
+                f"ZeRO stage; this layout gives its stages their own (stage_zero = "
+                f"{list(layout.stage_zero)}): score it with the analytical simulator"
+            )
         P, v, dp, tp = lay.pp, lay.virtual_stages, lay.dp, lay.tp
         C, m, b = P * v, lay.num_microbatches, lay.microbatch_size
         k = lay.world_size

@@ -166,11 +166,13 @@ def test_interop_dp_equals_brute_force(cap_quantile, recompute):
 
 
 @pytest.mark.parametrize("cap_quantile", [None, 0.4])
-def test_interop_dp_with_a_recomputation_per_stage_equals_brute_force(cap_quantile):
-    """With a recomputation mode per stage among the options (Aceso's per-stage
-    recomputation), the DP's least feasible stage-time bound still equals brute force over
-    layer splits x per-stage (submesh, mode) for P = 2 and 3 on 8 GPUs; and the options
-    hold every mode for every submesh."""
+@pytest.mark.parametrize("per_stage", ["recompute", "zero"])
+def test_interop_dp_with_a_choice_per_stage_equals_brute_force(cap_quantile, per_stage):
+    """With a recomputation mode (Aceso's per-stage recomputation) or a ZeRO stage per
+    pipeline stage among the options, the DP's least feasible stage-time bound still equals
+    brute force over layer splits x per-stage (submesh, choice) for P = 2 and 3 on 8 GPUs;
+    the options hold every choice for every submesh, and under a memory cap the stages
+    pick different ones."""
 
     from agents.baselines.alpa import _interop_dp, _MeshOptions
     from graphs.layout import HybridLayout
@@ -181,23 +183,26 @@ def test_interop_dp_with_a_recomputation_per_stage_equals_brute_force(cap_quanti
     M = HybridModel(g, cl)
     tpl = HybridLayout(dp=4, tp=1, pp=1, microbatch_size=1, global_batch=16,
                        stage_layers=((0, 5),))  # fmt: skip
-    rcs = ("none", "selective", "full")
-    mo = _MeshOptions(M, tpl, 1, (2, 4, 8), 8, float("inf"), rcs)
-    assert {o[4] for o in mo.opts} == set(rcs) and len(mo.opts) % 3 == 0
+    choices, col = (
+        (("none", "selective", "full"), 4) if per_stage == "recompute" else ((0, 1, 3), 5)
+    )
+    extra = (choices, None) if per_stage == "recompute" else (None, choices)
+    mo = _MeshOptions(M, tpl, 1, (2, 4, 8), 8, float("inf"), *extra)
+    assert {o[col] for o in mo.opts} == set(choices) and len(mo.opts) % 3 == 0
     L, m = 5, tpl.num_microbatches
     mems = [o[3].memory(k, 0, 3, m) for o in mo.opts for k in range(1, 6)]
     cap = float("inf") if cap_quantile is None else float(np.quantile(mems, cap_quantile))
-    mo = _MeshOptions(M, tpl, 1, (2, 4, 8), 8, cap, rcs)
+    mo = _MeshOptions(M, tpl, 1, (2, 4, 8), 8, cap, *extra)
     chose_mixed = False
     for P in (2, 3):
         best, arg = _brute_force_bound(mo, L, P, m, cap)
         if best == float("inf"):
             assert _interop_dp(mo, 8, 1e9, P)[0][P] < L
             continue
-        chose_mixed |= len({mo.opts[i][4] for i in arg}) > 1
+        chose_mixed |= len({mo.opts[i][col] for i in arg}) > 1
         assert _interop_dp(mo, 8, best * (1 + 1e-9), P)[0][P] >= L
         assert _interop_dp(mo, 8, best * (1 - 1e-7), P)[0][P] < L
-    if cap_quantile is not None:  # under a memory cap, stages pick different modes
+    if cap_quantile is not None:  # under a memory cap, stages pick different choices
         assert chose_mixed
 
 
@@ -290,3 +295,44 @@ def test_hybrid_anneal_visits_per_stage_recomputation_and_with_stage_recompute_b
         assert all(len(x.stage_recompute) == x.pp and x.world_size == 8 for x in rc)
     with pytest.raises(ValueError, match="stage_recompute must be true or false"):
         baselines.get("hybrid_anneal")(g, cl, Simulator(g, cl), 10, stage_recompute=1)
+
+
+def test_hybrid_anneal_visits_per_stage_zero_only_when_asked():
+    """With ``stage_zero=True`` some scored layouts give a stage its own ZeRO stage (each
+    valid, all 8 GPUs); by default none does, and the default search is the one before the
+    option (the same layouts in the same order as with ``stage_zero=False`` given)."""
+    g = zoo.build("gpt", hidden=2048, layers=24, heads=16, vocab=51200, seq=1024, batch=64)
+    cl = clusters.load("dgx1_v100_8")
+    opts = dict(zero=(0, 1, 3), microbatch_sizes=(4, 8), virtual_stages=(1,), seed=0)
+    runs = {}
+    for on in (True, False, None):
+        sim, seen = _recording_simulator(g, cl)
+        extra = {} if on is None else {"stage_zero": on}
+        baselines.get("hybrid_anneal")(g, cl, sim, 400, **opts, **extra)
+        runs[on] = seen
+    zs = [x for x in runs[True] if x.stage_zero]
+    assert zs and all(len(x.stage_zero) == x.pp and x.world_size == 8 for x in zs)
+    assert all(set(x.stage_zero) <= {0, 1, 3} for x in zs)
+    assert not any(x.stage_zero for x in runs[False])
+    assert [x.to_dict() for x in runs[None]] == [x.to_dict() for x in runs[False]]
+    with pytest.raises(ValueError, match="stage_zero must be true or false"):
+        baselines.get("hybrid_anneal")(g, cl, Simulator(g, cl), 10, stage_zero=1)
+
+
+def test_alpa_with_stage_zero_scores_per_stage_zero_layouts_and_never_does_worse():
+    """``alpa(stage_zero=True)``: the layouts its DP returns may carry ``stage_zero`` (each
+    valid, counted in ``meta``, scored by the simulator); the DP's choices per stage include
+    every uniform ZeRO stage, and on this problem its plan is no slower than the default's,
+    whose meta has no such count."""
+    g = zoo.build("gpt", hidden=4096, layers=16, heads=32, vocab=128000, seq=2048, batch=32)
+    cl = clusters.load("dgx1_v100_8")
+    sim, seen = _recording_simulator(g, cl)
+    on = baselines.get("alpa")(g, cl, sim, None, stage_zero=True)
+    off = baselines.get("alpa")(g, cl, Simulator(g, cl), None)
+    assert "stage_zero_layouts_scored" in on.meta and "stage_zero_layouts_scored" not in off.meta
+    assert on.meta["stage_zero_layouts_scored"] == sum(bool(x.stage_zero) for x in seen)
+    assert on.meta["step_time"] <= off.meta["step_time"] * (1 + 1e-12)
+    res = Simulator(g, cl).evaluate(on)
+    assert not res.oom and res.step_time == pytest.approx(on.meta["step_time"])
+    with pytest.raises(ValueError, match="stage_zero must be true or false"):
+        baselines.get("alpa")(g, cl, Simulator(g, cl), None, stage_zero="yes")

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 
-from graphs import clusters, zoo
 from graphs.layout import HybridLayout
 from graphs.plan import Plan
 from placement_env.oracles import Simulator
@@ -23,12 +22,6 @@ def _lay(**kw):
     )  # fmt: skip
     base.update(kw)
     return HybridLayout(**base)
-
-
-@pytest.fixture(scope="module")
-def small():
-    g = zoo.build("gpt", hidden=2048, layers=24, heads=16, vocab=51200, seq=2048, batch=64)
-    return g, clusters.load("dgx_a100_80g", nodes=2)
 
 
 def test_fields_json_and_stage_view():
@@ -62,9 +55,15 @@ def test_fields_json_and_stage_view():
     ],
 )
 def test_bad_stage_recompute_is_named(change, match):
+    assert_refused_by_name(_lay, change, match)
+
+
+def assert_refused_by_name(make, change: dict, match: str) -> None:
+    """``make(**change)`` raises ``match``; the same change to ``make()``'s JSON form is
+    refused by ``HybridLayout.from_dict`` naming its source."""
     with pytest.raises(ValueError, match=match):
-        _lay(**change)
-    d = _lay().to_dict()
+        make(**change)
+    d = make().to_dict()
     d.update({k: ([list(r) for r in v] if k == "stage_layers" else list(v) if
                   isinstance(v, tuple) else v) for k, v in change.items()})  # fmt: skip
     with pytest.raises(ValueError, match="plan.json"):

@@ -221,3 +221,8 @@ def test_hybrid_anneal_on_a_calibrated_cpu_cluster_scores_per_stage_modes(graph)
     for lay in per_stage[:5]:  # each scored as its stages' own modes
         assert np.isfinite(sim.evaluate_layout(lay).step_time)
     assert plan.layout is not None and np.isfinite(plan.meta["step_time"])
+
+
+def test_a_zero_stage_per_stage_is_refused_by_name(graph):
+    with pytest.raises(ValueError, match=r"one ZeRO stage.*stage_zero = \[1, 0\]"):
+        _evaluate(graph, 4, dp=2, tp=1, pp=2, microbatch_size=2, zero=1, stage_zero=(1, 0))
