@@ -4,10 +4,11 @@ Usage: ``python scripts/bench_alpa_submeshes.py [--no-write]``.
 
 For each problem (the hybrid envs of ``conf/env/`` -- their ``model_config`` and cluster --
 and one small problem where the end stages are heavy) it runs
-``agents.baselines.alpa`` three times on the simulator: ``submeshes=False`` (pass 1 only:
+``agents.baselines.alpa`` four times on the simulator: ``submeshes=False`` (pass 1 only:
 every stage on the same ``dp x tp`` submesh and recomputation), ``stage_recompute=False``
 (pass 1, then the inter-op DP over layer ranges x submesh shapes with a ``dp x tp`` per
-stage) and the default (the same DP choosing each stage's recomputation too), and reports
+stage), the default (the same DP choosing each stage's recomputation too) and
+``stage_zero=True`` (each stage's ZeRO stage too), and reports
 the step time, the layout, the oracle calls and the search seconds of each. GPT-2 XL is built from its
 dimensions (``zoo.build("gpt", ...)``, what the hybrid model reads of the extracted graph).
 Prints a Markdown table and writes it into ``docs/hybrid.md`` between
@@ -62,8 +63,9 @@ def _problem(name, config, cluster):
 
 def _layout(lay) -> str:
     rc = f"recompute [{', '.join(lay.stage_recompute)}]" if lay.stage_recompute else lay.recompute
-    out = f"p={lay.pp} mbs={lay.microbatch_size} {rc} SP={lay.sequence_parallel} ZeRO-{lay.zero}"
-    if lay.stage_meshes or lay.stage_recompute:
+    z = f"ZeRO [{', '.join(map(str, lay.stage_zero))}]" if lay.stage_zero else f"ZeRO-{lay.zero}"
+    out = f"p={lay.pp} mbs={lay.microbatch_size} {rc} SP={lay.sequence_parallel} {z}"
+    if lay.stage_meshes or lay.stage_recompute or lay.stage_zero:
         sizes = ", ".join(str(b - a) for a, b in lay.stage_layers)
         out = f"layers [{sizes}], {out}"
     if lay.stage_meshes:
@@ -72,11 +74,12 @@ def _layout(lay) -> str:
     return f"d={lay.dp} t={lay.tp} {out}"
 
 
-#: the three runs of each row: (key, alpa options)
+#: the runs of each row: (key, alpa options)
 VARIANTS = (
     ("pass1", {"submeshes": False}),
     ("meshes", {"stage_recompute": False}),
     ("full", {}),
+    ("zero", {"stage_zero": True}),
 )
 
 
@@ -104,15 +107,17 @@ def table(rows: list[dict]) -> str:
     lines = [
         "| problem | GPUs | pass 1 only: step (s) | calls, s | + inter-op DP, submesh per "
         "stage: step (s) | calls, s | gain | + recomputation per stage: step (s) | calls, s | "
-        "gain | layout found (last run) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "gain | + ZeRO stage per stage: step (s) | calls, s | gain | layout found (default) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | --- |",
     ]
     for r in rows:
-        a, b, c = r["pass1"], r["meshes"], r["full"]
+        a, b, c, z = r["pass1"], r["meshes"], r["full"], r["zero"]
         lines.append(
             f"| {r['label']} | {r['gpus']:,} | {a['step']:.3f} | {a['calls']:,}, {a['seconds']:.1f} "
             f"| {b['step']:.3f} | {b['calls']:,}, {b['seconds']:.1f} | {a['step'] / b['step'] - 1:+.2%} "
             f"| {c['step']:.3f} | {c['calls']:,}, {c['seconds']:.1f} | {a['step'] / c['step'] - 1:+.2%} "
+            f"| {z['step']:.3f} | {z['calls']:,}, {z['seconds']:.1f} | {a['step'] / z['step'] - 1:+.2%} "
             f"| {c['layout']} |"
         )
     return "\n".join(lines) + "\n"

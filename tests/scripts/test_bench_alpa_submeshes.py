@@ -21,6 +21,8 @@ def test_the_small_problem_row_shows_the_per_stage_gain(monkeypatch):
     md = b.table(rows)
     assert "dp x tp per stage [1x2, 2x2, 1x2]" in md and "+0.96%" in md and "+3.95%" in md
     assert "recompute [selective, selective, none]" in md
+    # this row allows ZeRO-0 only, so a ZeRO stage per stage has nothing to choose
+    assert r["zero"]["step"] == r["full"]["step"] and "ZeRO stage per stage" in md
     # an env row resolves its model and cluster from conf/env
     g, cl = b._problem(*env_row[1:4])
     assert cl.num_devices == 1024 and g.meta["model_dims"]["layers"] == 96
