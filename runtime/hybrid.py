@@ -21,7 +21,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from graphs.layout import stage_recompute_problem
+from graphs.layout import stage_recompute_problem, stage_zero_problem
 from runtime.pipeline import SCHEDULE_CLASSES, _loss_of_output, _patch_wait, _zeros, stage_modules
 from runtime.program import (
     MODEL_PREFIX,
@@ -63,6 +63,12 @@ class HybridSpec:
         stage_recompute: empty (every chunk under ``recompute``) or one recomputation mode
             per pipeline stage (``virtual_stages == 1``; ``stage_recompute[0] ==
             recompute``), as ``graphs.layout.HybridLayout.stage_recompute``.
+        stage_zero: empty (every stage under ``zero``) or one ZeRO stage per pipeline stage
+            (``virtual_stages == 1``; ``stage_zero[0] == zero``), as
+            ``graphs.layout.HybridLayout.stage_zero``: each pipeline rank wraps its chunks
+            as its own stage says. With ``pp > 1`` the first and last stages must both
+            replicate (0) or both shard (1-3): a tied embedding's gradient is summed between
+            them shard by shard.
         stage_layers: half-open transformer-layer ranges, one per model chunk, in
             pipeline order (``pp * virtual_stages`` chunks, chunk c on pipeline rank
             ``c % pp``); chunk 0 also holds the embeddings, the last chunk the head and loss.
@@ -80,12 +86,14 @@ class HybridSpec:
     zero: int = 0
     schedule: str = "1f1b"
     stage_recompute: tuple[str, ...] = ()
+    stage_zero: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "stage_layers", tuple((int(a), int(b)) for a, b in self.stage_layers)
         )
         object.__setattr__(self, "stage_recompute", tuple(self.stage_recompute or ()))
+        object.__setattr__(self, "stage_zero", tuple(self.stage_zero or ()))
 
     @classmethod
     def from_layout(cls, layout: Any) -> HybridSpec:
@@ -105,11 +113,16 @@ class HybridSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stage_layers"] = [list(r) for r in self.stage_layers]
-        if self.stage_recompute:
-            d["stage_recompute"] = list(self.stage_recompute)
-        else:
-            d.pop("stage_recompute")  # as HybridLayout's JSON: only when set
+        for key in ("stage_recompute", "stage_zero"):  # as HybridLayout's JSON: only when set
+            if getattr(self, key):
+                d[key] = list(getattr(self, key))
+            else:
+                d.pop(key)
         return d
+
+    def stage_zero_of(self, p: int) -> int:
+        """The ZeRO stage of pipeline rank ``p``."""
+        return self.stage_zero[p] if self.stage_zero else self.zero
 
     def chunk_recompute(self, c: int) -> str:
         """The recomputation mode of model chunk ``c`` (its pipeline stage's)."""
@@ -157,6 +170,16 @@ class HybridSpec:
             raise ValueError(f"hybrid layout: {field_name} = {value!r}: expected {expected}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"hybrid layout: zero={self.zero} must be 0, 1, 2 or 3")
+        problem = stage_zero_problem(self.stage_zero, self.pp, self.virtual_stages, self.zero)
+        if problem is not None:
+            field_name, value, expected = problem
+            raise ValueError(f"hybrid layout: {field_name} = {value!r}: expected {expected}")
+        if self.stage_zero and (self.stage_zero[0] == 0) != (self.stage_zero[-1] == 0):
+            raise ValueError(
+                f"hybrid layout: stage_zero = {list(self.stage_zero)}: the first and last "
+                "stages must both replicate (ZeRO 0) or both shard (ZeRO 1-3): a tied "
+                "embedding's gradient is summed between them shard by shard"
+            )
         if self.sequence_parallel and self.tp < 2:
             raise ValueError("hybrid layout: sequence_parallel=True needs tp > 1")
         if (self.schedule == "interleaved") != (self.virtual_stages > 1):
@@ -526,14 +549,16 @@ class HybridRunner:
         _patch_wait(self.timer)
 
     def _data_parallel(self, mod: HybridChunk, dp_mesh: DeviceMesh) -> nn.Module:
-        """Wrap ``mod`` for data parallelism over ``dp_mesh`` as the layout's ZeRO stage says."""
-        if self.layout.zero == 0:
+        """Wrap ``mod`` for data parallelism over ``dp_mesh`` as this pipeline rank's ZeRO
+        stage says (``stage_zero``, else ``zero``)."""
+        zero = self.layout.stage_zero_of(self.p)
+        if zero == 0:
             from torch.distributed._composable.replicate_with_fsdp import replicate
 
             return replicate(mod, mesh=dp_mesh)
         from torch.distributed.fsdp import fully_shard
 
-        reshard = self.layout.zero >= 3
+        reshard = zero >= 3
         for k, sub in enumerate(mod.segs):
             if mod.is_layer[k]:
                 fully_shard(sub, mesh=dp_mesh, reshard_after_forward=reshard)

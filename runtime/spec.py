@@ -342,12 +342,6 @@ def hybrid_run_spec(plan: Plan, model: Mapping[str, Any], **options: Any) -> Run
             f"plan gives its stages their own (stage_meshes = {list(map(list, plan.layout.stage_meshes))}): "
             "score it with the simulator, or plan with megatron_grid / hybrid_anneal to run it"
         )
-    if getattr(plan.layout, "stage_zero", ()):
-        raise ValueError(
-            "the runtime executes hybrid layouts with one ZeRO stage; this plan gives its "
-            f"stages their own (stage_zero = {list(plan.layout.stage_zero)}): score it with the "
-            "simulator, or plan with megatron_grid to run it"
-        )
     layout = HybridSpec.from_layout(plan.layout)
     layout.validate()
     check_hybrid(model, layout)
