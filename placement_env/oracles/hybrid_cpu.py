@@ -8,7 +8,8 @@ program's per-op overheads (DTensor dispatch, autograd, gloo) dominate.
 
 The model, per layout ``(dp, tp, pp, microbatch b, recompute, ZeRO)`` with ``k = dp tp pp``
 processes and ``m = global_batch / (dp b)`` microbatches per replica (with
-``stage_recompute`` each stage's chunks take its own mode's figures):
+``stage_recompute`` each stage's chunks take its own mode's figures, with ``stage_zero`` its
+own ZeRO stage's collectives, optimizer shard and memory):
 
 * **Work.** Each chunk's forward / backward per microbatch is the sum of its segments'
   measured CPU seconds at ``(tp, b, recompute)`` (embeddings on the first chunk, head +
@@ -172,12 +173,6 @@ class CpuHybridModel:
                 "stages share one dp x tp submesh; this layout gives its stages their own "
                 f"(stage_meshes = {[list(r) for r in layout.stage_meshes]})"
             )
-        if layout.stage_zero:
-            raise ValueError(
-                f"CpuHybridModel: cluster {self.cluster.name!r} is calibrated for layouts with one "
-                f"ZeRO stage; this layout gives its stages their own (stage_zero = "
-                f"{list(layout.stage_zero)}): score it with the analytical simulator"
-            )
         P, v, dp, tp = lay.pp, lay.virtual_stages, lay.dp, lay.tp
         C, m, b = P * v, lay.num_microbatches, lay.microbatch_size
         k = lay.world_size
@@ -202,10 +197,12 @@ class CpuHybridModel:
 
         # ---- data-parallel collectives per chunk and step (CPU and wall seconds per rank)
         dp_cpu, dp_wall = np.zeros(C), np.zeros(C)
+        zr = np.array(lay.zeros)  # each pipeline rank's ZeRO stage (``stage_zero``)
         if dp > 1:
             for c in range(C):
                 full = chunk_params[c] * FP32
-                if lay.zero == 0:
+                zc = int(zr[c % P])
+                if zc == 0:
                     dp_cpu[c] = self._coll("all_reduce", dp, full, "cpu")
                     dp_wall[c] = self._coll("all_reduce", dp, full, "wall")
                     dp_cpu[c] += rt.get("ddp", 0.0)
@@ -213,7 +210,7 @@ class CpuHybridModel:
                     continue
                 blk = block_params * FP32
                 rest = full - nblocks[c] * blk  # the chunk's root (embeddings, head, norms)
-                gathers = 2 * m if lay.zero >= 3 else 1
+                gathers = 2 * m if zc >= 3 else 1
                 for kind, arr in (("cpu", dp_cpu), ("wall", dp_wall)):
                     ag = self._coll("all_gather", dp, blk, kind)
                     rs = self._coll("reduce_scatter", dp, blk, kind)
@@ -230,7 +227,7 @@ class CpuHybridModel:
             p2p_wall = max(0.0, p2p_wall + rt.get("p2p", 0.0))
             p2p_cpu = max(0.0, p2p_cpu + rt.get("p2p", 0.0))
         # ---- optimizer
-        shard = dp if (lay.zero >= 1 and dp > 1) else 1
+        shard = np.where((zr >= 1) & (dp > 1), dp, 1)  # per pipeline rank
         rank_params = np.zeros(P)
         for c in range(C):
             rank_params[c % P] += chunk_params[c]
@@ -271,12 +268,9 @@ class CpuHybridModel:
             base = float(mem["worker_base"])
         else:
             base = float(mem["process"]) + float(mem["build_extra"]) + FP32 * total_params
-        z = lay.zero
-        grads = rank_params * FP32 / (dp if (z >= 2 and dp > 1) else 1)
+        grads = rank_params * FP32 / np.where((zr >= 2) & (dp > 1), dp, 1)
         adam = rank_params * 2 * FP32 / shard
-        gathered = np.zeros(P)
-        if z >= 3 and dp > 1:
-            gathered += block_params * FP32
+        gathered = np.where((zr >= 3) & (dp > 1), block_params * FP32, 0.0)
         transient = np.zeros(P)
         full_kept = self._kept_without_recompute(lay) if "full" in modes else None
         if full_kept is not None:  # the block being recomputed, on the stages that recompute

@@ -192,9 +192,10 @@ def test_runtime_overheads_by_process_count(graph):
 
 
 def test_hybrid_anneal_on_a_calibrated_cpu_cluster_scores_per_stage_modes(graph):
-    """``hybrid_anneal`` moves one stage to another recomputation mode by default; on a
-    calibrated ``cpu_N`` cluster those layouts are scored by this model (they raised
-    ``ValueError`` before it charged modes per stage) and the search ends with a plan."""
+    """``hybrid_anneal`` moves one stage to another recomputation mode by default (and, with
+    ``stage_zero=True``, to another ZeRO stage); on a calibrated ``cpu_N`` cluster those
+    layouts are scored by this model (they raised ``ValueError`` before it charged modes
+    per stage) and the search ends with a plan."""
     from agents import baselines
 
     cal = calibration()
@@ -213,16 +214,27 @@ def test_hybrid_anneal_on_a_calibrated_cpu_cluster_scores_per_stage_modes(graph)
 
     plan = baselines.get("hybrid_anneal")(
         graph, cl, Recording(), 400, recompute=("none", "full"), max_tp=1,
-        sequence_parallel=(False,),
+        sequence_parallel=(False,), stage_zero=True,
     )  # fmt: skip
     assert isinstance(sim._hybrid, CpuHybridModel)
     per_stage = [lay for lay in scored if lay.stage_recompute]
     assert len(per_stage) > 10
     for lay in per_stage[:5]:  # each scored as its stages' own modes
         assert np.isfinite(sim.evaluate_layout(lay).step_time)
+    # with stage_zero=True some layouts give a stage its own ZeRO stage, scored here too
+    per_zero = [lay for lay in scored if lay.stage_zero]
+    assert per_zero and all(np.isfinite(sim.evaluate_layout(x).step_time) for x in per_zero[:5])
     assert plan.layout is not None and np.isfinite(plan.meta["step_time"])
 
 
-def test_a_zero_stage_per_stage_is_refused_by_name(graph):
-    with pytest.raises(ValueError, match=r"one ZeRO stage.*stage_zero = \[1, 0\]"):
-        _evaluate(graph, 4, dp=2, tp=1, pp=2, microbatch_size=2, zero=1, stage_zero=(1, 0))
+def test_a_zero_stage_per_stage_takes_each_stages_own_figures(graph):
+    """``stage_zero = (3, 0)`` on dp 2 x pp 2: stage 0 is charged ZeRO-3's all-gathers,
+    sharded gradients, Adam state and gathered block, stage 1 ZeRO-0's all-reduce and full
+    state -- each stage's work and memory exactly as in the uniform layout of its own stage."""
+    kw = dict(dp=2, tp=1, pp=2, microbatch_size=2)
+    bd = _evaluate(graph, 4, zero=3, stage_zero=(3, 0), **kw).breakdown
+    uniform = {z: _evaluate(graph, 4, zero=z, **kw).breakdown for z in (3, 0)}
+    for p, z in enumerate((3, 0)):
+        for key in ("memory_per_rank", "work_per_rank"):
+            assert bd[key][p] == pytest.approx(uniform[z][key][p]), (key, p)
+    assert uniform[3]["memory_per_rank"][1] < bd["memory_per_rank"][1]
