@@ -714,29 +714,10 @@ def stage_recompute_problem(
     ``None`` when it is valid (empty, or one known mode per pipeline stage, ``virtual_stages``
     1, the first stage's mode equal to ``recompute``). Shared by :class:`HybridLayout` and the
     runtime's ``HybridSpec``."""
-    sr: Any = stage_recompute or ()
-    if not isinstance(sr, (list, tuple)):
-        return ("stage_recompute", sr, "a sequence of recomputation modes, one per stage")
-    if not sr:
-        return None
-    if len(sr) != pp:
-        return ("stage_recompute", list(sr), f"pp = {pp} modes, one per pipeline stage")
-    if virtual_stages != 1:
-        return (
-            "virtual_stages",
-            virtual_stages,
-            "1 when the stages have their own recomputation modes",
-        )
-    for c, r in enumerate(sr):
-        if r not in RECOMPUTE:
-            return (f"stage_recompute[{c}]", r, f"one of {RECOMPUTE}")
-    if sr[0] != recompute:
-        return (
-            "stage_recompute[0]",
-            sr[0],
-            f"recompute = {recompute!r}: recompute is the first stage's",
-        )
-    return None
+    return _per_stage_problem(
+        "recompute", stage_recompute, pp, virtual_stages, recompute, RECOMPUTE,
+        "recomputation modes", "modes",
+    )  # fmt: skip
 
 
 def stage_zero_problem(
@@ -744,21 +725,40 @@ def stage_zero_problem(
 ) -> tuple[str, Any, str] | None:
     """What is wrong with a layout's ``stage_zero`` as ``(field, value, expected)``, or
     ``None`` when it is valid (empty, or one ZeRO stage 0-3 per pipeline stage,
-    ``virtual_stages`` 1, the first stage's equal to ``zero``)."""
-    sz: Any = stage_zero or ()
-    if not isinstance(sz, (list, tuple)):
-        return ("stage_zero", sz, "a sequence of ZeRO stages, one per pipeline stage")
-    if not sz:
+    ``virtual_stages`` 1, the first stage's equal to ``zero``). Shared by
+    :class:`HybridLayout` and the runtime's ``HybridSpec``."""
+    return _per_stage_problem(
+        "zero", stage_zero, pp, virtual_stages, zero, ZERO_STAGES, "ZeRO stages", "ZeRO stages"
+    )
+
+
+def _per_stage_problem(
+    field: str,
+    values: Any,
+    pp: int,
+    virtual_stages: int,
+    first: Any,
+    allowed: Sequence[Any],
+    noun: str,
+    short: str,
+) -> tuple[str, Any, str] | None:
+    """The checks of a per-stage field ``stage_<field>`` (one value of ``allowed`` per
+    pipeline stage, ``v = 1``, stage 0's equal to ``<field>``); ``noun`` names the values."""
+    name = f"stage_{field}"
+    vals: Any = values or ()
+    if not isinstance(vals, (list, tuple)):
+        return (name, vals, f"a sequence of {noun}, one per pipeline stage")
+    if not vals:
         return None
-    if len(sz) != pp:
-        return ("stage_zero", list(sz), f"pp = {pp} ZeRO stages, one per pipeline stage")
+    if len(vals) != pp:
+        return (name, list(vals), f"pp = {pp} {short}, one per pipeline stage")
     if virtual_stages != 1:
-        return ("virtual_stages", virtual_stages, "1 when the stages have their own ZeRO stages")
-    for c, z in enumerate(sz):
-        if isinstance(z, bool) or z not in ZERO_STAGES:
-            return (f"stage_zero[{c}]", z, f"one of {ZERO_STAGES}")
-    if sz[0] != zero:
-        return ("stage_zero[0]", sz[0], f"zero = {zero!r}: zero is the first stage's")
+        return ("virtual_stages", virtual_stages, f"1 when the stages have their own {noun}")
+    for c, x in enumerate(vals):
+        if isinstance(x, bool) or x not in allowed:
+            return (f"{name}[{c}]", x, f"one of {tuple(allowed)}")
+    if vals[0] != first:
+        return (f"{name}[0]", vals[0], f"{field} = {first!r}: {field} is the first stage's")
     return None
 
 

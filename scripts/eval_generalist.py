@@ -49,11 +49,15 @@ BASELINES = (*ONE_CALL, "chain_dp", "ideal_dp", "ideal_dp_makespan")
 REFERENCES = ("each", "best")
 
 
+def _check_reference(reference: str) -> None:
+    if reference not in REFERENCES:
+        raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+
+
 def default_baselines(reference: str) -> list[str]:
     """The one-call baselines of a ``reference``: :data:`BASELINES` for ``each``,
     :data:`ONE_CALL` for ``best``."""
-    if reference not in REFERENCES:
-        raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    _check_reference(reference)
     return list(BASELINES if reference == "each" else ONE_CALL)
 
 
@@ -70,12 +74,9 @@ def add_reference_argument(ap: argparse.ArgumentParser) -> None:
 def search_key(pb: G.Problem, anneal_calls: int, reference: str = "each") -> str:
     """The search cache's key of a row. ``best`` keeps the key of the caches written before 27
     Nov 2026 (that reference over :data:`ONE_CALL`), so they are read as what they are."""
+    _check_reference(reference)
     key = f"{pb.name} | M={pb.microbatches} {pb.schedule} | anneal={anneal_calls}"
-    if reference == "best":
-        return key
-    if reference != "each":
-        raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
-    return f"{key} | reference=each"
+    return key if reference == "best" else f"{key} | reference=each"
 
 
 def per_model_search(
@@ -90,8 +91,7 @@ def per_model_search(
     ``{"search": None}`` when no baseline gives a feasible plan."""
     from agents import baselines
 
-    if reference not in REFERENCES:
-        raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    _check_reference(reference)
     oracle = pb.oracle()
     t0 = time.perf_counter()
     plans: list[tuple[float, np.ndarray, str]] = []

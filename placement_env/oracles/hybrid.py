@@ -463,18 +463,12 @@ class HybridModel:
 
         # ---- memory per pipeline rank
         wb, gb, ob = WEIGHT_BYTES, self.grad_bytes, OPTIMIZER_BYTES
-        if het:  # each rank's own ZeRO stage over its own DP group
-            state = rank_params * (
-                wb / np.where(z >= 3, dpr, 1)
-                + gb / np.where(z >= 2, dpr, 1)
-                + ob / np.where(z >= 1, dpr, 1)
-            )
-        else:
-            state = rank_params * (
-                wb / (dpr if z >= 3 else 1)
-                + gb / (dpr if z >= 2 else 1)
-                + ob / (dpr if z >= 1 else 1)
-            )
+        # each rank's own ZeRO stage over its own DP group (scalars when uniform)
+        state = rank_params * (
+            wb / np.where(z >= 3, dpr, 1)
+            + gb / np.where(z >= 2, dpr, 1)
+            + ob / np.where(z >= 1, dpr, 1)
+        )
         gathered = np.zeros(P)
         for r in range(P):
             if at(pipe_unsharded, r):
