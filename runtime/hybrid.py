@@ -66,9 +66,10 @@ class HybridSpec:
         stage_zero: empty (every stage under ``zero``) or one ZeRO stage per pipeline stage
             (``virtual_stages == 1``; ``stage_zero[0] == zero``), as
             ``graphs.layout.HybridLayout.stage_zero``: each pipeline rank wraps its chunks
-            as its own stage says. With ``pp > 1`` the first and last stages must both
-            replicate (0) or both shard (1-3): a tied embedding's gradient is summed between
-            them shard by shard.
+            as its own stage says. A tied embedding's gradient is summed between the first
+            and last stages shard by shard when both shard (1-3) or both replicate (0), and
+            as full tensors (gathered over the sharding stage's dp group, then cut back to
+            its shard) when one shards and the other replicates.
         stage_layers: half-open transformer-layer ranges, one per model chunk, in
             pipeline order (``pp * virtual_stages`` chunks, chunk c on pipeline rank
             ``c % pp``); chunk 0 also holds the embeddings, the last chunk the head and loss.
@@ -174,12 +175,6 @@ class HybridSpec:
         if problem is not None:
             field_name, value, expected = problem
             raise ValueError(f"hybrid layout: {field_name} = {value!r}: expected {expected}")
-        if self.stage_zero and (self.stage_zero[0] == 0) != (self.stage_zero[-1] == 0):
-            raise ValueError(
-                f"hybrid layout: stage_zero = {list(self.stage_zero)}: the first and last "
-                "stages must both replicate (ZeRO 0) or both shard (ZeRO 1-3): a tied "
-                "embedding's gradient is summed between them shard by shard"
-            )
         if self.sequence_parallel and self.tp < 2:
             raise ValueError("hybrid layout: sequence_parallel=True needs tp > 1")
         if (self.schedule == "interleaved") != (self.virtual_stages > 1):
@@ -415,6 +410,24 @@ class _Chunk:
     names: dict[str, str] = field(default_factory=dict)  # parameter path in module -> model name
 
 
+def all_reduce_unsharded(grad: torch.Tensor, group: dist.ProcessGroup) -> None:
+    """Sum ``grad`` in place over ``group`` whose members hold it differently: some sharded
+    over their data-parallel mesh (ZeRO 1-3: a ``DTensor`` with ``Shard`` placements), others
+    whole (ZeRO 0 or a plain tensor). A sharded member gathers the full gradient over its
+    mesh (the same for every member of that mesh), takes part in the sum with it, and keeps
+    its own shard of the result; a whole one takes part as it is."""
+    if isinstance(grad, DTensor) and any(isinstance(pl, Shard) for pl in grad.placements):
+        mesh, places = grad.device_mesh, grad.placements
+        whole = [Replicate()] * mesh.ndim
+        full = grad.redistribute(mesh, whole).to_local().contiguous()
+        dist.all_reduce(full, group=group)
+        back = DTensor.from_local(full, mesh, whole, run_check=False).redistribute(mesh, places)
+        grad.to_local().copy_(back.to_local())
+        return
+    local = grad.to_local() if isinstance(grad, DTensor) else grad
+    dist.all_reduce(local, group=group)
+
+
 class HybridRunner:
     """Executes this rank's part of a hybrid plan (see :class:`HybridSpec`).
 
@@ -535,14 +548,16 @@ class HybridRunner:
                         users.setdefault(canon[str(n.target)], set()).add(c % L.pp)
         # their gradients are summed over the pipeline ranks holding them (one group per
         # (d, t); every rank takes part in creating every group, as new_group requires)
-        self.shared: dict[str, dist.ProcessGroup] = {}
+        # (``mixed``: some holders shard it, others replicate it: summed as full tensors)
+        self.shared: dict[str, tuple[dist.ProcessGroup, bool]] = {}
         for name in sorted(k for k, v in users.items() if len(v) > 1):
             holders = sorted(users[name])
+            mixed = len({L.stage_zero_of(p) == 0 for p in holders}) > 1
             for d in range(L.dp):
                 for t in range(L.tp):
                     group = dist.new_group([(p * L.dp + d) * L.tp + t for p in holders])
                     if self.p in holders and (d, t) == (self.d, self.t):
-                        self.shared[name] = group
+                        self.shared[name] = (group, mixed)
         cls = SCHEDULE_CLASSES[L.schedule]
         arg = stages if L.schedule == "interleaved" else stages[0]
         self.schedule = cls(arg, L.num_microbatches, loss_fn=_loss_of_output)
@@ -605,12 +620,15 @@ class HybridRunner:
         if self.shared:
             with self.timer.timed("comm"):
                 by_name = dict(self.named_parameters())
-                for name, group in self.shared.items():
+                for name, (group, mixed) in self.shared.items():
                     prm = by_name[name]
                     if prm.grad is None:
                         prm.grad = torch.zeros_like(prm)
-                    g = prm.grad.to_local() if isinstance(prm.grad, DTensor) else prm.grad
-                    dist.all_reduce(g, group=group)
+                    if mixed:
+                        all_reduce_unsharded(prm.grad, group)
+                    else:
+                        g = prm.grad.to_local() if isinstance(prm.grad, DTensor) else prm.grad
+                        dist.all_reduce(g, group=group)
         if not losses or self.t:
             return 0.0
         return float(sum(float(x.detach()) for x in losses) / len(losses)) / L.dp

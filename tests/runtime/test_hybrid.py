@@ -93,10 +93,6 @@ def test_layout_fields_rank_order_and_duck_typing():
         (dict(stage_zero=[0]), r"stage_zero = \[0\]: expected pp = 2 ZeRO stages"),
         (dict(stage_zero=[0, 4]), r"stage_zero\[1\] = 4: expected one of"),
         (dict(zero=3, stage_zero=[1, 3]), r"stage_zero\[0\] = 1: expected zero = 3"),
-        (
-            dict(zero=3, stage_zero=[3, 0]),
-            r"stage_zero = \[3, 0\]: the first and last stages must both replicate",
-        ),
     ],
 )
 def test_layout_refusals_name_the_field(kw, match):
@@ -218,13 +214,11 @@ def test_hybrid_plan_resolves_to_a_hybrid_run_spec(graphs_by_layers):
     )  # fmt: skip
     assert per_stage.hybrid["stage_recompute"] == ["full", "none"]
     assert "stage_recompute" not in spec.hybrid
-    # and a ZeRO stage per stage, when the tied embedding's two stages both shard
-    zs = make_run_spec(*hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, zero=3,
-                                    stage_zero=(3, 1)), CLUSTER)  # fmt: skip
-    assert zs.hybrid["stage_zero"] == [3, 1] and "stage_zero" not in spec.hybrid
-    with pytest.raises(ValueError, match=r"stage_zero = \[3, 0\]: the first and last stages"):
-        make_run_spec(*hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, zero=3,
-                                   stage_zero=(3, 0)), CLUSTER)  # fmt: skip
+    # and a ZeRO stage per stage, whether the tied embedding's two stages both shard or not
+    for zeros in ((3, 1), (3, 0), (0, 2)):
+        zs = make_run_spec(*hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, zero=zeros[0],
+                                        stage_zero=zeros), CLUSTER)  # fmt: skip
+        assert zs.hybrid["stage_zero"] == list(zeros) and "stage_zero" not in spec.hybrid
 
 
 @pytest.mark.timeout(900)
@@ -233,14 +227,16 @@ def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(g
     none / full (2 blocks, 1F1B), then ZeRO 2 with selective recomputation and sequence
     parallelism on the interleaved schedule (4 blocks, 2 chunks per pipeline rank), then a
     recomputation mode per stage (full on the first, selective on the second), then a ZeRO
-    stage per stage (3 on the first, 1 on the second). The loss and every gradient of the
-    first step equal one full-batch process within 1e-5."""
+    stage per stage (3 on the first, 1 on the second; then 3 and 0, where the tied
+    embedding's gradient is sharded on one stage and whole on the other). The loss and every
+    gradient of the first step equal one full-batch process within 1e-5."""
     cases = [dict(zero=z, recompute=r) for z in (0, 3) for r in ("none", "full")]
     cases.append(
         dict(zero=2, recompute="selective", virtual_stages=2, n_layer=4, sequence_parallel=True)
     )
     cases.append(dict(zero=0, recompute="full", stage_recompute=("full", "selective")))
     cases.append(dict(zero=3, stage_zero=(3, 1)))
+    cases.append(dict(zero=3, stage_zero=(3, 0)))
     specs = []
     for kw in cases:
         plan, graph = hybrid_plan(graphs_by_layers, dp=2, tp=2, pp=2, **kw)
@@ -249,9 +245,9 @@ def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(g
                 plan, graph, CLUSTER, steps=1, warmup=0, capture_grads=True, timeout_s=300
             )
         )
-    assert specs[-3].schedule == "interleaved"
-    assert specs[-2].hybrid["stage_recompute"] == ["full", "selective"]
-    assert specs[-1].hybrid["stage_zero"] == [3, 1]
+    assert specs[-4].schedule == "interleaved"
+    assert specs[-3].hybrid["stage_recompute"] == ["full", "selective"]
+    assert [sp.hybrid["stage_zero"] for sp in specs[-2:]] == [[3, 1], [3, 0]]
     results = run_specs(specs, timeout_s=880)
     for kw, res in zip(cases, results):
         assert (res.mode, res.world_size, res.microbatches) == ("hybrid", 8, 2), kw
