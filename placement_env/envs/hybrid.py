@@ -13,12 +13,14 @@ from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import (
     RECOMPUTE,
+    ZERO_STAGES,
     HybridLayout,
     layout_grid,
     model_dims,
     submesh_tps,
     with_stage_recompute,
     with_stage_tp,
+    with_stage_zero,
 )
 from graphs.plan import hybrid_placement
 from graphs.schema import is_number, is_whole
@@ -31,7 +33,8 @@ KEYS = ("tp", "pp", "microbatch_size", "virtual_stages", "recompute", "sequence_
 LAYOUT_FEATURES = 16
 PROBLEM_FEATURES = 8
 RESULT_FEATURES = 4
-CHUNK_FEATURES = 6
+CHUNK_FEATURES = 6  # and a 7th, the stage's ZeRO stage, with ``stage_zero=True``
+ZERO_MAX = max(ZERO_STAGES)
 INITS = ("megatron", "random")
 
 
@@ -65,7 +68,8 @@ class HybridEnv(gym.Env[dict, Any]):
 
     ## Action Space
 
-    ``Discrete(2 * 7 + 2 * (max_chunks - 1) + 2 * max_chunks + 2 * max_chunks)``:
+    ``Discrete(2 * 7 + 2 * (max_chunks - 1) + 2 * max_chunks + 2 * max_chunks)``, and
+    ``2 * max_chunks`` more with ``stage_zero=True``:
 
     - ``a < 14``: field ``KEYS[a // 2]`` (``tp``, ``pp``, ``microbatch_size``,
       ``virtual_stages``, ``recompute``, ``sequence_parallel``, ``zero``) one step down
@@ -86,6 +90,10 @@ class HybridEnv(gym.Env[dict, Any]):
       (even: less, ``full`` -> ``selective`` -> ``none``) or up (odd) (``v = 1`` layouts
       only): the layout then has ``stage_recompute``, or none again when every stage is
       back on one mode (:func:`graphs.layout.with_stage_recompute`).
+    - with ``stage_zero=True``, the last ``2 * max_chunks``: pipeline stage ``q // 2``'s
+      ZeRO stage one down (even) or up (odd) (``v = 1`` layouts only; up only where the
+      stage has ``dp > 1``, as the grid): the layout then has ``stage_zero``, or none again
+      when every stage is back on one ZeRO stage (:func:`graphs.layout.with_stage_zero`).
 
     A move with no valid target (no such layout, an empty chunk, a chunk beyond the
     layout's ``pp * v``) is a no-op flagged ``info["invalid_action"]``; ``action_masks()``
@@ -100,7 +108,7 @@ class HybridEnv(gym.Env[dict, Any]):
     | ``layout`` | ``(16,)`` | log2 of dp, tp, pp, microbatch, v, microbatches (scaled); recompute one-hot (3); SP; ZeRO one-hot (4); ``num_chunks / max_chunks`` |
     | ``problem`` | ``(8,)`` | log10 parameters / 12, log2 GPUs / 13, layers / 128, heads / 128, log2 hidden / 15, log2 seq / 14, GPU memory (GB) / 100, GPU peak (PFLOP/s) |
     | ``result`` | ``(4,)`` | step time / lower bound (clipped at 1e3) / 10, OOM, peak memory / capacity (clipped at 11), MFU |
-    | ``chunks`` | ``(max_chunks * 6,)`` | per chunk (row-major, 6 each): its layers / all layers, its start / layers, its pipeline rank / pp, log2 of its stage's tp / 3 and dp / log2 GPUs, its stage's recomputation (none 0, selective 0.5, full 1) |
+    | ``chunks`` | ``(max_chunks * 6,)`` | per chunk (row-major, 6 each): its layers / all layers, its start / layers, its pipeline rank / pp, log2 of its stage's tp / 3 and dp / log2 GPUs, its stage's recomputation (none 0, selective 0.5, full 1); with ``stage_zero=True`` 7 each, the 7th its stage's ZeRO stage / 3 |
     | ``chunk_mask`` | ``(max_chunks,)`` | 1 for the layout's chunks, 0 for padding |
 
     ## Rewards
@@ -126,6 +134,8 @@ class HybridEnv(gym.Env[dict, Any]):
     - ``init``: ``"megatron"`` (largest ``tp`` in a node, fewest stages, microbatch 1,
       full recomputation, ZeRO-0) or ``"random"`` (a random layout of the space).
     - ``oom_penalty``: as the other envs (default 1).
+    - ``stage_zero``: add the per-stage ZeRO moves and the chunks' ZeRO column (default
+      ``False``: the action and observation spaces of the env before this option).
 
     ## Info
 
@@ -149,6 +159,7 @@ class HybridEnv(gym.Env[dict, Any]):
         max_chunks: int = 128,
         init: str = "megatron",
         oom_penalty: float = 1.0,
+        stage_zero: bool = False,
         render_mode: str | None = None,
     ) -> None:
         if init not in INITS:
@@ -164,6 +175,8 @@ class HybridEnv(gym.Env[dict, Any]):
             raise ValueError(
                 f"HybridEnv: oom_penalty {oom_penalty!r}: expected a finite number >= 0"
             )
+        if not isinstance(stage_zero, (bool, np.bool_)):  # "false" from a YAML string is truthy
+            raise ValueError(f"HybridEnv: stage_zero {stage_zero!r}: expected true or false")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode {render_mode!r} is not supported")
         self.generator = generator if generator is not None else _FixedHybrid()
@@ -172,6 +185,8 @@ class HybridEnv(gym.Env[dict, Any]):
         self.max_chunks = int(max_chunks)
         self.init = init
         self.oom_penalty = float(oom_penalty)
+        self.stage_zero = bool(stage_zero)
+        self.chunk_features = CHUNK_FEATURES + int(self.stage_zero)
         self.render_mode = render_mode
         K = self.max_chunks
         f32 = np.float32
@@ -180,11 +195,13 @@ class HybridEnv(gym.Env[dict, Any]):
                 "layout": spaces.Box(0.0, 1.0, (LAYOUT_FEATURES,), f32),
                 "problem": spaces.Box(0.0, 16.0, (PROBLEM_FEATURES,), f32),
                 "result": spaces.Box(0.0, MAX_TIME_RATIO / 10, (RESULT_FEATURES,), f32),
-                "chunks": spaces.Box(0.0, 1.0, (K * CHUNK_FEATURES,), f32),
+                "chunks": spaces.Box(0.0, 1.0, (K * self.chunk_features,), f32),
                 "chunk_mask": spaces.Box(0.0, 1.0, (K,), f32),
             }
         )
-        self.action_space = spaces.Discrete(2 * len(KEYS) + 2 * (K - 1) + 4 * K)
+        self.action_space = spaces.Discrete(
+            2 * len(KEYS) + 2 * (K - 1) + (6 if stage_zero else 4) * K
+        )
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
         self._prep: dict[str, Any] | None = None
         self.layout: HybridLayout | None = None
@@ -287,6 +304,9 @@ class HybridEnv(gym.Env[dict, Any]):
         nr = ns + 2 * self.max_chunks
         for a in range(nr, min(nr + 2 * lay.pp, len(mask))):
             mask[a] = self._stage_rc_next(lay, (a - nr) // 2, (a - nr) % 2 == 1) is not None
+        nz = nr + 2 * self.max_chunks
+        for a in range(nz, min(nz + 2 * lay.pp, len(mask))):
+            mask[a] = self._stage_zero_next(lay, (a - nz) // 2, (a - nz) % 2 == 1) is not None
         return mask
 
     def render(self) -> str | None:
@@ -334,6 +354,11 @@ class HybridEnv(gym.Env[dict, Any]):
             return new
         ns = nk + 2 * (self.max_chunks - 1)
         nr = ns + 2 * self.max_chunks
+        nz = nr + 2 * self.max_chunks
+        if a >= nz:
+            stage, up = (a - nz) // 2, (a - nz) % 2 == 1
+            z = self._stage_zero_next(lay, stage, up)
+            return None if z is None else with_stage_zero(lay, stage, z)
         if a >= nr:
             stage, up = (a - nr) // 2, (a - nr) % 2 == 1
             mode = self._stage_rc_next(lay, stage, up)
@@ -378,6 +403,17 @@ class HybridEnv(gym.Env[dict, Any]):
         i = RECOMPUTE.index(lay.recomputes[stage]) + (1 if up else -1)
         return RECOMPUTE[i] if 0 <= i < len(RECOMPUTE) else None
 
+    @staticmethod
+    def _stage_zero_next(lay: HybridLayout, stage: int, up: bool) -> int | None:
+        """Stage ``stage``'s ZeRO stage one up or down (``None``: none; up needs the stage's
+        ``dp > 1``, as :func:`graphs.layout.layout_grid` has ZeRO only with data parallelism)."""
+        if stage >= lay.pp or lay.virtual_stages != 1:
+            return None
+        z = lay.zeros[stage] + (1 if up else -1)
+        if up and lay.meshes[stage][0] == 1:
+            return None
+        return z if 0 <= z <= ZERO_MAX else None
+
     def _stage_tp_move(self, lay: HybridLayout, stage: int, up: bool) -> HybridLayout | None:
         """``lay`` with stage ``stage``'s ``tp`` one valid step down or up on its own submesh."""
         t = self._stage_tp_next(lay, stage, up)
@@ -400,12 +436,12 @@ class HybridEnv(gym.Env[dict, Any]):
         feat[10 + lay.zero] = 1.0
         feat[14] = lay.num_chunks / K
         feat = np.clip(feat, 0.0, 1.0)
-        chunks = np.zeros((K, CHUNK_FEATURES), np.float32)
+        chunks = np.zeros((K, self.chunk_features), np.float32)
         mask = np.zeros(K, np.float32)
-        meshes, recs = lay.meshes, lay.recomputes
+        meshes, recs, zeros = lay.meshes, lay.recomputes, lay.zeros
         for c, (a, b) in enumerate(lay.stage_layers):
             dp_c, tp_c = meshes[c % lay.pp]
-            chunks[c] = (
+            row = (
                 (b - a) / L,
                 a / L,
                 (c % lay.pp) / lay.pp,
@@ -413,6 +449,7 @@ class HybridEnv(gym.Env[dict, Any]):
                 lg(dp_c) / max(lg(D), 1),
                 RECOMPUTE.index(recs[c % lay.pp]) / (len(RECOMPUTE) - 1),
             )
+            chunks[c] = row + (zeros[c % lay.pp] / ZERO_MAX,) if self.stage_zero else row
             mask[c] = 1.0
         res = np.array(
             [

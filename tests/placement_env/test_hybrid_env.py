@@ -148,3 +148,61 @@ def test_stage_recompute_moves(env):
     env.step(nr + 2 * 0)  # stage 0 (and so `recompute`) to selective
     assert env.layout.recompute == "selective"
     assert env.layout.stage_recompute == ("selective", "full")
+
+
+def test_stage_zero_moves_are_opt_in():
+    """With ``stage_zero=True`` a last block of actions changes one stage's ZeRO stage (down:
+    even, up: odd; up only where the stage has data parallelism): the layout gets
+    stage_zero, the chunks show it in a 7th column, the step is the simulator's, and moving
+    every stage to one ZeRO stage gives the uniform layout back. Without the option the
+    spaces are the env's earlier ones."""
+    plain = gym.make("placement_env/Hybrid-v0").unwrapped
+    K = plain.max_chunks
+    nz = 2 * len(KEYS) + 2 * (K - 1) + 4 * K
+    assert plain.action_space.n == nz
+    assert plain.observation_space["chunks"].shape == (K * 6,)
+    env = gym.make("placement_env/Hybrid-v0", stage_zero=True).unwrapped
+    assert env.action_space.n == nz + 2 * K
+    assert env.observation_space["chunks"].shape == (K * 7,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env)
+    env.reset(seed=0)
+    env.step(2 * KEYS.index("pp") + 1)  # two stages of tp 8: dp 1, so no ZeRO to choose
+    assert (env.layout.pp, env.layout.dp) == (2, 1)
+    m = env.action_masks()
+    assert not m[nz : nz + 2 * K].any()
+    env.step(2 * KEYS.index("tp"))  # tp 4: dp 2 on each stage
+    lay = env.layout
+    assert (lay.dp, lay.tp, lay.pp, lay.zero) == (2, 4, 2, 0)
+    m = env.action_masks()
+    assert m[nz + 2 * 1 + 1] and not m[nz + 2 * 1]  # stage 1: up only
+    assert not m[nz + 2 * 2] and not m[nz + 2 * 2 + 1]  # no third stage
+    obs, r, *_, info = env.step(nz + 2 * 1 + 1)  # stage 1: ZeRO-0 -> ZeRO-1
+    het = env.layout
+    assert het.stage_zero == (0, 1) and het.zero == 0 and info["layout"]["stage_zero"] == [0, 1]
+    assert info["step_time"] == pytest.approx(env._prep["oracle"].evaluate_layout(het).step_time)
+    chunks = obs["chunks"].reshape(K, 7)
+    assert chunks[0, 6] == 0.0 and chunks[1, 6] == pytest.approx(1 / 3)
+    assert chunks[:2, :6].tolist() == obs_without_zero(env, het)[:2].tolist()
+    env.step(nz + 2 * 0 + 1)  # stage 0 to ZeRO-1 as well: one ZeRO stage again
+    assert env.layout.zero == 1 and not env.layout.stage_zero
+    for _ in range(2):
+        env.step(nz + 2 * 1 + 1)  # stage 1 up to ZeRO-3
+    assert env.layout.stage_zero == (1, 3)
+    assert not env.action_masks()[nz + 2 * 1 + 1]  # ZeRO-3 is the top
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        m = env.action_masks()
+        assert m.tolist() == [env._target(a) is not None for a in range(env.action_space.n)]
+        env.step(int(rng.choice(np.flatnonzero(m))))
+    with pytest.raises(ValueError, match="HybridEnv: stage_zero 'false': expected true or false"):
+        gym.make("placement_env/Hybrid-v0", stage_zero="false")
+
+
+def obs_without_zero(env, lay):
+    """The 6-column chunk table of ``lay`` as the env without ``stage_zero`` shows it."""
+    plain = gym.make("placement_env/Hybrid-v0").unwrapped
+    plain.reset(seed=0)
+    plain.layout, plain._res = lay, env._res
+    return plain._get_obs()["chunks"].reshape(plain.max_chunks, 6)

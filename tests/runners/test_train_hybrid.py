@@ -202,6 +202,21 @@ def test_ppo_refuses_graph_policy_options_on_a_hybrid_env(
         train(cfg, tmp_path, echo=lambda s: None)
 
 
+def test_ppo_with_per_stage_zero_moves(tmp_path: Path) -> None:
+    # +env.env_kwargs.stage_zero=true gives PPO the env's per-stage ZeRO moves; the run and
+    # its plan file work as without them, and a value that is not a boolean is refused by name
+    quiet = [*TINY_PPO, "env.baselines=[]"]
+    res = train(compose([*quiet, "+env.env_kwargs.stage_zero=true"]), tmp_path / "z",
+                echo=lambda s: None)  # fmt: skip
+    assert res["timesteps"] == 32 and res["oracle_calls"] == 33 and not res["oom"]
+    lay = res["layout"]
+    assert lay["dp"] * lay["tp"] * lay["pp"] == 8
+    assert Plan.load(tmp_path / "z" / "best_plan.json").layout.to_dict() == lay
+    with pytest.raises(ValueError, match="stage_zero 'yes': expected true or false"):
+        train(compose([*quiet, "+env.env_kwargs.stage_zero=yes"]), tmp_path / "bad",
+              echo=lambda s: None)  # fmt: skip
+
+
 @pytest.mark.timeout(600)
 def test_memory_fraction_caps_what_the_grid_may_use(tmp_path: Path) -> None:
     # the 1.3B GPT's fastest grid layout uses some memory M; with env.memory_fraction set so
