@@ -89,3 +89,35 @@ def test_execute_runs_a_plan_whose_stages_recompute_differently(tmp_path: Path) 
     res = json.loads((tmp_path / "ex" / "result.json").read_text())
     assert (res["mode"], res["world_size"], res["microbatches"]) == ("hybrid", 2, 4)
     assert res["plan_hash"] == plan_hash(Plan.load(tmp_path / "plan.json"))
+
+
+def test_execute_runs_a_plan_whose_stages_shard_differently(tmp_path: Path) -> None:
+    """Journey: a hybrid plan with a ZeRO stage per pipeline stage, the first sharded (ZeRO-3)
+    and the last replicated (ZeRO-0), so the tied embedding's gradient is summed between a
+    shard and a whole tensor (saved as JSON) runs through ``python -m runners.execute`` on 4
+    CPU processes (dp 2 x pp 2); the result is that plan's."""
+    import json
+
+    from graphs.cpu_cluster import cpu_cluster
+    from runtime.model import graph_for_model
+    from runtime.spec import plan_hash
+
+    model = {"name": "gpt2", "config": dict(batch=4, seq=16, n_layer=2, d_model=32, n_head=2,
+                                            vocab=64, n_ctx=16)}  # fmt: skip
+    graph = graph_for_model(model)
+    plan = Plan.hybrid(
+        graph, cpu_cluster(4), dp=2, tp=1, pp=2, microbatch_size=1, global_batch=4,
+        zero=3, stage_zero=(3, 0), meta={"model": model, "cluster": "cpu_4"},
+    )  # fmt: skip
+    plan.save(tmp_path / "plan.json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.execute", f"plan={tmp_path / 'plan.json'}",
+         f"output_dir={tmp_path / 'ex'}", "steps=1", "warmup=0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "hybrid plan on 4 processes" in proc.stdout
+    res = json.loads((tmp_path / "ex" / "result.json").read_text())
+    assert (res["mode"], res["world_size"], res["microbatches"]) == ("hybrid", 4, 2)
+    assert res["plan_hash"] == plan_hash(Plan.load(tmp_path / "plan.json"))
+    assert np.isfinite(res["loss"]) and res["step_time"] > 0
