@@ -60,23 +60,24 @@ def test_cluster_key_is_a_value_not_the_config_group(tmp_path: Path) -> None:
     assert "missing.json" in proc.stderr
 
 
-def test_execute_runs_a_plan_whose_stages_recompute_differently(tmp_path: Path) -> None:
-    """Journey: a hybrid plan with a recomputation mode per pipeline stage (what ``alpa`` and
-    ``hybrid_anneal`` may plan; built here with ``Plan.hybrid``, saved as JSON) runs through
-    ``python -m runners.execute`` on 2 CPU processes; the result is that plan's."""
+TINY_GPT2 = {"name": "gpt2", "config": dict(batch=4, seq=16, n_layer=2, d_model=32, n_head=2,
+                                           vocab=64, n_ctx=16)}  # fmt: skip
+
+
+def execute_hybrid(tmp_path: Path, world: int, **layout) -> dict:
+    """``Plan.hybrid(**layout)`` of :data:`TINY_GPT2` on ``cpu_{world}``, saved as JSON and run
+    through ``python -m runners.execute`` (1 step): its result.json, after checking the run
+    names its process count and the result carries the plan's hash."""
     import json
 
     from graphs.cpu_cluster import cpu_cluster
     from runtime.model import graph_for_model
     from runtime.spec import plan_hash
 
-    model = {"name": "gpt2", "config": dict(batch=4, seq=16, n_layer=2, d_model=32, n_head=2,
-                                            vocab=64, n_ctx=16)}  # fmt: skip
-    graph = graph_for_model(model)
+    graph = graph_for_model(TINY_GPT2)
     plan = Plan.hybrid(
-        graph, cpu_cluster(2), dp=1, tp=1, pp=2, microbatch_size=1, global_batch=4,
-        recompute="full", stage_recompute=("full", "none"),
-        meta={"model": model, "cluster": "cpu_2"},
+        graph, cpu_cluster(world), microbatch_size=1, global_batch=4,
+        meta={"model": TINY_GPT2, "cluster": f"cpu_{world}"}, **layout,
     )  # fmt: skip
     plan.save(tmp_path / "plan.json")
     proc = subprocess.run(
@@ -85,10 +86,19 @@ def test_execute_runs_a_plan_whose_stages_recompute_differently(tmp_path: Path) 
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "hybrid plan on 2 processes" in proc.stdout
+    assert f"hybrid plan on {world} processes" in proc.stdout
     res = json.loads((tmp_path / "ex" / "result.json").read_text())
-    assert (res["mode"], res["world_size"], res["microbatches"]) == ("hybrid", 2, 4)
     assert res["plan_hash"] == plan_hash(Plan.load(tmp_path / "plan.json"))
+    return res
+
+
+def test_execute_runs_a_plan_whose_stages_recompute_differently(tmp_path: Path) -> None:
+    """Journey: a hybrid plan with a recomputation mode per pipeline stage (what ``alpa`` and
+    ``hybrid_anneal`` may plan; built here with ``Plan.hybrid``, saved as JSON) runs through
+    ``python -m runners.execute`` on 2 CPU processes; the result is that plan's."""
+    res = execute_hybrid(tmp_path, 2, dp=1, tp=1, pp=2, recompute="full",
+                         stage_recompute=("full", "none"))  # fmt: skip
+    assert (res["mode"], res["world_size"], res["microbatches"]) == ("hybrid", 2, 4)
 
 
 def test_execute_runs_a_plan_whose_stages_shard_differently(tmp_path: Path) -> None:
@@ -96,28 +106,6 @@ def test_execute_runs_a_plan_whose_stages_shard_differently(tmp_path: Path) -> N
     and the last replicated (ZeRO-0), so the tied embedding's gradient is summed between a
     shard and a whole tensor (saved as JSON) runs through ``python -m runners.execute`` on 4
     CPU processes (dp 2 x pp 2); the result is that plan's."""
-    import json
-
-    from graphs.cpu_cluster import cpu_cluster
-    from runtime.model import graph_for_model
-    from runtime.spec import plan_hash
-
-    model = {"name": "gpt2", "config": dict(batch=4, seq=16, n_layer=2, d_model=32, n_head=2,
-                                            vocab=64, n_ctx=16)}  # fmt: skip
-    graph = graph_for_model(model)
-    plan = Plan.hybrid(
-        graph, cpu_cluster(4), dp=2, tp=1, pp=2, microbatch_size=1, global_batch=4,
-        zero=3, stage_zero=(3, 0), meta={"model": model, "cluster": "cpu_4"},
-    )  # fmt: skip
-    plan.save(tmp_path / "plan.json")
-    proc = subprocess.run(
-        [sys.executable, "-m", "runners.execute", f"plan={tmp_path / 'plan.json'}",
-         f"output_dir={tmp_path / 'ex'}", "steps=1", "warmup=0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "hybrid plan on 4 processes" in proc.stdout
-    res = json.loads((tmp_path / "ex" / "result.json").read_text())
+    res = execute_hybrid(tmp_path, 4, dp=2, tp=1, pp=2, zero=3, stage_zero=(3, 0))
     assert (res["mode"], res["world_size"], res["microbatches"]) == ("hybrid", 4, 2)
-    assert res["plan_hash"] == plan_hash(Plan.load(tmp_path / "plan.json"))
     assert np.isfinite(res["loss"]) and res["step_time"] > 0
