@@ -866,35 +866,54 @@ def _check_fields(obj: Any, source: str) -> None:
     problem = stage_zero_problem(get("stage_zero"), pp, v, get("zero"))
     if problem is not None:
         raise bad(*problem)
-    sm: Any = get("stage_meshes") or ()
+    problem = stage_meshes_problem(get("stage_meshes"), pp, v, dp, tp, mbs)
+    if problem is not None:
+        raise bad(*problem)
+
+
+def stage_meshes_problem(
+    stage_meshes: Any, pp: int, virtual_stages: int, dp: int, tp: int, microbatch_size: int
+) -> tuple[str, Any, str] | None:
+    """What is wrong with a layout's ``stage_meshes`` as ``(field, value, expected)``, or
+    ``None`` when it is valid (empty, or one ``(dp, tp)`` pair of integers >= 1 per pipeline
+    stage, ``virtual_stages`` 1, each dp dividing the ``dp * microbatch_size`` samples of a
+    microbatch, the first pair equal to ``(dp, tp)``). Shared by :class:`HybridLayout` and
+    the runtime's ``HybridSpec``."""
+    sm: Any = stage_meshes or ()
     if not isinstance(sm, (list, tuple)):
-        raise bad("stage_meshes", sm, "a sequence of (dp, tp) pairs, one per pipeline stage")
+        return ("stage_meshes", sm, "a sequence of (dp, tp) pairs, one per pipeline stage")
     if not sm:
-        return
+        return None
     if len(sm) != pp:
-        raise bad("stage_meshes", sm, f"pp = {pp} (dp, tp) pairs, one per pipeline stage")
-    if v != 1:
-        raise bad("virtual_stages", v, "1 when the stages have their own submeshes (stage_meshes)")
+        return ("stage_meshes", sm, f"pp = {pp} (dp, tp) pairs, one per pipeline stage")
+    if virtual_stages != 1:
+        return (
+            "virtual_stages",
+            virtual_stages,
+            "1 when the stages have their own submeshes (stage_meshes)",
+        )
     for c, r in enumerate(sm):
         if (
             not isinstance(r, (list, tuple))
             or len(r) != 2
             or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in r)
         ):
-            raise bad(f"stage_meshes[{c}]", r, "a pair of integers (dp, tp), each >= 1")
-        if (dp * mbs) % r[0]:
-            raise bad(
+            return (f"stage_meshes[{c}]", r, "a pair of integers (dp, tp), each >= 1")
+        if (dp * microbatch_size) % r[0]:
+            return (
                 f"stage_meshes[{c}]",
                 list(r),
-                f"a dp that divides the microbatch of dp * microbatch_size = {dp * mbs} samples "
-                "(each data-parallel rank of the stage takes a whole share of it)",
+                f"a dp that divides the microbatch of dp * microbatch_size = "
+                f"{dp * microbatch_size} samples (each data-parallel rank of the stage takes a "
+                "whole share of it)",
             )
     if tuple(sm[0]) != (dp, tp):
-        raise bad(
+        return (
             "stage_meshes[0]",
             list(sm[0]),
             f"(dp, tp) = ({dp}, {tp}): dp, tp and microbatch_size are the first stage's",
         )
+    return None
 
 
 def divisors(n: int) -> list[int]:

@@ -27,6 +27,7 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
                 else "; plans written by runners.train/plan/evaluate carry it"
             )
         )
+    _check_buildable(model)
     if graph_path:
         from graphs import io
 
@@ -41,6 +42,26 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
     n = plan.layout.world_size if plan.layout is not None else int(plan.placement.max()) + tp
     name = cluster_name or plan.meta.get("cluster") or f"cpu_{n}"
     return graph, clusters.load(str(name))
+
+
+def _check_buildable(model: Any) -> None:
+    """Refuse, naming it, a parametric model of ``graphs.zoo.build`` (``gpt`` by dimension,
+    ``llama`` with dimension keywords): hybrid envs plan them from analytic costs, but the
+    runtime builds PyTorch modules of the zoo's extracted models and of factories only."""
+    from graphs import zoo
+    from graphs.zoo.parametric import PARAM_KEYS, PARAMETRIC
+
+    if not isinstance(model, dict) or "factory" in model:
+        return
+    name, config = model.get("name"), dict(model.get("config") or {})
+    only = set(PARAM_KEYS) - {"batch", "seq", "vocab"}
+    if name in PARAMETRIC and (name == "gpt" or set(config) & only):
+        raise ValueError(
+            f"the plan's model is the parametric {name!r} of graphs.zoo.build (dimensions "
+            f"{config}), which hybrid envs score from analytic costs; the runtime has no PyTorch "
+            f"module for it. runners.execute runs plans of the zoo models {zoo.names()} (e.g. "
+            "+env=gpt2_8gpu_hybrid) or of a factory (model: pkg.mod:fn)"
+        )
 
 
 @hydra.main(version_base=None, config_path="../conf/execute", config_name="config")

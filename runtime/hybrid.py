@@ -21,7 +21,7 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from graphs.layout import stage_recompute_problem, stage_zero_problem
+from graphs.layout import stage_meshes_problem, stage_recompute_problem, stage_zero_problem
 from runtime.pipeline import SCHEDULE_CLASSES, _loss_of_output, _patch_wait, _zeros, stage_modules
 from runtime.program import (
     MODEL_PREFIX,
@@ -70,6 +70,12 @@ class HybridSpec:
             and last stages shard by shard when both shard (1-3) or both replicate (0), and
             as full tensors (gathered over the sharding stage's dp group, then cut back to
             its shard) when one shards and the other replicates.
+        stage_meshes: empty (every stage on a ``dp x tp`` submesh) or one ``(dp_p, tp_p)``
+            pair per pipeline stage (``virtual_stages == 1``; ``stage_meshes[0] == (dp,
+            tp)``), as ``graphs.layout.HybridLayout.stage_meshes``: stage ``p`` runs on the
+            ``dp_p * tp_p`` consecutive ranks from :meth:`stage_offset`, splitting each
+            microbatch of ``dp * microbatch_size`` samples over its ``dp_p`` ranks; executed
+            by :class:`runtime.submesh.SubmeshRunner` (see :func:`make_runner`).
         stage_layers: half-open transformer-layer ranges, one per model chunk, in
             pipeline order (``pp * virtual_stages`` chunks, chunk c on pipeline rank
             ``c % pp``); chunk 0 also holds the embeddings, the last chunk the head and loss.
@@ -88,6 +94,7 @@ class HybridSpec:
     schedule: str = "1f1b"
     stage_recompute: tuple[str, ...] = ()
     stage_zero: tuple[int, ...] = ()
+    stage_meshes: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -95,6 +102,9 @@ class HybridSpec:
         )
         object.__setattr__(self, "stage_recompute", tuple(self.stage_recompute or ()))
         object.__setattr__(self, "stage_zero", tuple(self.stage_zero or ()))
+        object.__setattr__(
+            self, "stage_meshes", tuple((int(a), int(b)) for a, b in self.stage_meshes or ())
+        )
 
     @classmethod
     def from_layout(cls, layout: Any) -> HybridSpec:
@@ -119,6 +129,10 @@ class HybridSpec:
                 d[key] = list(getattr(self, key))
             else:
                 d.pop(key)
+        if self.stage_meshes:
+            d["stage_meshes"] = [list(m) for m in self.stage_meshes]
+        else:
+            d.pop("stage_meshes")
         return d
 
     def stage_zero_of(self, p: int) -> int:
@@ -130,8 +144,26 @@ class HybridSpec:
         return self.stage_recompute[c % self.pp] if self.stage_recompute else self.recompute
 
     @property
+    def meshes(self) -> tuple[tuple[int, int], ...]:
+        """``(dp_p, tp_p)`` of every pipeline stage."""
+        return self.stage_meshes or ((self.dp, self.tp),) * self.pp
+
+    @property
     def world_size(self) -> int:
-        return self.pp * self.dp * self.tp
+        return sum(d * t for d, t in self.meshes)
+
+    def stage_offset(self, p: int) -> int:
+        """Global rank of the first rank of pipeline stage ``p``."""
+        return sum(d * t for d, t in self.meshes[:p])
+
+    def stage_ranks(self, p: int) -> range:
+        """Global ranks of pipeline stage ``p``."""
+        d, t = self.meshes[p]
+        return range(self.stage_offset(p), self.stage_offset(p) + d * t)
+
+    def rank(self, p: int, d: int, t: int) -> int:
+        """Global rank of ``(p, d, t)`` (inverse of :meth:`coords`)."""
+        return self.stage_offset(p) + d * self.meshes[p][1] + t
 
     @property
     def num_chunks(self) -> int:
@@ -142,8 +174,13 @@ class HybridSpec:
         return self.global_batch // (self.dp * self.microbatch_size)
 
     def coords(self, rank: int) -> tuple[int, int, int]:
-        """``(p, d, t)`` of ``rank`` (rank = ``(p * dp + d) * tp + t``)."""
-        return rank // (self.dp * self.tp), (rank // self.tp) % self.dp, rank % self.tp
+        """``(p, d, t)`` of ``rank`` (rank = ``(p * dp + d) * tp + t`` without
+        ``stage_meshes``; in general :meth:`stage_offset` ``+ d * tp_p + t``)."""
+        for p, (dp, tp) in enumerate(self.meshes):
+            if rank < dp * tp:
+                return p, rank // tp, rank % tp
+            rank -= dp * tp
+        raise ValueError(f"hybrid layout: rank out of range (world size {self.world_size})")
 
     def validate(self, n_layer: int | None = None) -> None:
         """Raise ``ValueError`` naming the field unless the layout is executable."""
@@ -175,7 +212,14 @@ class HybridSpec:
         if problem is not None:
             field_name, value, expected = problem
             raise ValueError(f"hybrid layout: {field_name} = {value!r}: expected {expected}")
-        if self.sequence_parallel and self.tp < 2:
+        problem = stage_meshes_problem(
+            self.stage_meshes, self.pp, self.virtual_stages, self.dp, self.tp,
+            self.microbatch_size,
+        )  # fmt: skip
+        if problem is not None:
+            field_name, value, expected = problem
+            raise ValueError(f"hybrid layout: {field_name} = {value!r}: expected {expected}")
+        if self.sequence_parallel and max(t for _, t in self.meshes) < 2:
             raise ValueError("hybrid layout: sequence_parallel=True needs tp > 1")
         if (self.schedule == "interleaved") != (self.virtual_stages > 1):
             raise ValueError(
@@ -282,10 +326,10 @@ def check_hybrid(model: Mapping[str, Any], layout: HybridSpec) -> None:
     gm = export_with_loss(zm.module, mb, zm.loss_fn)
     blocks, n_layer = block_list(gm)
     layout.validate(n_layer)
-    if layout.tp > 1:
-        from runtime.tensor_parallel import megatron_plan
+    from runtime.tensor_parallel import megatron_plan
 
-        megatron_plan(gm, [blocks], layout.tp)
+    for tp in sorted({t for _, t in layout.meshes if t > 1}):
+        megatron_plan(gm, [blocks], tp)
 
 
 # ---------------------------------------------------------------------------- sequence parallel
@@ -428,7 +472,150 @@ def all_reduce_unsharded(grad: torch.Tensor, group: dist.ProcessGroup) -> None:
     dist.all_reduce(local, group=group)
 
 
-class HybridRunner:
+def data_parallel(mod: HybridChunk, dp_mesh: DeviceMesh, zero: int) -> nn.Module:
+    """Wrap a chunk for data parallelism over ``dp_mesh`` under ZeRO stage ``zero``: 0 =
+    FSDP2's ``replicate`` (gradients all-reduced), 1 and 2 = ``fully_shard`` per block and
+    per chunk keeping the gathered parameters until backward, 3 = resharding after forward."""
+    if zero == 0:
+        from torch.distributed._composable.replicate_with_fsdp import replicate
+
+        return replicate(mod, mesh=dp_mesh)
+    from torch.distributed.fsdp import fully_shard
+
+    reshard = zero >= 3
+    for k, sub in enumerate(mod.segs):
+        if mod.is_layer[k]:
+            fully_shard(sub, mesh=dp_mesh, reshard_after_forward=reshard)
+    return fully_shard(mod, mesh=dp_mesh, reshard_after_forward=reshard)
+
+
+def check_run(layout: HybridSpec, world_size: int, inputs: Sequence[torch.Tensor]) -> None:
+    """Refuse a world size other than the layout's and a batch other than its
+    ``global_batch`` (``ValueError``)."""
+    L = layout
+    if world_size != L.world_size:
+        shape = (
+            f"stage_meshes {[list(m) for m in L.stage_meshes]}"
+            if L.stage_meshes
+            else f"pp x dp x tp = {L.pp} x {L.dp} x {L.tp}"
+        )
+        raise ValueError(
+            f"hybrid plan with {shape} needs {L.world_size} processes, got world size {world_size}"
+        )
+    batch = int(inputs[0].shape[0])
+    if batch != L.global_batch:
+        raise ValueError(
+            f"hybrid plan: the model's batch is {batch} samples but the layout's "
+            f"global_batch is {L.global_batch}"
+        )
+
+
+def tensor_parallel_program(
+    gm: fx.GraphModule,
+    seg: dict[str, int],
+    tp_mesh: DeviceMesh,
+    modules: Sequence[str],
+    sequence_parallel: bool,
+) -> Any:
+    """Tensor-parallelize ``gm`` over ``tp_mesh`` (and sequence-parallelize it), keeping
+    ``seg`` (node -> segment) up to date with the renamed and added nodes; the plan."""
+    plan, renamed = parallelize_program(gm, tp_mesh, list(modules))
+    seg.update({new: seg[old] for new, old in renamed.items() if old in seg})
+    if sequence_parallel:
+        added = apply_sequence_parallel(gm, plan)
+        seg.update({new: seg[anchor] for new, anchor in added.items()})
+    return plan
+
+
+def chunk_segments(stage_layers: Sequence[tuple[int, int]], n_layer: int) -> list[list[int]]:
+    """Per model chunk, its program segments: its blocks ``1 + l``, with the embeddings
+    (segment 0) on the first chunk and the head and loss (``n_layer + 1``) on the last."""
+    out = []
+    for c, (a, b) in enumerate(stage_layers):
+        ks = list(range(1 + a, 1 + b))
+        if c == 0:
+            ks.insert(0, 0)
+        if c == len(stage_layers) - 1:
+            ks.append(n_layer + 1)
+        out.append(ks)
+    return out
+
+
+def tied_users(
+    segments: Sequence[fx.GraphModule],
+    chunk_segs: Sequence[Sequence[int]],
+    canon: Mapping[str, str],
+    pp: int,
+) -> dict[str, list[int]]:
+    """Parameters used by chunks on several pipeline ranks (chunk c on rank ``c % pp``):
+    model name -> those ranks, sorted."""
+    users: dict[str, set[int]] = {}
+    for c, ks in enumerate(chunk_segs):
+        for k in ks:
+            for n in segments[k].graph.nodes:
+                if n.op == "get_attr" and str(n.target) in canon:
+                    users.setdefault(canon[str(n.target)], set()).add(c % pp)
+    return {k: sorted(v) for k, v in sorted(users.items()) if len(v) > 1}
+
+
+class ChunkParameters:
+    """Parameters and gradients of a runner's ``chunks`` (a list of :class:`_Chunk`), by
+    the model's names; ``tp_plan`` and ``tp_degree`` undo the fused tensor-parallel
+    layouts."""
+
+    chunks: list[_Chunk]
+    tp_plan: Any
+    tp_degree: int
+
+    def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """``(model name, parameter)`` of this rank's chunks, each parameter once."""
+        seen: set[int] = set()
+        out = []
+        for ch in self.chunks:
+            for path, p in ch.module.named_parameters(remove_duplicate=False):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append((ch.names[path], p))
+        return out
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def full_grads(self) -> dict[str, torch.Tensor]:
+        """Unsharded gradients of this rank's parameters in the model's layout, by name
+        (collectives over the dp and tp groups: call on every rank)."""
+
+        out = {}
+        for name, p in self.named_parameters():
+            g = p.grad
+            if g is None:
+                continue
+            if isinstance(g, DTensor):
+                g = g.full_tensor()
+            if self.tp_plan is not None and name in self.tp_plan.fused:
+                g = fused_permutation(g, self.tp_plan.fused[name], self.tp_degree, inverse=True)
+            out[name] = g
+        return out
+
+
+def make_runner(
+    model: nn.Module,
+    loss_fn: Callable[..., torch.Tensor],
+    inputs: Sequence[torch.Tensor],
+    layout: HybridSpec,
+    **kw: Any,
+) -> Any:
+    """The runner of ``layout``: :class:`HybridRunner` (one ``dp x tp`` submesh shape for
+    every stage, ``torch.distributed.pipelining`` schedules) or, with ``stage_meshes``,
+    :class:`runtime.submesh.SubmeshRunner`; ``kw`` as their constructors take."""
+    if layout.stage_meshes:
+        from runtime.submesh import SubmeshRunner
+
+        return SubmeshRunner(model, loss_fn, inputs, layout, **kw)
+    return HybridRunner(model, loss_fn, inputs, layout, **kw)
+
+
+class HybridRunner(ChunkParameters):
     """Executes this rank's part of a hybrid plan (see :class:`HybridSpec`).
 
     The (pp, dp, tp) ``DeviceMesh`` is built with ``init_device_mesh`` (gloo on CPU, nccl
@@ -463,20 +650,16 @@ class HybridRunner:
     ) -> None:
 
         self.layout = L = layout
+        if L.stage_meshes:
+            raise ValueError(
+                "HybridRunner runs layouts whose stages share one dp x tp submesh; one with "
+                "stage_meshes runs on runtime.submesh.SubmeshRunner (runtime.hybrid.make_runner "
+                "picks the runner)"
+            )
         self.device = device or torch.device("cpu")
         self.timer = timer or StepTimer()
         self.rank = rank
-        if world_size != L.world_size:
-            raise ValueError(
-                f"hybrid plan needs pp x dp x tp = {L.pp} x {L.dp} x {L.tp} = {L.world_size} "
-                f"processes, got world size {world_size}"
-            )
-        batch = int(inputs[0].shape[0])
-        if batch != L.global_batch:
-            raise ValueError(
-                f"hybrid plan: the model's batch is {batch} samples but the layout's "
-                f"global_batch is {L.global_batch}"
-            )
+        check_run(L, world_size, inputs)
         self.p, self.d, self.t = L.coords(rank)
         self.mesh = init_device_mesh(
             self.device.type, (L.pp, L.dp, L.tp), mesh_dim_names=MESH_DIM_NAMES
@@ -490,22 +673,14 @@ class HybridRunner:
         seg = segment_of_nodes(gm, blocks, n_layer)
         canon = canonical_params(gm)  # before sharding: tied weights under one name
         self.tp_plan = None
+        self.tp_degree = L.tp
         if L.tp > 1:
-            self.tp_plan, renamed = parallelize_program(gm, tp_mesh, list(tp_modules or [blocks]))
-            seg.update({new: seg[old] for new, old in renamed.items() if old in seg})
-            if L.sequence_parallel:
-                added = apply_sequence_parallel(gm, self.tp_plan)
-                seg.update({new: seg[anchor] for new, anchor in added.items()})
+            self.tp_plan = tensor_parallel_program(
+                gm, seg, tp_mesh, tp_modules or [blocks], L.sequence_parallel
+            )
         segments = stage_modules(gm, seg, n_layer + 2)
         meta = value_meta(gm)
-        chunk_segs = []
-        for c, (a, b) in enumerate(L.stage_layers):
-            ks = list(range(1 + a, 1 + b))
-            if c == 0:
-                ks.insert(0, 0)
-            if c == L.num_chunks - 1:
-                ks.append(n_layer + 1)
-            chunk_segs.append(ks)
+        chunk_segs = chunk_segments(L.stage_layers, n_layer)
         self.chunks: list[_Chunk] = []
         stages = []
         for c in range(L.num_chunks):
@@ -540,18 +715,12 @@ class HybridRunner:
         self.first = any(ch.index == 0 for ch in self.chunks)
         self.last = any(ch.index == L.num_chunks - 1 for ch in self.chunks)
         # tied parameters on several pipeline ranks (chunk c lives on rank c % pp)
-        users: dict[str, set[int]] = {}
-        for c, ks in enumerate(chunk_segs):
-            for k in ks:
-                for n in segments[k].graph.nodes:
-                    if n.op == "get_attr" and str(n.target) in canon:
-                        users.setdefault(canon[str(n.target)], set()).add(c % L.pp)
+        users = tied_users(segments, chunk_segs, canon, L.pp)
         # their gradients are summed over the pipeline ranks holding them (one group per
         # (d, t); every rank takes part in creating every group, as new_group requires)
         # (``mixed``: some holders shard it, others replicate it: summed as full tensors)
         self.shared: dict[str, tuple[dist.ProcessGroup, bool]] = {}
-        for name in sorted(k for k, v in users.items() if len(v) > 1):
-            holders = sorted(users[name])
+        for name, holders in users.items():
             mixed = len({L.stage_zero_of(p) == 0 for p in holders}) > 1
             for d in range(L.dp):
                 for t in range(L.tp):
@@ -566,37 +735,12 @@ class HybridRunner:
     def _data_parallel(self, mod: HybridChunk, dp_mesh: DeviceMesh) -> nn.Module:
         """Wrap ``mod`` for data parallelism over ``dp_mesh`` as this pipeline rank's ZeRO
         stage says (``stage_zero``, else ``zero``)."""
-        zero = self.layout.stage_zero_of(self.p)
-        if zero == 0:
-            from torch.distributed._composable.replicate_with_fsdp import replicate
-
-            return replicate(mod, mesh=dp_mesh)
-        from torch.distributed.fsdp import fully_shard
-
-        reshard = zero >= 3
-        for k, sub in enumerate(mod.segs):
-            if mod.is_layer[k]:
-                fully_shard(sub, mesh=dp_mesh, reshard_after_forward=reshard)
-        return fully_shard(mod, mesh=dp_mesh, reshard_after_forward=reshard)
+        return data_parallel(mod, dp_mesh, self.layout.stage_zero_of(self.p))
 
     def _instrument(self, stage: Any) -> None:
         from runtime.pipeline import time_stage_compute
 
         time_stage_compute(stage, self.timer)
-
-    def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
-        """``(model name, parameter)`` of this rank's chunks, each parameter once."""
-        seen: set[int] = set()
-        out = []
-        for ch in self.chunks:
-            for path, p in ch.module.named_parameters(remove_duplicate=False):
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    out.append((ch.names[path], p))
-        return out
-
-    def parameters(self) -> list[nn.Parameter]:
-        return [p for _, p in self.named_parameters()]
 
     def forward_backward(self, inputs: Sequence[torch.Tensor]) -> float:
         """One step over ``num_microbatches`` microbatches of this replica's slice of the
@@ -632,19 +776,3 @@ class HybridRunner:
         if not losses or self.t:
             return 0.0
         return float(sum(float(x.detach()) for x in losses) / len(losses)) / L.dp
-
-    def full_grads(self) -> dict[str, torch.Tensor]:
-        """Unsharded gradients of this rank's parameters in the model's layout, by name
-        (collectives over the dp and tp groups: call on every rank)."""
-
-        out = {}
-        for name, p in self.named_parameters():
-            g = p.grad
-            if g is None:
-                continue
-            if isinstance(g, DTensor):
-                g = g.full_tensor()
-            if self.tp_plan is not None and name in self.tp_plan.fused:
-                g = fused_permutation(g, self.tp_plan.fused[name], self.layout.tp, inverse=True)
-            out[name] = g
-        return out

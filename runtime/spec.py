@@ -329,19 +329,13 @@ def make_run_spec(
 
 def hybrid_run_spec(plan: Plan, model: Mapping[str, Any], **options: Any) -> RunSpec:
     """The :class:`RunSpec` of a plan with a hybrid ``layout`` (already checked against its
-    graph and cluster): ``pp x dp x tp`` ranks, rank r on cluster device r (the layout's
-    rank order). Refuses (``ValueError``) what the runtime does not execute
-    (stages on their own ``dp x tp`` submeshes) and a model whose batch is not the layout's ``global_batch``
+    graph and cluster): ``pp x dp x tp`` ranks (with ``stage_meshes``, the sum of the
+    stages' ``dp_p x tp_p``), rank r on cluster device r (the layout's rank order). Refuses
+    (``ValueError``) a model whose batch is not the layout's ``global_batch``
     or whose transformer blocks do not match ``stage_layers`` (the model is built on the
     meta device: no weights)."""
     from runtime.hybrid import HybridSpec, check_hybrid
 
-    if getattr(plan.layout, "stage_meshes", ()):
-        raise ValueError(
-            "the runtime executes hybrid layouts whose stages share one dp x tp submesh; this "
-            f"plan gives its stages their own (stage_meshes = {list(map(list, plan.layout.stage_meshes))}): "
-            "score it with the simulator, or plan with megatron_grid / hybrid_anneal to run it"
-        )
     layout = HybridSpec.from_layout(plan.layout)
     layout.validate()
     check_hybrid(model, layout)

@@ -38,9 +38,9 @@ def build_runner(
         dist.broadcast(x, src=0)
     M = spec.microbatches
     if spec.mode == "hybrid":
-        from runtime.hybrid import HybridRunner, HybridSpec
+        from runtime.hybrid import HybridSpec, make_runner
 
-        runner = HybridRunner(
+        runner = make_runner(
             module,
             zm.loss_fn,
             inputs,

@@ -128,18 +128,21 @@ def test_stage_profile_memory_is_the_pipeline_kernels_peak(switches):
     assert checked > 60
 
 
-def test_the_runtime_refuses_per_stage_submeshes_the_simulator_scores_them():
+def test_the_simulator_scores_per_stage_submeshes_and_the_runtime_takes_them():
+    """The simulator scores a plan whose stages have their own submeshes, and the runtime
+    makes it a run spec of 4 + 4 ranks (executed in ``tests/runtime/test_submesh.py``)."""
     from runtime.spec import make_run_spec
 
     g = zoo.build("gpt", hidden=256, layers=4, heads=4, vocab=1000, seq=64, batch=8)
     cl = clusters.load("dgx_a100_80g", nodes=1)
+    tiny = {"batch": 8, "seq": 8, "n_layer": 4, "d_model": 16, "n_head": 4, "vocab": 32, "n_ctx": 8}
     plan = Plan.hybrid(
         g, cl, dp=4, tp=1, pp=2, microbatch_size=1, global_batch=8,
-        stage_meshes=[(4, 1), (2, 2)], meta={"model": {"name": "gpt", "config": {}}},
+        stage_meshes=[(4, 1), (2, 2)], meta={"model": {"name": "gpt2", "config": tiny}},
     )  # fmt: skip
     assert Simulator(g, cl).evaluate(plan).step_time > 0
-    with pytest.raises(ValueError, match="stages share one dp x tp submesh"):
-        make_run_spec(plan, g, cl)
+    spec = make_run_spec(plan, g, cl)
+    assert spec.world_size == 8 and spec.hybrid["stage_meshes"] == [[4, 1], [2, 2]]
 
 
 _G16 = zoo.build("gpt", hidden=1024, layers=12, heads=16, vocab=32000, seq=1024, batch=32)

@@ -31,7 +31,7 @@ class Observe(TorchDispatchMode):
 def observe_steps(cases: list[tuple[dict, dict]]) -> list[dict]:
     """Per ``(layout, model)`` case, one ``HybridRunner`` step observed by :class:`Observe`:
     collective counts, layer-norm input placements, the loss and the full gradients."""
-    from runtime.hybrid import HybridRunner, HybridSpec
+    from runtime.hybrid import HybridSpec, make_runner
     from runtime.model import load_model
 
     info = init_distributed(timeout_s=120)
@@ -40,7 +40,7 @@ def observe_steps(cases: list[tuple[dict, dict]]) -> list[dict]:
         for lay, model in cases:
             seed_everything(0)
             zm = load_model(model)
-            runner = HybridRunner(
+            runner = make_runner(
                 zm.module, zm.loss_fn, zm.example_inputs, HybridSpec.from_layout(lay),
                 rank=info.rank, world_size=info.world_size,
             )  # fmt: skip
