@@ -121,11 +121,82 @@ def stage_actions(schedule: str, p: int, pp: int, m: int) -> list[tuple[str, int
     return acts
 
 
+@dataclass(frozen=True)
+class Message:
+    """One posted message of a step: ``send`` or ``recv`` of ``piece`` for action
+    ``(kind, mb)`` -- the forward's activations (``kind`` ``"F"``) or the backward's
+    gradients (``"B"``) of microbatch ``mb``; ``tag = 2 * mb + (kind == "B")``."""
+
+    op: str
+    kind: str
+    mb: int
+    piece: Piece
+
+    @property
+    def tag(self) -> int:
+        return 2 * self.mb + (self.kind == "B")
+
+    @property
+    def peer(self) -> int:
+        return self.piece.src if self.op == "recv" else self.piece.dst
+
+
+def posting_groups(
+    layout: HybridSpec,
+    pieces: Sequence[tuple[Sequence[Piece], Sequence[Piece]]],
+    rank: int,
+) -> list[list[Message]]:
+    """The messages ``rank`` posts in one step, in ``len(actions) + 1`` groups (one
+    ``batch_isend_irecv`` each): group ``i`` is posted right before action ``i`` -- the sends
+    of action ``i - 1`` (its outputs forward, or its input gradients backward) with the
+    receives action ``i`` waits for -- and the last group holds the last action's sends.
+    ``pieces[q]`` are :func:`boundary_pieces` of the boundary after stage ``q``.
+
+    This is Megatron-LM's ``send_forward_recv_backward`` pairing: two neighbouring ranks post
+    their messages to each other in the same order, or in one group, which NCCL needs (a send
+    waiting on a peer that is itself sending would hang)."""
+    p = layout.coords(rank)[0]
+    acts = stage_actions(layout.schedule, p, layout.pp, layout.num_microbatches)
+
+    def recvs(kind: str, mb: int) -> list[Message]:
+        if kind == "F" and p > 0:
+            return [Message("recv", kind, mb, pc) for pc in pieces[p - 1][0] if pc.dst == rank]
+        if kind == "B" and p < layout.pp - 1:
+            return [Message("recv", kind, mb, pc) for pc in pieces[p][1] if pc.dst == rank]
+        return []
+
+    def sends(kind: str, mb: int) -> list[Message]:
+        if kind == "F" and p < layout.pp - 1:
+            return [Message("send", kind, mb, pc) for pc in pieces[p][0] if pc.src == rank]
+        if kind == "B" and p > 0:
+            return [Message("send", kind, mb, pc) for pc in pieces[p - 1][1] if pc.src == rank]
+        return []
+
+    groups = [recvs(*acts[0])]
+    for i, act in enumerate(acts):
+        groups.append(sends(*act) + (recvs(*acts[i + 1]) if i + 1 < len(acts) else []))
+    return groups
+
+
 def _local_rows(piece: Piece, d: int, b: int) -> slice:
     """The rows of ``piece`` in the tensor of data-parallel rank ``d`` holding ``b`` rows."""
     if piece.lo < 0:
         return slice(None)
     return slice(piece.lo - d * b, piece.hi - d * b)
+
+
+@dataclass
+class _Arrival:
+    """Tensors being filled by posted receives: each piece lands in ``tmp`` and is copied
+    into its rows of the full tensor once the receives are done."""
+
+    full: list[torch.Tensor]
+    copies: list[tuple[torch.Tensor, torch.Tensor]]
+
+    def tensors(self) -> list[torch.Tensor]:
+        for view, tmp in self.copies:
+            view.copy_(tmp)
+        return self.full
 
 
 def _fsdp_state(mod: nn.Module) -> Any:
@@ -247,8 +318,11 @@ class SubmeshRunner(ChunkParameters):
         }
         self.module = data_parallel(mod, dp_mesh, L.stage_zero_of(self.p))
         self.chunks = [_Chunk(self.p, self.module, names)]
-        # the shapes this rank receives: its own export's input values
+        # the shapes this rank receives: its own export's input values, and (gradients) the
+        # values it returns, which are the next stage's input values
         self.in_meta = [meta[n] for n in self.in_names[self.p]]
+        nxt = self.in_names[self.p + 1] if self.p + 1 < L.pp else []
+        self.out_meta = [meta[n] for n in nxt]
         self.first, self.last = self.p == 0, self.p == L.pp - 1
 
         # tied parameters used on several stages: summed over all ranks of those stages
@@ -265,131 +339,122 @@ class SubmeshRunner(ChunkParameters):
                 self.shared[name] = group
 
     # ------------------------------------------------------------------ messages
-    def _recv_inputs(self, mb: int) -> list[torch.Tensor]:
-        """This rank's input values of microbatch ``mb`` from the previous stage."""
-        q = self.p - 1
-        bufs = [torch.empty(v.shape, dtype=v.dtype, device=self.device) for v in self.in_meta]
-        works = []
-        for pc in self.pieces[q][0]:
-            if pc.dst != self.rank:
-                continue
-            rows = _local_rows(pc, self.d, self.rows)
-            view = bufs[pc.value][rows]
-            tmp = torch.empty_like(view)
-            works.append((dist.irecv(tmp, src=pc.src, tag=2 * mb), view, tmp))
-        with self.timer.timed("comm"):
-            for w, view, tmp in works:
-                w.wait()
-                view.copy_(tmp)
-        for i, x in enumerate(bufs):
-            if x.is_floating_point() and (self.batch_major[q][i] or self._equal_dp(q)):
-                x.requires_grad_(True)
-        return bufs
-
     def _equal_dp(self, q: int) -> bool:
         return self.layout.meshes[q][0] == self.layout.meshes[q + 1][0]
 
-    def _send_outputs(self, mb: int, outs: Sequence[torch.Tensor], pending: list) -> None:
+    def _post(
+        self, group: Sequence[Message], kept: dict
+    ) -> tuple[list[Any], _Arrival | None, list[Any]]:
+        """Post ``group`` in one ``batch_isend_irecv``: ``(receive works, the arrival of the
+        tensors they fill, send works with their buffers)``."""
+        ops: list[dist.P2POp] = []
+        nsend = 0
+        full: list[torch.Tensor] | None = None
+        copies = []
+        for msg in group:
+            pc = msg.piece
+            rows = _local_rows(pc, self.d, self.rows)
+            if msg.op == "send":
+                ins, outs = kept[msg.mb]
+                if msg.kind == "F":
+                    x = outs[pc.value].detach()
+                else:
+                    x = ins[pc.value].grad
+                    if x is None:
+                        x = torch.zeros_like(ins[pc.value])
+                ops.insert(nsend, dist.P2POp(dist.isend, x[rows].contiguous(), pc.dst, tag=msg.tag))
+                nsend += 1
+                continue
+            if full is None:
+                shapes = self.in_meta if msg.kind == "F" else self.out_meta
+                full = [torch.zeros(v.shape, dtype=v.dtype, device=self.device) for v in shapes]
+            view = full[pc.value][rows]
+            tmp = torch.empty_like(view)
+            ops.append(dist.P2POp(dist.irecv, tmp, pc.src, tag=msg.tag))
+            copies.append((view, tmp))
+        works = dist.batch_isend_irecv(ops) if ops else []
+        sent = list(zip(works[:nsend], ops[:nsend]))
+        arrival = _Arrival(full, copies) if full is not None else None
+        return works[nsend:], arrival, sent
+
+    def _check_sendable(self, outs: Sequence[Any]) -> None:
         q = self.p
+        if q == self.layout.pp - 1 or self._equal_dp(q):
+            return
         for i, x in enumerate(outs):
-            if (
-                isinstance(x, torch.Tensor)
-                and x.requires_grad
-                and not self.batch_major[q][i]
-                and not self._equal_dp(q)
-            ):
+            if isinstance(x, torch.Tensor) and x.requires_grad and not self.batch_major[q][i]:
                 raise ValueError(
                     f"hybrid plan: value {self.in_names[q + 1][i]!r} crosses from stage {q} to "
                     f"{q + 1} (dp {self.layout.meshes[q][0]} -> {self.layout.meshes[q + 1][0]}) "
-                    "without a batch dimension but needs a gradient; such a boundary cannot "
-                    "be re-sharded by rows"
+                    "without a batch dimension but needs a gradient; such a boundary cannot be "
+                    "re-sharded by rows"
                 )
-        for pc in self.pieces[q][0]:
-            if pc.src != self.rank:
-                continue
-            x = outs[pc.value].detach()[_local_rows(pc, self.d, self.rows)].contiguous()
-            pending.append((dist.isend(x, dst=pc.dst, tag=2 * mb), x))
-
-    def _recv_output_grads(self, mb: int, outs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        q = self.p
-        grads = [torch.zeros_like(x) for x in outs]
-        works = []
-        for pc in self.pieces[q][1]:
-            if pc.dst != self.rank:
-                continue
-            view = grads[pc.value][_local_rows(pc, self.d, self.rows)]
-            tmp = torch.empty_like(view)
-            works.append((dist.irecv(tmp, src=pc.src, tag=2 * mb + 1), view, tmp))
-        with self.timer.timed("comm"):
-            for w, view, tmp in works:
-                w.wait()
-                view.copy_(tmp)
-        return grads
-
-    def _send_input_grads(self, mb: int, ins: Sequence[torch.Tensor], pending: list) -> None:
-        q = self.p - 1
-        for pc in self.pieces[q][1]:
-            if pc.src != self.rank:
-                continue
-            x = ins[pc.value]
-            g = x.grad if x.grad is not None else torch.zeros_like(x)
-            piece = g[_local_rows(pc, self.d, self.rows)].contiguous()
-            pending.append((dist.isend(piece, dst=pc.dst, tag=2 * mb + 1), piece))
 
     # ------------------------------------------------------------------ the step
     def forward_backward(self, inputs: Sequence[torch.Tensor]) -> float:
         """One step over ``num_microbatches`` microbatches (``inputs`` is the global batch).
         Returns this rank's share of the global mean loss (the mean over its microbatches
         divided by the last stage's dp on its tp rank 0; 0 elsewhere), so the sum over
-        ranks is the global mean loss."""
+        ranks is the global mean loss. Messages are posted in :func:`posting_groups`."""
         L = self.layout
         M = L.num_microbatches
         per = L.global_batch // L.dp
         mbs = L.microbatch_size
         fsdp = hasattr(self.module, "set_requires_gradient_sync")
+        acts = stage_actions(L.schedule, self.p, L.pp, M)
+        groups = posting_groups(L, self.pieces, self.rank)
         kept: dict[int, tuple[list[torch.Tensor], tuple[Any, ...]]] = {}
-        pending: list = []
+        sent: list[Any] = []
         losses: list[float] = []
         ctx: Any = implicit_replication() if self.tp_p > 1 else contextlib.nullcontext()
         with ctx:
-            for kind, mb in stage_actions(L.schedule, self.p, L.pp, M):
+            for i, (kind, mb) in enumerate(acts):
+                works, arrival, out = self._post(groups[i], kept)
+                sent += out
+                if i and acts[i - 1][0] == "B":
+                    del kept[acts[i - 1][1]]
+                with self.timer.timed("comm"):
+                    for w in works:
+                        w.wait()
+                got = arrival.tensors() if arrival is not None else None
                 if kind == "F":
                     if self.first:
                         lo = self.d * per + mb * mbs
                         ins = [x[lo : lo + mbs] for x in inputs]
                     else:
-                        ins = self._recv_inputs(mb)
+                        ins = got
+                        for v, x in enumerate(ins):
+                            if x.is_floating_point() and (
+                                self.batch_major[self.p - 1][v] or self._equal_dp(self.p - 1)
+                            ):
+                                x.requires_grad_(True)
                     with self.timer.timed("compute"):
-                        out = self.module(*ins)
-                    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+                        out_val = self.module(*ins)
+                    outs = tuple(out_val) if isinstance(out_val, (tuple, list)) else (out_val,)
+                    self._check_sendable(outs)
                     kept[mb] = (ins, outs)
-                    if not self.last:
-                        self._send_outputs(mb, outs, pending)
                     continue
-                ins, outs = kept.pop(mb)
+                _, outs = kept[mb]
                 if fsdp:
                     self.module.set_is_last_backward(False)
                     self.module.set_reshard_after_backward(False)
                     self.module.set_requires_gradient_sync(False)
-                if self.last:
-                    loss = outs[0]
-                    losses.append(float(loss.detach()))
-                    with self.timer.timed("compute"):
-                        loss.backward()
-                else:
-                    grads = self._recv_output_grads(mb, outs)
-                    pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
-                    with self.timer.timed("compute"):
+                with self.timer.timed("compute"):
+                    if self.last:
+                        losses.append(float(outs[0].detach()))
+                        outs[0].backward()
+                    else:
+                        pairs = [(o, g) for o, g in zip(outs, got) if o.requires_grad]
                         if pairs:
                             torch.autograd.backward(
                                 [o for o, _ in pairs], grad_tensors=[g for _, g in pairs]
                             )
-                if not self.first:
-                    self._send_input_grads(mb, ins, pending)
+            _, _, out = self._post(groups[-1], kept)
+            sent += out
         with self.timer.timed("comm"):
             if fsdp:
                 self._reduce_grads()
-            for w, _ in pending:
+            for w, _ in sent:
                 w.wait()
         dp_last = L.meshes[-1][0]
         scale = M * dp_last / self.dp_p

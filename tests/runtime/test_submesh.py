@@ -18,7 +18,7 @@ from runtime.hybrid import HybridRunner, HybridSpec
 from runtime.launch import spawn
 from runtime.model import graph_for_model
 from runtime.spec import make_run_spec
-from runtime.submesh import Piece, boundary_pieces, stage_actions
+from runtime.submesh import Piece, boundary_pieces, posting_groups, stage_actions
 from tests.runtime import _hybrid_workers
 from tests.runtime._reference import TINY, check_grads
 
@@ -192,6 +192,61 @@ def test_schedules_by_hand_and_their_invariants():
                         for kind, _ in acts:
                             live += 1 if kind == "F" else -1
                             assert live <= pp - p
+
+
+@st.composite
+def _layouts(draw):
+    """2-4 stages on random submeshes (every dp dividing the microbatch), 1-5 microbatches,
+    GPipe or 1F1B."""
+    rows = draw(st.sampled_from([1, 2, 4, 6, 12]))
+    pp = draw(st.integers(2, 4))
+    meshes = [(draw(st.sampled_from(_divisors(rows))), draw(st.integers(1, 2))) for _ in range(pp)]
+    m = draw(st.integers(1, 5))
+    return HybridSpec(
+        dp=meshes[0][0], tp=meshes[0][1], pp=pp, microbatch_size=rows // meshes[0][0],
+        global_batch=rows * m, stage_layers=tuple((q, q + 1) for q in range(pp)),
+        stage_meshes=tuple(meshes), schedule=draw(st.sampled_from(["gpipe", "1f1b"])),
+    )  # fmt: skip
+
+
+@settings(max_examples=120, deadline=None)
+@given(lay=_layouts(), majors=st.lists(st.booleans(), min_size=1, max_size=3))
+def test_neighbours_post_their_messages_in_one_order(lay, majors):
+    """What a step posts (``posting_groups``), for any submeshes, schedule and microbatch
+    count: every message is posted once by its sender and once by its receiver, a receive
+    is posted before or with the action that needs it and a send after the action that makes
+    it, and no two messages between two ranks are posted in opposite orders by the two (a
+    pair may only be swapped inside one ``batch_isend_irecv`` group on both sides): what
+    NCCL needs not to hang. Value 0 is batch-major, as a hidden state always is."""
+    pieces = [boundary_pieces(lay, q, [True, *majors]) for q in range(lay.pp - 1)]
+    M = lay.num_microbatches
+    posted: dict[tuple, dict[str, int]] = {}
+    for rank in range(lay.world_size):
+        p = lay.coords(rank)[0]
+        acts = stage_actions(lay.schedule, p, lay.pp, M)
+        groups = posting_groups(lay, pieces, rank)
+        assert len(groups) == len(acts) + 1
+        for g, group in enumerate(groups):
+            for msg in group:
+                key = (msg.kind, msg.mb, msg.piece)
+                assert msg.op not in posted.setdefault(key, {}), key  # once per side
+                posted[key][msg.op] = g
+                i = acts.index((msg.kind, msg.mb))
+                # a receive comes with its action (group i), a send right after it (group i + 1)
+                assert rank == (msg.piece.dst if msg.op == "recv" else msg.piece.src)
+                assert g == (i if msg.op == "recv" else i + 1)
+    expected = {(k, mb, pc) for q in range(lay.pp - 1) for k, ps in zip("FB", pieces[q])
+                for pc in ps for mb in range(M)}  # fmt: skip
+    assert set(posted) == expected and all(len(v) == 2 for v in posted.values())
+    by_pair: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for (_, _, pc), g in posted.items():
+        by_pair.setdefault(tuple(sorted((pc.src, pc.dst))), []).append(
+            (g["send"], g["recv"]) if pc.src < pc.dst else (g["recv"], g["send"])
+        )
+    for pair, gs in by_pair.items():
+        for a1, b1 in gs:
+            for a2, b2 in gs:
+                assert not (a1 < a2 and b1 > b2), (pair, (a1, b1), (a2, b2))
 
 
 # ---------------------------------------------------------------------------- processes
