@@ -294,6 +294,12 @@ class SubmeshRunner(ChunkParameters):
             names = self.in_names[q + 1]
             major = []
             for n in names:
+                if n not in meta2:
+                    raise ValueError(
+                        f"hybrid plan: the program exported at {other} rows has no value {n!r} "
+                        f"(it has at {self.rows}), so the rows of the values crossing stage "
+                        f"{q} -> {q + 1} cannot be told apart from the rest"
+                    )
                 v1, v2 = meta[n], meta2[n]
                 if not isinstance(v1, torch.Tensor):
                     raise ValueError(

@@ -57,9 +57,15 @@ class HybridCase:
     microbatch_size: int
     zero: int = 0
     recompute: str = "none"
+    stage_meshes: tuple[tuple[int, int], ...] = ()  # one (dp, tp) per stage, or empty
+
+    def __post_init__(self) -> None:  # JSON gives lists
+        object.__setattr__(self, "stage_meshes", tuple(tuple(m) for m in self.stage_meshes))
 
     @property
     def world(self) -> int:
+        if self.stage_meshes:
+            return sum(d * t for d, t in self.stage_meshes)
         return self.dp * self.tp * self.pp
 
     @property
@@ -69,7 +75,10 @@ class HybridCase:
     @property
     def name(self) -> str:
         rc = {"none": "", "full": " rc"}[self.recompute]
-        z = f" z{self.zero}" if self.dp > 1 else ""
+        z = f" z{self.zero}" if self.dp > 1 or self.stage_meshes else ""
+        if self.stage_meshes:
+            meshes = "/".join(f"d{d}t{t}" for d, t in self.stage_meshes)
+            return f"{meshes} b{self.microbatch_size}{z}{rc}"
         return f"d{self.dp} t{self.tp} p{self.pp} b{self.microbatch_size}{z}{rc}"
 
     def plan(self, graph: Any, cluster: Any) -> Any:
@@ -79,6 +88,7 @@ class HybridCase:
             graph, cluster, dp=self.dp, tp=self.tp, pp=self.pp,
             microbatch_size=self.microbatch_size, global_batch=GLOBAL_BATCH, zero=self.zero,
             recompute=self.recompute, meta={"model": MODEL},
+            **({"stage_meshes": [list(m) for m in self.stage_meshes]} if self.stage_meshes else {}),
         )  # fmt: skip
 
 
@@ -109,6 +119,34 @@ CASES = (
 )
 
 
+#: ``--cases submesh``: plans whose two stages have their own submeshes (``stage_meshes``, run
+#: by ``runtime.submesh``), beside the uniform plans of the same first stage.
+SUBMESH_CASES = (
+    HybridCase(2, 1, 2, 2, 0, stage_meshes=((2, 1), (1, 2))),
+    HybridCase(2, 1, 2, 2, 3, stage_meshes=((2, 1), (1, 2))),
+    HybridCase(1, 2, 2, 2, 0, stage_meshes=((1, 2), (2, 1))),
+    HybridCase(2, 2, 2, 2, 0, stage_meshes=((2, 2), (4, 1))),
+    HybridCase(4, 1, 2, 1, 0, stage_meshes=((4, 1), (2, 2))),
+    HybridCase(2, 1, 2, 2, 0),
+    HybridCase(2, 1, 2, 2, 3),
+    HybridCase(1, 2, 2, 2),
+    HybridCase(2, 2, 2, 2, 0),
+    HybridCase(4, 1, 2, 1, 0),
+)
+SUITES = {"all": CASES, "submesh": SUBMESH_CASES}
+
+
+def markers(suite: str) -> tuple[str, str]:
+    """The markers of the section ``suite`` writes in ``--out``."""
+    if suite == "all":
+        return START, END
+    return (
+        f"<!-- hybrid {suite} fidelity: written by scripts/bench_fidelity.py --hybrid "
+        f"--cases {suite} -->",
+        f"<!-- end of hybrid {suite} fidelity -->",
+    )
+
+
 def make_plans(graph: Any, cases: tuple[HybridCase, ...] = CASES) -> list[tuple[HybridCase, Any]]:
     """``(case, Plan.hybrid)`` of each case on ``cpu_{world}`` (raises on an invalid case)."""
     from graphs.cpu_cluster import cpu_cluster
@@ -124,6 +162,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="only the first N plans")
+    ap.add_argument(
+        "--cases", choices=tuple(SUITES), default="all",
+        help="the plans: every (d, t, p) split (default) or the per-stage submesh plans with "
+        "their uniform counterparts (own markdown section)",
+    )  # fmt: skip
     ap.add_argument("--seed", type=int, default=0, help="seed of the shuffled orders")
     ap.add_argument(
         "--nice", type=int, default=0,
@@ -353,9 +396,16 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], command: str) -> str:
     rows = summary["rows"]
     n_rounds = raw.get("rounds_done", 0)
     loads = raw.get("load", {})
+    suite = raw.get("suite", "all")
+    start, end = markers(suite)
+    title = (
+        "## Hybrid plans (dp x tp x pp, ZeRO, recomputation): `bench_fidelity.py --hybrid`"
+        if suite == "all"
+        else f"### Stages on their own submeshes: `bench_fidelity.py --hybrid --cases {suite}`"
+    )
     lines = [
-        START,
-        "## Hybrid plans (dp x tp x pp, ZeRO, recomputation): `bench_fidelity.py --hybrid`",
+        start,
+        title,
         "",
         f"Produced by `{command}`: {n_rounds} round(s) completed, "
         f"{raw.get('seconds', float('nan')) / 60:.1f} min. Machine: "
@@ -495,16 +545,18 @@ def markdown(raw: dict[str, Any], summary: dict[str, Any], command: str) -> str:
         )
         + ".",
         "",
-        END,
+        end,
     ]
     return "\n".join(lines)
 
 
 def write_section(path: Path, text: str) -> None:
-    """Replace the section between the markers in ``path`` (append it if absent)."""
+    """Replace the section between the markers ``text`` starts and ends with in ``path``
+    (append it if absent)."""
     old = path.read_text() if path.exists() else ""
-    if START in old and END in old:
-        a, b = old.index(START), old.index(END) + len(END)
+    start, end = text.split("\n", 1)[0], text.rstrip("\n").rsplit("\n", 1)[-1]
+    if start in old and end in old:
+        a, b = old.index(start), old.index(end) + len(end)
         new = old[:a] + text + old[b:]
     else:
         new = old.rstrip("\n") + "\n\n" + text + "\n"
@@ -540,7 +592,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
         write_section(out, markdown(raw, summary, raw.get("command", command)))
         _print(summary)
         return
-    cases = CASES[: args.limit] if args.limit else CASES
+    suite = SUITES[args.cases]
+    cases = suite[: args.limit] if args.limit else suite
     plans = make_plans(graph, cases)
     rng = np.random.default_rng(args.seed)
     t0 = time.time()
@@ -549,6 +602,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
         "model": MODEL,
         "steps": args.steps,
         "warmup": args.warmup,
+        "suite": args.cases,
         "cases": {c.name: c.__dict__ for c, _ in plans},
         "measured": {c.name: [] for c, _ in plans},
         "rounds": [],

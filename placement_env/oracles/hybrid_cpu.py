@@ -9,7 +9,10 @@ program's per-op overheads (DTensor dispatch, autograd, gloo) dominate.
 The model, per layout ``(dp, tp, pp, microbatch b, recompute, ZeRO)`` with ``k = dp tp pp``
 processes and ``m = global_batch / (dp b)`` microbatches per replica (with
 ``stage_recompute`` each stage's chunks take its own mode's figures, with ``stage_zero`` its
-own ZeRO stage's collectives, optimizer shard and memory):
+own ZeRO stage's collectives, optimizer shard and memory; with ``stage_meshes`` each stage is
+charged what stage ``p`` of its uniform view ``stage_view(p)`` computes, communicates over its
+dp group and keeps, the messages between two stages carry the larger side's rows, and the
+schedule, total work and activations in flight are those of the combined stages):
 
 * **Work.** Each chunk's forward / backward per microbatch is the sum of its segments'
   measured CPU seconds at ``(tp, b, recompute)`` (embeddings on the first chunk, head +
@@ -165,17 +168,20 @@ class CpuHybridModel:
     # ------------------------------------------------------------------ API
     def evaluate(self, layout: HybridLayout) -> HybridResult:
         d = self.dims
-        lay = layout
         layout.validate(d.layers, d.heads, self.cluster.num_devices)
         if layout.stage_meshes:
-            raise ValueError(
-                f"CpuHybridModel: cluster {self.cluster.name!r} is calibrated for layouts whose "
-                "stages share one dp x tp submesh; this layout gives its stages their own "
-                f"(stage_meshes = {[list(r) for r in layout.stage_meshes]})"
-            )
+            return self._evaluate_submeshes(layout)
+        return self._evaluate_uniform(layout)
+
+    def _evaluate_uniform(self, layout: HybridLayout, processes: int | None = None) -> HybridResult:
+        """:meth:`evaluate` of a layout whose stages share one submesh shape (not checked
+        against the cluster: :meth:`_evaluate_submeshes` scores each stage's view with it,
+        passing the real process count for the runtime overheads as ``processes``)."""
+        d = self.dims
+        lay = layout
         P, v, dp, tp = lay.pp, lay.virtual_stages, lay.dp, lay.tp
         C, m, b = P * v, lay.num_microbatches, lay.microbatch_size
-        k = lay.world_size
+        k = lay.world_size if processes is None else processes
         # chunk c runs under its stage's mode (``stage_recompute``; v == 1 when it is set)
         modes = [lay.recomputes[c % P] for c in range(C)]
         segs = {rc: self.segments(lay, rc) for rc in dict.fromkeys(modes)}
@@ -304,6 +310,7 @@ class CpuHybridModel:
                 "critical_path": float(path),
                 "chunk_fwd": F.tolist(),
                 "chunk_bwd": B.tolist(),
+                "chunk_kept": kept.tolist(),
                 "dp_cpu": dp_cpu.tolist(),
                 "dp_wall": dp_wall.tolist(),
                 "p2p": float(p2p_wall),
@@ -317,6 +324,96 @@ class CpuHybridModel:
                 "memory_step": step_mem.tolist(),
                 "memory_per_rank": peak_rank.tolist(),
                 "rank_params": rank_params.tolist(),
+            },
+        )
+
+    def _evaluate_submeshes(self, lay: HybridLayout) -> HybridResult:
+        """A layout whose stages have their own ``dp_p x tp_p`` submeshes (``stage_meshes``,
+        ``virtual_stages`` 1): stage ``p`` computes, communicates over its dp group and keeps
+        what stage ``p`` of the uniform layout ``lay.stage_view(p)`` does (its chunk's
+        forward / backward, data-parallel collectives, optimizer step, gradient, Adam,
+        gathered and transient bytes); between stages ``p`` and ``p + 1`` each message
+        carries the hidden state of the larger of the two stages' per-rank microbatch rows
+        (what ``runtime.submesh`` sends: the busier end's rows). The pipeline schedule, the
+        total work over the ``k`` processes' cores and the activations in flight are then
+        computed for the combined stages as for a uniform layout."""
+        d = self.dims
+        P, m = lay.pp, lay.num_microbatches
+        k = lay.world_size
+        bd = [self._evaluate_uniform(lay.stage_view(p), k).breakdown for p in range(P)]
+
+        def stage(key: str) -> np.ndarray:
+            return np.array([float(bd[p][key][p]) for p in range(P)])
+
+        F, B, kept = stage("chunk_fwd"), stage("chunk_bwd"), stage("chunk_kept")
+        dp_cpu, dp_wall, opt = stage("dp_cpu"), stage("dp_wall"), stage("optimizer")
+        rt = self.overheads(k)
+        rows = lay.stage_microbatch_sizes
+        p2p_wall, p2p_cpu = np.zeros(P), np.zeros(P)
+        for p in range(P - 1):  # boundary p -> p + 1
+            hid = FP32 * max(rows[p], rows[p + 1]) * d.seq * d.hidden
+            p2p_wall[p] = max(0.0, self._coll("p2p", 2, hid, "wall") + rt.get("p2p", 0.0))
+            p2p_cpu[p] = max(0.0, self._coll("p2p", 2, hid, "cpu") + rt.get("p2p", 0.0))
+        messages = p2p_cpu + np.concatenate([[0.0], p2p_cpu[:-1]])  # out of and into stage p
+        work = m * (F + B) + dp_cpu + 2 * m * messages + opt
+        sizes = np.array([a * b for a, b in lay.meshes])
+        total_work = float((work * sizes).sum())
+        speed = speed_at(self.cal["speed"], k)
+        cores = k * speed
+        share_time = total_work / cores
+        makespan, rank_end, busy, _, peak_act = simulate_pipeline(
+            PIPELINE_SCHEDULES[lay.schedule], P, 1, m, F, B, p2p_wall, p2p_wall, kept
+        )
+        if makespan < 0:
+            raise RuntimeError("CpuHybridModel: pipeline schedule deadlocked")
+        path = float((rank_end + dp_wall + opt).max())
+        step = max(share_time, path)
+
+        base = float(bd[0]["memory_base"])
+        grads, adam = stage("memory_grads"), stage("memory_optimizer")
+        gathered, transient = stage("memory_gathered"), stage("memory_transient")
+        step_mem = grads + adam + gathered + peak_act + transient
+        step_mem = step_mem + float(self.cal["memory"].get("step_residue", 0.0))
+        peak_rank = base + step_mem
+        oom = bool((peak_rank > np.array([dv.memory for dv in self.cluster.devices]).min()).any())
+        mf = d.model_flops(lay.global_batch)
+        D = self.cluster.num_devices
+        return HybridResult(
+            step_time=float(step),
+            lower_bound=0.0,
+            oom=oom,
+            device_busy=np.repeat(busy, sizes),
+            peak_memory=np.repeat(peak_rank, sizes),
+            link_bytes=np.zeros(len(self.cluster.links)),
+            objective="makespan",
+            extra={"pipeline_makespan": float(makespan), "model": "cpu_hybrid"},
+            model_flops_per_device=mf / step / D,
+            hardware_flops_per_device=mf / step / D,
+            mfu=0.0,
+            layout=lay,
+            breakdown={
+                "work_per_rank": work.tolist(),
+                "total_work": total_work,
+                "cores": float(cores),
+                "share_time": float(share_time),
+                "critical_path": path,
+                "chunk_fwd": F.tolist(),
+                "chunk_bwd": B.tolist(),
+                "chunk_kept": kept.tolist(),
+                "dp_cpu": dp_cpu.tolist(),
+                "dp_wall": dp_wall.tolist(),
+                "p2p_per_boundary": p2p_wall[:-1].tolist(),
+                "optimizer": opt.tolist(),
+                "memory_base": base,
+                "memory_grads": grads.tolist(),
+                "memory_optimizer": adam.tolist(),
+                "memory_gathered": gathered.tolist(),
+                "memory_activations": peak_act.tolist(),
+                "memory_transient": transient.tolist(),
+                "memory_step": step_mem.tolist(),
+                "memory_per_rank": peak_rank.tolist(),
+                "rank_params": stage("rank_params").tolist(),
+                "stage_sizes": sizes.tolist(),
             },
         )
 

@@ -238,3 +238,44 @@ def test_a_zero_stage_per_stage_takes_each_stages_own_figures(graph):
         for key in ("memory_per_rank", "work_per_rank"):
             assert bd[key][p] == pytest.approx(uniform[z][key][p]), (key, p)
     assert uniform[3]["memory_per_rank"][1] < bd["memory_per_rank"][1]
+
+
+def test_stages_on_their_own_submeshes_take_each_stages_view(graph):
+    """``stage_meshes = ((2, 1), (1, 1))`` on 3 processes (8 samples, microbatches of 4 rows:
+    2 per rank on stage 0, 4 on stage 1): each stage's chunk times, data-parallel and
+    optimizer cost and memory equal stage p of its own uniform view (``stage_view(p)``);
+    the boundary's messages carry the larger side's 4 rows (hand-computed), and the total
+    work counts stage 0's two ranks and stage 1's one."""
+    kw = dict(dp=2, tp=1, pp=2, microbatch_size=2)
+    res = _evaluate(graph, 3, stage_meshes=((2, 1), (1, 1)), **kw)
+    bd = res.breakdown
+    lay = res.layout
+    cl = cpu_cluster(3, calibration={"hybrid": calibration()})
+    model = CpuHybridModel(graph, cl, calibration())
+    views = [model._evaluate_uniform(lay.stage_view(p), 3).breakdown for p in range(2)]
+    for p in range(2):
+        for key in ("chunk_fwd", "chunk_bwd", "dp_cpu", "optimizer", "memory_per_rank"):
+            assert bd[key][p] == pytest.approx(views[p][key][p]), (key, p)
+    assert bd["chunk_fwd"] == pytest.approx([FWD[0] + FWD[1], FWD[2] + FWD[3]])
+    assert views[1]["dp_cpu"][1] == 0.0 and views[0]["dp_cpu"][0] > 0  # dp 1 vs dp 2
+    hid = 4.0 * 4 * 16 * 32  # fp32 x 4 rows x seq x hidden
+    assert bd["p2p_per_boundary"] == pytest.approx([1e-3 + hid * 1e-9])
+    m, p2p_cpu = 2, 5e-4 + hid * 5e-10
+    for p in range(2):  # the view's own messages carry its own rows: 2 on stage 0, 4 on 1
+        own = 5e-4 + 4.0 * (2, 4)[p] * 16 * 32 * 5e-10
+        assert bd["work_per_rank"][p] == pytest.approx(
+            views[p]["work_per_rank"][p] - 2 * m * own + 2 * m * p2p_cpu
+        )
+    assert bd["total_work"] == pytest.approx(2 * bd["work_per_rank"][0] + bd["work_per_rank"][1])
+    assert bd["stage_sizes"] == [2, 1] and len(res.peak_memory) == 3
+
+
+def test_one_submesh_shape_given_per_stage_scores_as_the_uniform_layout(graph):
+    kw = dict(dp=2, tp=1, pp=2, microbatch_size=2)
+    same = _evaluate(graph, 4, stage_meshes=((2, 1), (2, 1)), **kw)
+    uniform = _evaluate(graph, 4, **kw)
+    assert same.layout.stage_meshes and not uniform.layout.stage_meshes
+    assert same.step_time == pytest.approx(uniform.step_time, rel=1e-12)
+    np.testing.assert_allclose(same.peak_memory, uniform.peak_memory, rtol=1e-12)
+    for key in ("work_per_rank", "memory_activations", "critical_path", "total_work"):
+        assert same.breakdown[key] == pytest.approx(uniform.breakdown[key], rel=1e-12), key

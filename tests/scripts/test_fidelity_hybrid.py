@@ -188,3 +188,33 @@ def test_joint_fit_recovers_the_overhead_and_speeds_that_produced_the_probe_time
         fit_to_probes(graph, {k: v for k, v in cal.items() if k != "runtime_probes"})
     with pytest.raises(ValueError, match="4/nccl.*known: 1/microbatch"):
         fit_to_probes(graph, dict(cal, runtime_probes={"4/nccl": {"measured": 0.1}}))
+
+
+def test_submesh_plans_are_valid_run_by_the_runtime_and_written_in_their_own_section(tmp_path):
+    """``--cases submesh``: plans whose stages have their own submeshes, each beside a
+    uniform plan of the same first stage; the runtime makes each a run spec, and their
+    markdown goes between their own markers, leaving the main section of the file as it is."""
+    from runtime.model import graph_for_model
+    from runtime.spec import make_run_spec
+
+    assert fh.parse_args(["--cases", "submesh"]).cases == "submesh"
+    graph = graph_for_model(fh.MODEL)
+    plans = fh.make_plans(graph, fh.SUBMESH_CASES)
+    het = [c for c, _ in plans if c.stage_meshes]
+    assert len(het) >= 4 and len({c.name for c, _ in plans}) == len(plans)
+    for c, plan in plans:
+        assert plan.layout.stage_meshes == c.stage_meshes and plan.layout.world_size == c.world
+        spec = make_run_spec(plan, graph, fh._cluster(c.world), fh.MODEL)
+        assert spec.world_size == c.world
+        if c.stage_meshes:  # a uniform plan with the same first stage is measured beside it
+            assert any((u.dp, u.tp, u.microbatch_size) == (c.dp, c.tp, c.microbatch_size)
+                       for u, _ in plans if not u.stage_meshes)  # fmt: skip
+    assert fh.HybridCase(**{**het[0].__dict__, "stage_meshes": [[2, 1], [1, 2]]}) == het[0]
+    start, end = fh.markers("submesh")
+    assert start != fh.START and end != fh.END
+    out = tmp_path / "f.md"
+    out.write_text(f"intro\n{fh.START}\nmain\n{fh.END}\n")
+    fh.write_section(out, f"{start}\nfirst\n{end}")
+    fh.write_section(out, f"{start}\nsecond\n{end}")
+    text = out.read_text()
+    assert "main" in text and "second" in text and "first" not in text
