@@ -147,6 +147,24 @@ def markers(suite: str) -> tuple[str, str]:
     )
 
 
+def calibrated_shapes(cases: tuple[HybridCase, ...]) -> tuple[list[int], list[int]]:
+    """The tensor-parallel degrees and microbatch sizes whose segment times the benchmark
+    needs: every stage's of every case (a stage on its own submesh takes ``dp_0 b / dp_p``
+    rows) and every runtime probe's at the cases' process counts and at 1."""
+    from runtime.hybrid_profile import PROBES
+
+    tps, sizes = {1, 2}, {1, 2, 4}
+    for c in cases:
+        for dp, tp in c.stage_meshes or ((c.dp, c.tp),):
+            tps.add(tp)
+            sizes.add(c.dp * c.microbatch_size // dp)
+    for k in {1} | {c.world for c in cases}:
+        for _, (_, tp, _, b, _) in PROBES.get(k, ()):
+            tps.add(tp)
+            sizes.add(b)
+    return sorted(tps), sorted(sizes)
+
+
 def make_plans(graph: Any, cases: tuple[HybridCase, ...] = CASES) -> list[tuple[HybridCase, Any]]:
     """``(case, Plan.hybrid)`` of each case on ``cpu_{world}`` (raises on an invalid case)."""
     from graphs.cpu_cluster import cpu_cluster
@@ -612,9 +630,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
         raw["calibration"] = json.loads(Path(args.calibration).read_text())
     else:
         print("calibrating segments, optimizer ...", flush=True)
+        tps, sizes = calibrated_shapes(cases)
         raw["calibration"] = calibrate_hybrid(
-            MODEL, tps=sorted({1, 2} | {c.tp for c in cases}),
-            micro_sizes=sorted({1, 2, 4} | {c.microbatch_size for c in cases}),
+            MODEL, tps=tps, micro_sizes=sizes,
             recomputes=sorted({"none"} | {c.recompute for c in cases}),
             parts=("segments", "optimizer"),
         )  # fmt: skip

@@ -210,6 +210,16 @@ def test_submesh_plans_are_valid_run_by_the_runtime_and_written_in_their_own_sec
             assert any((u.dp, u.tp, u.microbatch_size) == (c.dp, c.tp, c.microbatch_size)
                        for u, _ in plans if not u.stage_meshes)  # fmt: skip
     assert fh.HybridCase(**{**het[0].__dict__, "stage_meshes": [[2, 1], [1, 2]]}) == het[0]
+    # the calibration measures every stage's (tp, rows) and every runtime probe's
+    from runtime.hybrid_profile import PROBES
+
+    tps, sizes = fh.calibrated_shapes(fh.SUBMESH_CASES)
+    for c in het:
+        for dp, tp in c.stage_meshes:
+            assert tp in tps and c.dp * c.microbatch_size // dp in sizes
+    for k in (1, 4, 8):
+        assert all(t in tps and b in sizes for _, (_, t, _, b, _) in PROBES[k])
+    assert fh.calibrated_shapes(fh.CASES) == ([1, 2, 4], [1, 2, 4, 8])
     start, end = fh.markers("submesh")
     assert start != fh.START and end != fh.END
     out = tmp_path / "f.md"
