@@ -279,3 +279,34 @@ def test_one_submesh_shape_given_per_stage_scores_as_the_uniform_layout(graph):
     np.testing.assert_allclose(same.peak_memory, uniform.peak_memory, rtol=1e-12)
     for key in ("work_per_rank", "memory_activations", "critical_path", "total_work"):
         assert same.breakdown[key] == pytest.approx(uniform.breakdown[key], rel=1e-12), key
+
+
+def test_hybrid_anneal_on_a_calibrated_cpu_cluster_scores_per_stage_submeshes(graph):
+    """With tp up to 2, ``hybrid_anneal`` gives stages their own submeshes; on a calibrated
+    ``cpu_N`` cluster this model scores those layouts (it refused them before) and the
+    search ends with a plan."""
+    import copy
+
+    from agents import baselines
+
+    cal = calibration()
+    segs = cal["segments"]["1"]["segments"]
+    for mb in (1, 4, 8):  # the figures of microbatch 2 stand in for the other sizes
+        segs.setdefault(f"{mb}/none", segs["2/none"])
+    cal["segments"]["2"] = copy.deepcopy(cal["segments"]["1"])  # and tp 1's for tp 2's
+    cl = cpu_cluster(4, calibration={"hybrid": cal})
+    sim = Simulator(graph, cl)
+    scored = []
+
+    class Recording:
+        def evaluate_layout(self, lay):
+            scored.append(lay)
+            return sim.evaluate_layout(lay)
+
+    plan = baselines.get("hybrid_anneal")(
+        graph, cl, Recording(), 300, recompute=("none",), max_tp=2, sequence_parallel=(False,)
+    )
+    het = [lay for lay in scored if lay.stage_meshes]
+    assert len(het) > 10 and isinstance(sim._hybrid, CpuHybridModel)
+    assert all(np.isfinite(sim.evaluate_layout(x).step_time) for x in het[:10])
+    assert plan.layout is not None and np.isfinite(plan.meta["step_time"])
