@@ -196,24 +196,8 @@ def test_hybrid_anneal_on_a_calibrated_cpu_cluster_scores_per_stage_modes(graph)
     ``stage_zero=True``, to another ZeRO stage); on a calibrated ``cpu_N`` cluster those
     layouts are scored by this model (they raised ``ValueError`` before it charged modes
     per stage) and the search ends with a plan."""
-    from agents import baselines
-
-    cal = calibration()
-    segs = cal["segments"]["1"]["segments"]
-    for mb in (1, 4, 8):  # the figures of microbatch 2 stand in for the other sizes
-        for rc in ("none", "full"):
-            segs.setdefault(f"{mb}/{rc}", segs[f"2/{rc}"])
-    cl = cpu_cluster(4, calibration={"hybrid": cal})
-    sim = Simulator(graph, cl)
-    scored = []
-
-    class Recording:
-        def evaluate_layout(self, lay):
-            scored.append(lay)
-            return sim.evaluate_layout(lay)
-
-    plan = baselines.get("hybrid_anneal")(
-        graph, cl, Recording(), 400, recompute=("none", "full"), max_tp=1,
+    sim, scored, plan = _anneal_recorded(
+        graph, 400, ("none", "full"), (1,), recompute=("none", "full"), max_tp=1,
         sequence_parallel=(False,), stage_zero=True,
     )  # fmt: skip
     assert isinstance(sim._hybrid, CpuHybridModel)
@@ -285,15 +269,30 @@ def test_hybrid_anneal_on_a_calibrated_cpu_cluster_scores_per_stage_submeshes(gr
     """With tp up to 2, ``hybrid_anneal`` gives stages their own submeshes; on a calibrated
     ``cpu_N`` cluster this model scores those layouts (it refused them before) and the
     search ends with a plan."""
+    sim, scored, plan = _anneal_recorded(
+        graph, 300, ("none",), (1, 2), recompute=("none",), max_tp=2, sequence_parallel=(False,)
+    )
+    het = [lay for lay in scored if lay.stage_meshes]
+    assert len(het) > 10 and isinstance(sim._hybrid, CpuHybridModel)
+    assert all(np.isfinite(sim.evaluate_layout(x).step_time) for x in het[:10])
+    assert plan.layout is not None and np.isfinite(plan.meta["step_time"])
+
+
+def _anneal_recorded(graph, budget, modes, tps, **kw):
+    """``hybrid_anneal`` on a calibrated ``cpu_4`` whose calibration covers microbatches
+    1-8 (microbatch 2's figures stand in for the others), recomputation ``modes`` and tensor
+    degrees ``tps`` (tp 1's figures for the others): ``(simulator, scored layouts, plan)``."""
     import copy
 
     from agents import baselines
 
     cal = calibration()
     segs = cal["segments"]["1"]["segments"]
-    for mb in (1, 4, 8):  # the figures of microbatch 2 stand in for the other sizes
-        segs.setdefault(f"{mb}/none", segs["2/none"])
-    cal["segments"]["2"] = copy.deepcopy(cal["segments"]["1"])  # and tp 1's for tp 2's
+    for mb in (1, 4, 8):
+        for rc in modes:
+            segs.setdefault(f"{mb}/{rc}", segs[f"2/{rc}"])
+    for tp in tps:
+        cal["segments"].setdefault(str(tp), copy.deepcopy(cal["segments"]["1"]))
     cl = cpu_cluster(4, calibration={"hybrid": cal})
     sim = Simulator(graph, cl)
     scored = []
@@ -303,10 +302,5 @@ def test_hybrid_anneal_on_a_calibrated_cpu_cluster_scores_per_stage_submeshes(gr
             scored.append(lay)
             return sim.evaluate_layout(lay)
 
-    plan = baselines.get("hybrid_anneal")(
-        graph, cl, Recording(), 300, recompute=("none",), max_tp=2, sequence_parallel=(False,)
-    )
-    het = [lay for lay in scored if lay.stage_meshes]
-    assert len(het) > 10 and isinstance(sim._hybrid, CpuHybridModel)
-    assert all(np.isfinite(sim.evaluate_layout(x).step_time) for x in het[:10])
-    assert plan.layout is not None and np.isfinite(plan.meta["step_time"])
+    plan = baselines.get("hybrid_anneal")(graph, cl, Recording(), budget, **kw)
+    return sim, scored, plan
