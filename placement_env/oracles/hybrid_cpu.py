@@ -246,28 +246,11 @@ class CpuHybridModel:
             boundaries = (c > 0) + (c < C - 1)
             work[r] += m * (F[c] + B[c]) + dp_cpu[c] + 2 * m * boundaries * p2p_cpu
         work += opt
-        total_work = float(work.sum() * dp * tp)
-        speed = speed_at(self.cal["speed"], k)
-        cores = k * speed
-        share_time = total_work / cores
-
-        # ---- critical path at one process's full speed: the schedule, then sync + step.
-        # (Slowing it by k / cores when all k processes compute would give the work bound
-        # again; where fewer compute -- pipeline fill and drain -- they run at full speed.)
-        p2p = np.full(C, p2p_wall)
-        act = kept.copy()
-        makespan, rank_end, busy, last_b, peak_act = simulate_pipeline(
-            PIPELINE_SCHEDULES[lay.schedule], P, v, m, F, B, p2p, p2p, act
-        )
-        if makespan < 0:
-            raise RuntimeError("CpuHybridModel: pipeline schedule deadlocked")
         sync = np.zeros(P)
         for c in range(C):
             sync[c % P] += dp_wall[c]
-        path = float((rank_end + sync + opt).max())
-        step = max(share_time, path)
 
-        # ---- memory per pipeline rank
+        # ---- memory per pipeline rank (the activations in flight come from the schedule)
         mem = self.cal["memory"]
         total_params = self._model_params()
         if "worker_base" in mem:  # measured in the runtime's own worker (1-process probe)
@@ -281,20 +264,66 @@ class CpuHybridModel:
         full_kept = self._kept_without_recompute(lay) if "full" in modes else None
         if full_kept is not None:  # the block being recomputed, on the stages that recompute
             transient += full_kept * (np.array(lay.recomputes) == "full")
+        return self._result(
+            lay, k, v, m, F, B, kept, np.full(C, p2p_wall), work, np.full(P, dp * tp), sync, opt,
+            base, grads, adam, gathered, transient,
+            {"dp_cpu": dp_cpu.tolist(), "dp_wall": dp_wall.tolist(), "p2p": float(p2p_wall),
+             "rank_params": rank_params.tolist()},
+        )  # fmt: skip
+
+    def _result(
+        self,
+        lay: HybridLayout,
+        k: int,
+        v: int,
+        m: int,
+        F: np.ndarray,
+        B: np.ndarray,
+        kept: np.ndarray,
+        p2p: np.ndarray,
+        work: np.ndarray,
+        sizes: np.ndarray,
+        sync: np.ndarray,
+        opt: np.ndarray,
+        base: float,
+        grads: np.ndarray,
+        adam: np.ndarray,
+        gathered: np.ndarray,
+        transient: np.ndarray,
+        breakdown: dict[str, Any],
+    ) -> HybridResult:
+        """Step time, memory and result from per-chunk times (``F``, ``B``, kept bytes
+        ``kept``, p2p after chunk ``p2p``) and per-pipeline-rank figures (``work`` CPU
+        seconds of one rank, ``sizes`` ranks per stage, data-parallel wall time ``sync``,
+        optimizer ``opt``, memory terms); ``breakdown`` adds the caller's own figures.
+
+        The step takes the larger of the total work over the ``k`` processes' cores and the
+        critical path at one process's full speed: the schedule, then sync + step. (Slowing
+        it by k / cores when all k processes compute would give the work bound again; where
+        fewer compute -- pipeline fill and drain -- they run at full speed.)"""
+        P = lay.pp
+        total_work = float((work * sizes).sum())
+        cores = k * speed_at(self.cal["speed"], k)
+        share_time = total_work / cores
+        makespan, rank_end, busy, _, peak_act = simulate_pipeline(
+            PIPELINE_SCHEDULES[lay.schedule], P, v, m, F, B, p2p, p2p, kept.copy()
+        )
+        if makespan < 0:
+            raise RuntimeError("CpuHybridModel: pipeline schedule deadlocked")
+        path = float((rank_end + sync + opt).max())
+        step = max(share_time, path)
         step_mem = grads + adam + gathered + peak_act + transient
-        step_mem = step_mem + float(mem.get("step_residue", 0.0))
+        step_mem = step_mem + float(self.cal["memory"].get("step_residue", 0.0))
         peak_rank = base + step_mem
-        D = self.cluster.num_devices
-        per = dp * tp
-        peak_mem = np.repeat(peak_rank, per)
         oom = bool((peak_rank > np.array([dv.memory for dv in self.cluster.devices]).min()).any())
-        mf = d.model_flops(lay.global_batch)
+        mf = self.dims.model_flops(lay.global_batch)
+        D = self.cluster.num_devices
         return HybridResult(
             step_time=float(step),
             lower_bound=0.0,
             oom=oom,
-            device_busy=np.repeat(busy, per),
-            peak_memory=peak_mem,
+            device_busy=np.repeat(busy, sizes),
+            peak_memory=np.repeat(peak_rank, sizes),
             link_bytes=np.zeros(len(self.cluster.links)),
             objective="makespan",
             extra={"pipeline_makespan": float(makespan), "model": "cpu_hybrid"},
@@ -307,13 +336,10 @@ class CpuHybridModel:
                 "total_work": total_work,
                 "cores": float(cores),
                 "share_time": float(share_time),
-                "critical_path": float(path),
+                "critical_path": path,
                 "chunk_fwd": F.tolist(),
                 "chunk_bwd": B.tolist(),
                 "chunk_kept": kept.tolist(),
-                "dp_cpu": dp_cpu.tolist(),
-                "dp_wall": dp_wall.tolist(),
-                "p2p": float(p2p_wall),
                 "optimizer": opt.tolist(),
                 "memory_base": base,
                 "memory_grads": grads.tolist(),
@@ -323,7 +349,7 @@ class CpuHybridModel:
                 "memory_transient": transient.tolist(),
                 "memory_step": step_mem.tolist(),
                 "memory_per_rank": peak_rank.tolist(),
-                "rank_params": rank_params.tolist(),
+                **breakdown,
             },
         )
 
@@ -357,65 +383,14 @@ class CpuHybridModel:
         messages = p2p_cpu + np.concatenate([[0.0], p2p_cpu[:-1]])  # out of and into stage p
         work = m * (F + B) + dp_cpu + 2 * m * messages + opt
         sizes = np.array([a * b for a, b in lay.meshes])
-        total_work = float((work * sizes).sum())
-        speed = speed_at(self.cal["speed"], k)
-        cores = k * speed
-        share_time = total_work / cores
-        makespan, rank_end, busy, _, peak_act = simulate_pipeline(
-            PIPELINE_SCHEDULES[lay.schedule], P, 1, m, F, B, p2p_wall, p2p_wall, kept
-        )
-        if makespan < 0:
-            raise RuntimeError("CpuHybridModel: pipeline schedule deadlocked")
-        path = float((rank_end + dp_wall + opt).max())
-        step = max(share_time, path)
-
-        base = float(bd[0]["memory_base"])
-        grads, adam = stage("memory_grads"), stage("memory_optimizer")
-        gathered, transient = stage("memory_gathered"), stage("memory_transient")
-        step_mem = grads + adam + gathered + peak_act + transient
-        step_mem = step_mem + float(self.cal["memory"].get("step_residue", 0.0))
-        peak_rank = base + step_mem
-        oom = bool((peak_rank > np.array([dv.memory for dv in self.cluster.devices]).min()).any())
-        mf = d.model_flops(lay.global_batch)
-        D = self.cluster.num_devices
-        return HybridResult(
-            step_time=float(step),
-            lower_bound=0.0,
-            oom=oom,
-            device_busy=np.repeat(busy, sizes),
-            peak_memory=np.repeat(peak_rank, sizes),
-            link_bytes=np.zeros(len(self.cluster.links)),
-            objective="makespan",
-            extra={"pipeline_makespan": float(makespan), "model": "cpu_hybrid"},
-            model_flops_per_device=mf / step / D,
-            hardware_flops_per_device=mf / step / D,
-            mfu=0.0,
-            layout=lay,
-            breakdown={
-                "work_per_rank": work.tolist(),
-                "total_work": total_work,
-                "cores": float(cores),
-                "share_time": float(share_time),
-                "critical_path": path,
-                "chunk_fwd": F.tolist(),
-                "chunk_bwd": B.tolist(),
-                "chunk_kept": kept.tolist(),
-                "dp_cpu": dp_cpu.tolist(),
-                "dp_wall": dp_wall.tolist(),
-                "p2p_per_boundary": p2p_wall[:-1].tolist(),
-                "optimizer": opt.tolist(),
-                "memory_base": base,
-                "memory_grads": grads.tolist(),
-                "memory_optimizer": adam.tolist(),
-                "memory_gathered": gathered.tolist(),
-                "memory_activations": peak_act.tolist(),
-                "memory_transient": transient.tolist(),
-                "memory_step": step_mem.tolist(),
-                "memory_per_rank": peak_rank.tolist(),
-                "rank_params": stage("rank_params").tolist(),
-                "stage_sizes": sizes.tolist(),
-            },
-        )
+        return self._result(
+            lay, k, 1, m, F, B, kept, p2p_wall, work, sizes, dp_wall, opt,
+            float(bd[0]["memory_base"]), stage("memory_grads"), stage("memory_optimizer"),
+            stage("memory_gathered"), stage("memory_transient"),
+            {"dp_cpu": dp_cpu.tolist(), "dp_wall": dp_wall.tolist(),
+             "p2p_per_boundary": p2p_wall[:-1].tolist(),
+             "rank_params": stage("rank_params").tolist(), "stage_sizes": sizes.tolist()},
+        )  # fmt: skip
 
     def _model_params(self) -> float:
         """The whole model's parameters (tp = 1 figures; the tied embedding once)."""
