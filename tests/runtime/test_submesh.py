@@ -147,29 +147,27 @@ def test_every_row_crosses_once_each_way(rows, data):
             else range(piece.lo, piece.hi)
         )
 
-    got: Counter = Counter()
-    for pc in fwd:
-        ps, ds, _ = lay.coords(pc.src)
-        pr, dr, _ = lay.coords(pc.dst)
-        assert (ps, pr) == (0, 1)
-        for row in rows_of(pc, br, dr):
-            assert ds * bs <= row < (ds + 1) * bs and dr * br <= row < (dr + 1) * br
-            got[(pc.dst, row)] += 1
-    assert got == Counter(
-        {(lay.rank(1, d, t), row): 1 for d in range(dpr) for t in range(tpr)
-         for row in range(d * br, (d + 1) * br)}
-    )  # fmt: skip
-    back: Counter = Counter()
-    for pc in bwd:
-        _, dr, _ = lay.coords(pc.src)
-        _, ds, _ = lay.coords(pc.dst)
-        for row in rows_of(pc, bs, ds):
-            assert ds * bs <= row < (ds + 1) * bs and dr * br <= row < (dr + 1) * br
-            back[(pc.dst, row)] += 1
-    assert back == Counter(
-        {(lay.rank(0, d, t), row): 1 for d in range(dps) for t in range(tps)
-         for row in range(d * bs, (d + 1) * bs)}
-    )  # fmt: skip
+    def received(pieces: list[Piece], stage: int) -> Counter:
+        """``(receiving rank, row)`` counts of messages into ``stage``, each row checked to
+        be computed by both the sending and the receiving rank."""
+        got: Counter = Counter()
+        for pc in pieces:
+            src, dst = lay.coords(pc.src), lay.coords(pc.dst)
+            assert (src[0], dst[0]) == (1 - stage, stage)
+            ds, dr = (src[1], dst[1]) if stage == 1 else (dst[1], src[1])
+            for row in rows_of(pc, (bs, br)[stage], dst[1]):
+                assert ds * bs <= row < (ds + 1) * bs and dr * br <= row < (dr + 1) * br
+                got[(pc.dst, row)] += 1
+        return got
+
+    def every_row_once(stage: int, n_dp: int, n_tp: int, b: int) -> Counter:
+        return Counter(
+            {(lay.rank(stage, d, t), row): 1 for d in range(n_dp) for t in range(n_tp)
+             for row in range(d * b, (d + 1) * b)}
+        )  # fmt: skip
+
+    assert received(fwd, 1) == every_row_once(1, dpr, tpr, br)
+    assert received(bwd, 0) == every_row_once(0, dps, tps, bs)
 
 
 def test_schedules_by_hand_and_their_invariants():
