@@ -49,13 +49,12 @@ def _check_buildable(model: Any) -> None:
     ``llama`` with dimension keywords): hybrid envs plan them from analytic costs, but the
     runtime builds PyTorch modules of the zoo's extracted models and of factories only."""
     from graphs import zoo
-    from graphs.zoo.parametric import PARAM_KEYS, PARAMETRIC
+    from graphs.zoo.parametric import is_parametric
 
     if not isinstance(model, dict) or "factory" in model:
         return
     name, config = model.get("name"), dict(model.get("config") or {})
-    only = set(PARAM_KEYS) - {"batch", "seq", "vocab"}
-    if name in PARAMETRIC and (name == "gpt" or set(config) & only):
+    if is_parametric(str(name), config):
         raise ValueError(
             f"the plan's model is the parametric {name!r} of graphs.zoo.build (dimensions "
             f"{config}), which hybrid envs score from analytic costs; the runtime has no PyTorch "

@@ -347,10 +347,9 @@ def build(
     extraction / model source (:data:`SOURCE_DIGEST`);
     ``cache=False`` neither reads nor writes the cache.
     """
-    from graphs.zoo.parametric import PARAM_KEYS, PARAMETRIC, build_named
+    from graphs.zoo.parametric import build_named, is_parametric
 
-    only = set(PARAM_KEYS) - {"batch", "seq", "vocab"}  # keys the extracted models do not take
-    if name in PARAMETRIC and (name == "gpt" or set(config) & only):
+    if is_parametric(name, config):
         if max_groups is not None:
             raise ValueError(f"graphs.zoo.build: parametric {name!r} takes no max_groups")
         if (precision, optimizer) != ("mixed", "adam"):

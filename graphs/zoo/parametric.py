@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from graphs.compgraph import CompGraph
@@ -18,6 +19,15 @@ PARAM_KEYS = (
     "sp_saves_gathered_input", "pp_keeps_stage_output", "pp_step_buffers", "op_level_sac",
     "dropout", "grad_bytes",
 )  # fmt: skip
+
+
+def is_parametric(name: str, config: Mapping[str, Any]) -> bool:
+    """Whether ``graphs.zoo.build(name, **config)`` builds a parametric model: ``gpt``
+    always, ``llama`` when a keyword only the parametric builder takes is given (the
+    extracted models also take ``batch``, ``seq`` and ``vocab``)."""
+    only = set(PARAM_KEYS) - {"batch", "seq", "vocab"}
+    return name in PARAMETRIC and (name == "gpt" or bool(set(config) & only))
+
 
 #: Mixed-precision Adam: fp16 weights and gradients, fp32 master weights, momentum, variance.
 BYTES_PER_PARAM = 16.0
