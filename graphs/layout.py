@@ -401,8 +401,65 @@ def balanced_stage_layers(num_layers: int, chunks: int) -> tuple[tuple[int, int]
     return tuple(out)
 
 
+class StageMeshes:
+    """Rank arithmetic of a pipeline whose stage ``p`` runs on a ``dp_p x tp_p`` submesh of
+    consecutive ranks (``stage_meshes``; empty: every stage on ``dp x tp``), rank order
+    ``(p, d, t)`` with ``t`` innermost. Shared by :class:`HybridLayout` and the runtime's
+    ``runtime.hybrid.HybridSpec`` (dataclasses with ``dp``, ``tp``, ``pp``, ``stage_meshes``)."""
+
+    dp: int
+    tp: int
+    pp: int
+    stage_meshes: tuple[tuple[int, int], ...]
+
+    @property
+    def meshes(self) -> tuple[tuple[int, int], ...]:
+        """``(dp_p, tp_p)`` of every pipeline stage (``(dp, tp)`` each when uniform)."""
+        return self.stage_meshes or ((self.dp, self.tp),) * self.pp
+
+    @property
+    def world_size(self) -> int:
+        if self.stage_meshes:
+            return sum(d * t for d, t in self.stage_meshes)
+        return self.dp * self.tp * self.pp
+
+    def stage_offset(self, p: int) -> int:
+        """Global rank of the first device of pipeline rank ``p``'s submesh."""
+        if not self.stage_meshes:
+            return p * self.dp * self.tp
+        return sum(d * t for d, t in self.stage_meshes[:p])
+
+    def rank(self, p: int, d: int, t: int) -> int:
+        """Global rank of pipeline rank ``p``, data-parallel rank ``d``, tensor rank ``t``."""
+        if not self.stage_meshes:
+            return (p * self.dp + d) * self.tp + t
+        return self.stage_offset(p) + d * self.stage_meshes[p][1] + t
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """``(p, d, t)`` of a global rank (inverse of :meth:`rank`)."""
+        if not 0 <= rank < self.world_size:
+            raise ValueError(
+                f"{type(self).__name__}.coords: rank {rank} not in [0, {self.world_size})"
+            )
+        if self.stage_meshes:
+            for p, (dp, tp) in enumerate(self.stage_meshes):
+                if rank < dp * tp:
+                    d, t = divmod(rank, tp)
+                    return p, d, t
+                rank -= dp * tp
+        pd, t = divmod(rank, self.tp)
+        p, d = divmod(pd, self.dp)
+        return p, d, t
+
+    def stage_ranks(self, p: int) -> range:
+        """Global ranks of pipeline rank ``p`` (its ``dp_p * tp_p`` submesh)."""
+        dp, tp = self.meshes[p]
+        a = self.stage_offset(p)
+        return range(a, a + dp * tp)
+
+
 @dataclass(frozen=True)
-class HybridLayout:
+class HybridLayout(StageMeshes):
     """How a layered model is split over ``dp x tp x pp`` devices.
 
     The device mesh has shape ``(pp, dp, tp)`` (names ``("pp", "dp", "tp")``):
@@ -481,12 +538,6 @@ class HybridLayout:
         return self.global_batch // (self.dp * self.microbatch_size)
 
     @property
-    def world_size(self) -> int:
-        if self.stage_meshes:
-            return sum(d * t for d, t in self.stage_meshes)
-        return self.dp * self.tp * self.pp
-
-    @property
     def heterogeneous(self) -> bool:
         """True when the stages differ: their own submeshes (:attr:`stage_meshes`),
         recomputation modes (:attr:`stage_recompute`) or ZeRO stages (:attr:`stage_zero`)."""
@@ -501,11 +552,6 @@ class HybridLayout:
     def zeros(self) -> tuple[int, ...]:
         """The ZeRO stage of every pipeline stage."""
         return self.stage_zero or (self.zero,) * self.pp
-
-    @property
-    def meshes(self) -> tuple[tuple[int, int], ...]:
-        """``(dp_p, tp_p)`` of every pipeline stage (``(dp, tp)`` each when uniform)."""
-        return self.stage_meshes or ((self.dp, self.tp),) * self.pp
 
     @property
     def stage_microbatch_sizes(self) -> tuple[int, ...]:
@@ -558,38 +604,6 @@ class HybridLayout:
     def num_layers(self) -> int:
         """Transformer layers covered by :attr:`stage_layers`."""
         return self.stage_layers[-1][1]
-
-    def stage_offset(self, p: int) -> int:
-        """Global rank of the first device of pipeline rank ``p``'s submesh."""
-        if not self.stage_meshes:
-            return p * self.dp * self.tp
-        return sum(d * t for d, t in self.stage_meshes[:p])
-
-    def rank(self, p: int, d: int, t: int) -> int:
-        """Global rank of pipeline rank ``p``, data-parallel rank ``d``, tensor rank ``t``."""
-        if not self.stage_meshes:
-            return (p * self.dp + d) * self.tp + t
-        return self.stage_offset(p) + d * self.stage_meshes[p][1] + t
-
-    def coords(self, rank: int) -> tuple[int, int, int]:
-        """``(p, d, t)`` of a global rank (inverse of :meth:`rank`)."""
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"HybridLayout.coords: rank {rank} not in [0, {self.world_size})")
-        if self.stage_meshes:
-            for p, (dp, tp) in enumerate(self.stage_meshes):
-                if rank < dp * tp:
-                    d, t = divmod(rank, tp)
-                    return p, d, t
-                rank -= dp * tp
-        pd, t = divmod(rank, self.tp)
-        p, d = divmod(pd, self.dp)
-        return p, d, t
-
-    def stage_ranks(self, p: int) -> range:
-        """Global ranks of pipeline rank ``p`` (its ``dp_p * tp_p`` submesh)."""
-        dp, tp = self.meshes[p]
-        a = self.stage_offset(p)
-        return range(a, a + dp * tp)
 
     def chunk_of_layer(self, layer: int) -> int:
         """Index of the model chunk that holds transformer layer ``layer``."""

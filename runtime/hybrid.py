@@ -21,7 +21,12 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from graphs.layout import stage_meshes_problem, stage_recompute_problem, stage_zero_problem
+from graphs.layout import (
+    StageMeshes,
+    stage_meshes_problem,
+    stage_recompute_problem,
+    stage_zero_problem,
+)
 from runtime.pipeline import SCHEDULE_CLASSES, _loss_of_output, _patch_wait, _zeros, stage_modules
 from runtime.program import (
     MODEL_PREFIX,
@@ -39,7 +44,7 @@ MESH_DIM_NAMES = ("pp", "dp", "tp")
 
 
 @dataclass(frozen=True)
-class HybridSpec:
+class HybridSpec(StageMeshes):
     """The layout of a hybrid plan as the runtime executes it (the fields of
     ``graphs.layout.HybridLayout``; JSON-serialisable).
 
@@ -144,43 +149,12 @@ class HybridSpec:
         return self.stage_recompute[c % self.pp] if self.stage_recompute else self.recompute
 
     @property
-    def meshes(self) -> tuple[tuple[int, int], ...]:
-        """``(dp_p, tp_p)`` of every pipeline stage."""
-        return self.stage_meshes or ((self.dp, self.tp),) * self.pp
-
-    @property
-    def world_size(self) -> int:
-        return sum(d * t for d, t in self.meshes)
-
-    def stage_offset(self, p: int) -> int:
-        """Global rank of the first rank of pipeline stage ``p``."""
-        return sum(d * t for d, t in self.meshes[:p])
-
-    def stage_ranks(self, p: int) -> range:
-        """Global ranks of pipeline stage ``p``."""
-        d, t = self.meshes[p]
-        return range(self.stage_offset(p), self.stage_offset(p) + d * t)
-
-    def rank(self, p: int, d: int, t: int) -> int:
-        """Global rank of ``(p, d, t)`` (inverse of :meth:`coords`)."""
-        return self.stage_offset(p) + d * self.meshes[p][1] + t
-
-    @property
     def num_chunks(self) -> int:
         return self.pp * self.virtual_stages
 
     @property
     def num_microbatches(self) -> int:
         return self.global_batch // (self.dp * self.microbatch_size)
-
-    def coords(self, rank: int) -> tuple[int, int, int]:
-        """``(p, d, t)`` of ``rank`` (rank = ``(p * dp + d) * tp + t`` without
-        ``stage_meshes``; in general :meth:`stage_offset` ``+ d * tp_p + t``)."""
-        for p, (dp, tp) in enumerate(self.meshes):
-            if rank < dp * tp:
-                return p, rank // tp, rank % tp
-            rank -= dp * tp
-        raise ValueError(f"hybrid layout: rank out of range (world size {self.world_size})")
 
     def validate(self, n_layer: int | None = None) -> None:
         """Raise ``ValueError`` naming the field unless the layout is executable."""
