@@ -428,21 +428,27 @@ class _Chunk:
     names: dict[str, str] = field(default_factory=dict)  # parameter path in module -> model name
 
 
-def all_reduce_unsharded(grad: torch.Tensor, group: dist.ProcessGroup) -> None:
+def all_reduce_unsharded(grad: torch.Tensor, group: dist.ProcessGroup, scale: float = 1.0) -> None:
     """Sum ``grad`` in place over ``group`` whose members hold it differently: some sharded
-    over their data-parallel mesh (ZeRO 1-3: a ``DTensor`` with ``Shard`` placements), others
-    whole (ZeRO 0 or a plain tensor). A sharded member gathers the full gradient over its
-    mesh (the same for every member of that mesh), takes part in the sum with it, and keeps
-    its own shard of the result; a whole one takes part as it is."""
+    over their mesh (ZeRO 1-3 or tensor parallelism: a ``DTensor`` with ``Shard``
+    placements), others whole (ZeRO 0 or a plain tensor). A sharded member gathers the full
+    gradient over its mesh (the same for every member of that mesh), takes part in the sum
+    with it, and keeps its own shard of the result; a whole one takes part as it is. Each
+    member's part is multiplied by ``scale`` first (``1 / n`` when ``n`` members hold the same
+    full gradient and it should count once)."""
     if isinstance(grad, DTensor) and any(isinstance(pl, Shard) for pl in grad.placements):
         mesh, places = grad.device_mesh, grad.placements
         whole = [Replicate()] * mesh.ndim
         full = grad.redistribute(mesh, whole).to_local().contiguous()
+        if scale != 1.0:
+            full = full * scale
         dist.all_reduce(full, group=group)
         back = DTensor.from_local(full, mesh, whole, run_check=False).redistribute(mesh, places)
         grad.to_local().copy_(back.to_local())
         return
     local = grad.to_local() if isinstance(grad, DTensor) else grad
+    if scale != 1.0:
+        local.mul_(scale)
     dist.all_reduce(local, group=group)
 
 

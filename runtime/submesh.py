@@ -21,13 +21,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Replicate
 
 from runtime.hybrid import (
     ChunkParameters,
     HybridChunk,
     HybridSpec,
     _Chunk,
+    all_reduce_unsharded,
     block_list,
     check_run,
     chunk_segments,
@@ -496,14 +496,4 @@ class SubmeshRunner(ChunkParameters):
             prm = by_name[name]
             if prm.grad is None:
                 prm.grad = torch.zeros_like(prm)
-            g = prm.grad
-            full = (g.full_tensor() if isinstance(g, DTensor) else g).detach().clone()
-            full.div_(n)
-            dist.all_reduce(full, group=group)
-            if isinstance(g, DTensor):
-                mesh, places = g.device_mesh, g.placements
-                whole = [Replicate()] * mesh.ndim
-                back = DTensor.from_local(full, mesh, whole, run_check=False)
-                g.to_local().copy_(back.redistribute(mesh, places).to_local())
-            else:
-                g.copy_(full)
+            all_reduce_unsharded(prm.grad, group, scale=1.0 / n)
