@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from agents.baselines.common import InfeasiblePlanError, fmt_bytes
-from agents.baselines.megatron_grid import finish_hybrid, hybrid_arguments, hybrid_oracle
+from agents.baselines.megatron_grid import LayoutScorer, finish_hybrid, hybrid_arguments
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import (
@@ -408,7 +408,7 @@ def alpa(
     ``budget`` caps oracle calls.
     """
     t0 = time.perf_counter()
-    score = hybrid_oracle(oracle)
+    score = LayoutScorer(oracle)
     model = HybridModel(graph, cluster)
     gb, budget = hybrid_arguments("alpa", graph, global_batch, budget)
     if (
@@ -443,6 +443,8 @@ def alpa(
     def consider(cand: HybridLayout) -> bool:
         nonlocal best, best_res, calls, least
         r = score(cand)
+        if r is None:  # not calibrated: skipped, no call
+            return False
         calls += 1
         if r.oom:
             least = min(least, float(r.peak_memory.max()))
@@ -498,14 +500,16 @@ def alpa(
                 per_stage_z += bool(cand.stage_zero)
                 consider(cand)
     if best is None:
+        score.check_any_scored("alpa", graph, cluster)
         raise InfeasiblePlanError(
             f"alpa: no layout of {graph.meta.get('name', '?')!r} fits on {cluster.name!r} "
-            f"(least peak memory {fmt_bytes(least)})"
+            f"(least peak memory {fmt_bytes(least)}){score.why()}"
         )
     return finish_hybrid(
         graph, cluster, best, best_res, "alpa", calls, t0, submesh_layouts_scored=hetero,
         stage_recompute_layouts_scored=per_stage_rc,
         **({"stage_zero_layouts_scored": per_stage_z} if stage_zero else {}),
+        **score.meta(),
     )  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from agents.baselines.common import InfeasiblePlanError
-from agents.baselines.megatron_grid import finish_hybrid, hybrid_arguments, hybrid_oracle
+from agents.baselines.megatron_grid import LayoutScorer, finish_hybrid, hybrid_arguments
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import (
@@ -82,7 +82,7 @@ def hybrid_anneal(
     for name, flag in (("stage_recompute", stage_recompute), ("stage_zero", stage_zero)):
         if not isinstance(flag, bool):
             raise ValueError(f"hybrid_anneal: {name} must be true or false, got {flag!r}")
-    score = hybrid_oracle(oracle)
+    score = LayoutScorer(oracle)
     gb, budget = hybrid_arguments("hybrid_anneal", graph, global_batch, budget)
     space = list(
         layout_grid(
@@ -142,21 +142,32 @@ def hybrid_anneal(
         tps = [t for t in tps if t != lay.meshes[p][1]]
         return with_stage_tp(lay, p, int(rng.choice(tps))) if tps else None
 
-    cur = min(space, key=start_key)
-    r = score(cur)
+    r = None
+    for cur in sorted(space, key=start_key):  # the first the oracle can score
+        r = score(cur)
+        if r is not None:
+            break
+    if r is None:
+        score.check_any_scored("hybrid_anneal", graph, cluster)
     calls = 1
     cur_c = _cost(r, cap)
     best, best_r, best_c = cur, r, cur_c
-    while calls < budget:
+    # moves that give no layout (none in the grid, a boundary at the end) or one the oracle
+    # cannot score cost no call; this many of them in a row end the search (a grid of one
+    # layout used to loop forever)
+    idle, max_idle = 0, 10_000
+    while calls < budget and idle < max_idle:
         frac = calls / max(budget - 1, 1)
         temp = t0 * (t1 / t0) ** frac
         if cur.pp > 1 and cur.virtual_stages == 1 and rng.random() < 0.15:
             cand = stage_move(cur)
         else:
             cand = _neighbour(cur, space, by_key, keys, rng)
-        if cand is None:
+        r = None if cand is None else score(cand)
+        if r is None:
+            idle += 1
             continue
-        r = score(cand)
+        idle = 0
         calls += 1
         c = _cost(r, cap)
         if c <= cur_c or rng.random() < math.exp(-(math.log(c) - math.log(cur_c)) / temp):
@@ -167,7 +178,10 @@ def hybrid_anneal(
         raise InfeasiblePlanError(
             f"hybrid_anneal: no memory-feasible layout found in {calls} oracle calls"
         )
-    return finish_hybrid(graph, cluster, best, best_r, "hybrid_anneal", calls, start, seed=seed)
+    return finish_hybrid(
+        graph, cluster, best, best_r, "hybrid_anneal", calls, start, seed=seed,
+        **score.meta(), **({"stopped_without_moves": True} if idle >= max_idle else {}),
+    )  # fmt: skip
 
 
 def _neighbour(

@@ -34,6 +34,58 @@ def hybrid_oracle(oracle: Oracle) -> Any:
     return f
 
 
+class LayoutScorer:
+    """Scores layouts with an oracle's ``evaluate_layout`` (:func:`hybrid_oracle`) and skips
+    those it cannot score for want of calibration: on a calibrated ``cpu_N`` cluster,
+    :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` has figures only for the
+    ``(tp, microbatch size, recompute)`` that were measured, while the planners' default
+    grids hold others (e.g. selective recomputation). A skipped layout returns ``None``,
+    costs no oracle call and is counted (``skipped``, ``meta()``); the planners used to stop
+    with the model's ``ValueError`` at the first one."""
+
+    def __init__(self, oracle: Oracle) -> None:
+        from placement_env.oracles.hybrid_cpu import UncalibratedLayoutError
+
+        self._score = hybrid_oracle(oracle)
+        self._uncalibrated = UncalibratedLayoutError
+        self.skipped = 0
+        self.scored = 0
+        self.first_reason = ""
+
+    def __call__(self, layout: HybridLayout) -> Any | None:
+        try:
+            res = self._score(layout)
+        except self._uncalibrated as e:
+            self.skipped += 1
+            if not self.first_reason:
+                self.first_reason = str(e)
+            return None
+        self.scored += 1
+        return res
+
+    def meta(self) -> dict[str, Any]:
+        """``{"uncalibrated_skipped": n}`` when layouts were skipped, else empty."""
+        return {"uncalibrated_skipped": self.skipped} if self.skipped else {}
+
+    def check_any_scored(self, who: str, graph: CompGraph, cluster: Cluster) -> None:
+        """Raise :class:`InfeasiblePlanError` when layouts were skipped and none was scored."""
+        if self.scored == 0 and self.skipped:
+            raise InfeasiblePlanError(
+                f"{who}: none of the {self.skipped} layout(s) of "
+                f"{graph.meta.get('name', '?')!r} tried on {cluster.name!r} could be scored: "
+                f"the oracle has no calibrated figures for them, the first: {self.first_reason}"
+            )
+
+    def why(self) -> str:
+        """A sentence for a planner's error when layouts were skipped ('' otherwise)."""
+        if not self.skipped:
+            return ""
+        return (
+            f"; {self.skipped} layout(s) skipped because the oracle has no calibrated figures "
+            f"for them, the first: {self.first_reason}"
+        )
+
+
 def default_global_batch(graph: CompGraph) -> int:
     return int(model_dims(graph).batch)
 
@@ -77,7 +129,7 @@ def megatron_grid(
     Raises :class:`InfeasiblePlanError` when no layout fits in memory.
     """
     t0 = time.perf_counter()
-    score = hybrid_oracle(oracle)
+    score = LayoutScorer(oracle)
     gb, budget = hybrid_arguments("megatron_grid", graph, global_batch, budget)
     best, best_res, calls, least_mem = None, None, 0, float("inf")
     space = layout_grid(
@@ -95,6 +147,8 @@ def megatron_grid(
         if budget is not None and calls >= budget:
             break
         r = score(lay)
+        if r is None:  # not calibrated: skipped, no call
+            continue
         calls += 1
         if r.oom:
             least_mem = min(least_mem, float(r.peak_memory.max()))
@@ -102,11 +156,12 @@ def megatron_grid(
         if best_res is None or r.step_time < best_res.step_time:
             best, best_res = lay, r
     if best is None:
+        score.check_any_scored("megatron_grid", graph, cluster)
         raise InfeasiblePlanError(
             f"megatron_grid: none of {calls} layouts of {graph.meta.get('name', '?')!r} fits "
-            f"on {cluster.name!r} (least peak memory {fmt_bytes(least_mem)})"
+            f"on {cluster.name!r} (least peak memory {fmt_bytes(least_mem)}){score.why()}"
         )
-    return finish_hybrid(graph, cluster, best, best_res, "megatron_grid", calls, t0)
+    return finish_hybrid(graph, cluster, best, best_res, "megatron_grid", calls, t0, **score.meta())
 
 
 def finish_hybrid(
@@ -136,4 +191,4 @@ def finish_hybrid(
 #: The grid of layouts (:func:`graphs.layout.layout_grid`), under its planner's name.
 grid = layout_grid
 
-__all__ = ["finish_hybrid", "grid", "hybrid_oracle", "megatron_grid"]
+__all__ = ["LayoutScorer", "finish_hybrid", "grid", "hybrid_oracle", "megatron_grid"]

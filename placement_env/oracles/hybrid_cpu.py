@@ -70,6 +70,12 @@ from placement_env.oracles.pipeline import PIPELINE_SCHEDULES, simulate_pipeline
 FP32 = 4.0
 
 
+class UncalibratedLayoutError(ValueError):
+    """A layout needs segment figures the calibration does not have (a ``(tp, microbatch
+    size, recompute)`` never measured). The hybrid planners skip such layouts and count
+    them (``meta["uncalibrated_skipped"]``); a direct ``evaluate`` raises it."""
+
+
 def speed_at(speed: Mapping[str, float], k: int) -> float:
     """Per-process speed with ``k`` processes (measured counts; beyond the largest measured
     count its total throughput is shared; between counts the next larger one)."""
@@ -124,9 +130,11 @@ class CpuHybridModel:
             have = sorted(
                 f"tp={t} {k}" for t, v in self.cal["segments"].items() for k in v["segments"]
             )
-            raise ValueError(
+            raise UncalibratedLayoutError(
                 f"CpuHybridModel: no calibrated segment times for tp={layout.tp}, microbatch "
-                f"size {layout.microbatch_size}, recompute {rc!r} (have: {', '.join(have)})"
+                f"size {layout.microbatch_size}, recompute {rc!r} (have: {', '.join(have)}); "
+                "measure them with runtime.hybrid_profile.calibrate_hybrid(tps=..., "
+                "micro_sizes=..., recomputes=...)"
             )
         s = by_tp["segments"][key]
         return {f: np.asarray(s[f], dtype=np.float64) for f in ("fwd", "bwd", "kept", "params")}
@@ -411,4 +419,4 @@ class CpuHybridModel:
         return None if s is None else float(s["kept"][1])
 
 
-__all__ = ["CpuHybridModel", "collective_cost", "speed_at"]
+__all__ = ["CpuHybridModel", "UncalibratedLayoutError", "collective_cost", "speed_at"]

@@ -364,8 +364,9 @@ class Simulator:
                 self._hybrid = CpuHybridModel(self.graph, self.cluster, hcal)
             else:
                 self._hybrid = HybridModel(self.graph, self.cluster)
-        self.calls += 1
-        return self._hybrid.evaluate(layout)
+        res = self._hybrid.evaluate(layout)
+        self.calls += 1  # a layout the model refuses (e.g. uncalibrated) is not a call
+        return res
 
     # ------------------------------------------------------------ internals
     def _check(self, placement_or_plan: Any) -> np.ndarray:
