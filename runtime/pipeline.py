@@ -38,9 +38,27 @@ from runtime.tensor_parallel import (
 )
 from runtime.timers import StepTimer
 
+
+class OneFOneB(Schedule1F1B):
+    """``Schedule1F1B`` that also runs fewer microbatches than pipeline stages.
+
+    PyTorch's constructor refuses ``m < stages`` although its step already warms up with
+    ``min(m, stages - stage index)`` forwards, which is PipeDream-Flush's order for any
+    ``m`` (stages with no steady state run all forwards, then all backwards). The planners
+    and the simulator take such plans (e.g. 2 microbatches on 4 stages), and before this
+    class every rank stopped with that ``ValueError``. Loss and gradients equal one process
+    (``tests/runtime/test_pipeline_short.py``)."""
+
+    def __init__(self, stage: Any, n_microbatches: int, **kw: Any) -> None:
+        # the base's base: everything Schedule1F1B.__init__ does but the check
+        _schedules.PipelineScheduleSingle.__init__(
+            self, stage=stage, n_microbatches=n_microbatches, **kw
+        )
+
+
 SCHEDULE_CLASSES: dict[str, Any] = {
     "gpipe": ScheduleGPipe,
-    "1f1b": Schedule1F1B,
+    "1f1b": OneFOneB,
     "interleaved": ScheduleInterleaved1F1B,
 }
 
