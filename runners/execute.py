@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,41 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
         f"{result.mode} plan on {result.world_size} processes: step {result.step_time * 1e3:.2f} ms "
         f"(loss {result.loss:.4f}); {per_rank}; {out / 'result.json'}"
     )
+    report_prediction(plan, graph, cluster, result, out, echo)
     return result
+
+
+def report_prediction(
+    plan: Plan, graph: Any, cluster: Any, result: Any, out: Path, echo: Any
+) -> dict[str, Any] | None:
+    """For a hybrid plan on a ``cpu_N@PATH`` cluster with a hybrid calibration: the
+    calibrated model's prediction beside the measurement, added to ``out/result.json``
+    under ``prediction`` (step time, peak memory per rank, and their errors =
+    measured / predicted - 1) and echoed; None (nothing written) otherwise."""
+    from placement_env.oracles.hybrid_cpu import predicted_run
+
+    pred = predicted_run(plan, graph, cluster)
+    if pred is None:
+        return None
+    meas_peak = [float(x) for x in (result.run_peak or [])]
+    pred["step_time_error"] = result.step_time / pred["step_time"] - 1.0
+    if len(meas_peak) == len(pred["peak_memory"]):
+        pred["peak_memory_error"] = [m / p - 1.0 for m, p in zip(meas_peak, pred["peak_memory"])]
+    path = out / "result.json"
+    data = json.loads(path.read_text()) if path.is_file() else result.to_dict()
+    data["prediction"] = pred
+    path.write_text(json.dumps(data, indent=1))
+    mem = pred.get("peak_memory_error")
+    echo(
+        f"predicted by the calibrated model of {cluster.name}: step {pred['step_time'] * 1e3:.2f} ms "
+        f"(measured {pred['step_time_error'] * 100:+.1f} %)"
+        + (
+            f"; peak memory per rank measured {min(mem) * 100:+.1f} to {max(mem) * 100:+.1f} %"
+            if mem
+            else ""
+        )
+    )
+    return pred
 
 
 if __name__ == "__main__":

@@ -36,6 +36,38 @@ def check_config(cfg: DictConfig) -> Path:
             whole("runtime.devices[]", n, 2)
         if not rt.get("devices"):
             raise ValueError("profile: runtime.devices is empty; expected process counts >= 2")
+    hy = cfg.get("hybrid") or {}
+    if hy.get("model") is not None:
+        for k in ("tps", "micro_sizes", "worlds"):
+            if not hy.get(k):
+                raise ValueError(f"profile: hybrid.{k} is empty; expected integers >= 1")
+            for v in hy.get(k):
+                whole(f"hybrid.{k}[]", v, 1)
+        for v in hy.get("probe_worlds") or []:
+            if v not in (2, 4, 8):
+                raise ValueError(
+                    f"profile: hybrid.probe_worlds[] = {v!r}; expected 2, 4 or 8 (the process "
+                    "counts with runtime probe plans)"
+                )
+        if not hy.get("probe_worlds"):
+            raise ValueError("profile: hybrid.probe_worlds is empty; expected some of 2, 4, 8")
+        for v in hy.get("recomputes") or []:
+            if v not in ("none", "full", "selective"):
+                raise ValueError(
+                    f"profile: hybrid.recomputes[] = {v!r}; expected none, full or selective"
+                )
+        whole("hybrid.repeats", hy.get("repeats"), 1)
+        from runtime.hybrid_profile import check_probe_model
+
+        model = OmegaConf.to_container(hy.model, resolve=True)
+        if not isinstance(model, dict) or "name" not in model:
+            raise ValueError(
+                f"profile: hybrid.model = {model!r}; expected {{name: gpt2, config: {{...}}}}"
+            )
+        try:
+            check_probe_model(model, [int(k) for k in hy.probe_worlds])
+        except ValueError as exc:
+            raise ValueError(f"profile: hybrid.model: {exc}") from None
     mem = cfg.memory_gib
     if not is_number(mem, 0, lo_open=True):
         raise ValueError(f"profile: memory_gib = {mem!r}; expected a finite number > 0")
@@ -98,6 +130,35 @@ def run(cfg: DictConfig, out: Path, path: Path) -> None:
             overhead=o,
         )
         cal = write_calibration(device, link, path, memory=memory, concurrency=conc, runtime=fits)
+    hy = cfg.get("hybrid") or {}
+    if hy.get("model") is not None:  # hybrid plans of one model (CpuHybridModel)
+        from runtime.hybrid_profile import calibrate_hybrid_fitted
+
+        hcal = calibrate_hybrid_fitted(
+            OmegaConf.to_container(hy.model, resolve=True),
+            tps=[int(t) for t in hy.tps],
+            micro_sizes=[int(b) for b in hy.micro_sizes],
+            recomputes=[str(r) for r in (hy.recomputes or ["none", "full"])],
+            worlds=[int(w) for w in hy.worlds],
+            probe_worlds=[int(k) for k in hy.probe_worlds],
+            repeats=int(hy.repeats),
+            echo=lambda msg: print(f"hybrid: {msg}", flush=True),
+        )
+        runtime_fits = cal.get("runtime")
+        cal = write_calibration(
+            device, link, path, memory=memory, concurrency=conc, runtime=runtime_fits, hybrid=hcal
+        )
+        fit = hcal["probe_fit"]
+        print(
+            f"hybrid calibration of {hcal['model']['name']}: per-microbatch overhead "
+            f"{fit['microbatch'] * 1e3:.2f} ms, per-process speed "
+            + ", ".join(f"{k} processes x{v:.2f}" for k, v in sorted(fit["speed"].items()))
+            + "; probes predicted/measured "
+            + ", ".join(
+                f"{key} {p['predicted'] * 1e3:.1f}/{p['measured'] * 1e3:.1f} ms"
+                for key, p in sorted(fit["probes"].items())
+            )
+        )
     (out / "calibration.json").write_text(json.dumps(cal, indent=1))
     d, ln = cal["device"], cal["link"]
     print(

@@ -25,7 +25,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from graphs.schema import is_whole
 from runtime.dist import init_distributed, teardown
 from runtime.launch import spawn
 
@@ -699,8 +700,95 @@ def calibrate_hybrid(
     return cal
 
 
+def check_probe_model(model: dict[str, Any], probe_worlds: Sequence[int]) -> tuple[Any, int]:
+    """``(graph, global batch)`` of ``model`` after checking that every probe plan of
+    :data:`PROBES` at 1 and ``probe_worlds`` processes can be laid out on it; the
+    ``ValueError`` names the probe and what it needs (e.g. 4 layers for 4 pipeline stages)."""
+    from runtime.model import graph_for_model
+
+    batch = int((model.get("config") or {}).get("batch", 8) or 8)
+    graph = graph_for_model(model)
+    for k in (1, *probe_worlds):
+        for name, shape in PROBES[int(k)]:
+            try:
+                probe_plan(graph, int(k), name, global_batch=batch)
+            except ValueError as exc:
+                dp, tp, pp, b, _ = shape
+                raise ValueError(
+                    f"hybrid calibration: the runtime probe '{k}/{name}' (dp {dp}, tp {tp}, pp "
+                    f"{pp}, microbatch size {b}) cannot be laid out on {model.get('name')!r} "
+                    f"{dict(model.get('config') or {})}: {exc}. Give the model at least 4 "
+                    "layers and 4 heads and a batch of 8 (the global batch), or fewer "
+                    "probe_worlds"
+                ) from None
+    return graph, batch
+
+
+def calibrate_hybrid_fitted(
+    model: dict[str, Any],
+    *,
+    tps: Sequence[int] = (1, 2, 4),
+    micro_sizes: Sequence[int] = (1, 2, 4, 8),
+    recomputes: Sequence[str] = ("none", "full"),
+    worlds: Sequence[int] = (2, 4, 8),
+    probe_worlds: Sequence[int] = (4, 8),
+    repeats: int = 3,
+    echo: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The hybrid calibration of ``model`` as the fidelity benchmark validated it
+    (``docs/fidelity.md``, ``--speed joint``): segment times and memory for every ``(tp,
+    microbatch size, recompute)`` of ``tps x micro_sizes x recomputes``, Adam's cost, gloo
+    collectives on ``worlds`` processes, the runtime's own probe plans
+    (:data:`PROBES`) at 1 and ``probe_worlds`` processes, then the per-microbatch overhead and
+    per-process speeds fitted jointly to those probes (:func:`fit_to_probes`). What
+    ``python -m runners.profile hybrid.model=...`` stores under the calibration's ``hybrid``
+    key; a ``cpu_N@PATH`` cluster then scores hybrid plans of that model with
+    :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel`.
+
+    The probes need ``model`` to allow them: at 4 processes tp 4 and 4 pipeline stages
+    (4 heads, 4 layers), at 8 also 8 samples per step (``config.batch`` is the global
+    batch). Bad arguments raise ``ValueError`` naming them before anything is measured."""
+
+    say = echo or (lambda _msg: None)
+    for name, vals in (("tps", tps), ("micro_sizes", micro_sizes), ("worlds", worlds)):
+        if not vals or any(not is_whole(v, 1) for v in vals):
+            raise ValueError(
+                f"calibrate_hybrid_fitted: {name} = {list(vals)!r}; expected integers >= 1"
+            )
+    bad = [k for k in probe_worlds if int(k) not in PROBES or int(k) == 1]
+    if not probe_worlds or bad:
+        raise ValueError(
+            f"calibrate_hybrid_fitted: probe_worlds = {list(probe_worlds)!r}; expected some of "
+            f"{sorted(k for k in PROBES if k > 1)} (the process counts with probe plans)"
+        )
+    if not recomputes or set(recomputes) - {"none", "full", "selective"}:
+        raise ValueError(
+            f"calibrate_hybrid_fitted: recomputes = {list(recomputes)!r}; expected some of "
+            "none, full, selective"
+        )
+    graph, batch = check_probe_model(model, probe_worlds)
+    probes = [shape for k in (1, *probe_worlds) for _, shape in PROBES[int(k)]]
+    tps = sorted({int(t) for t in tps} | {t for _, t, _, _, _ in probes})
+    sizes = sorted({int(b) for b in micro_sizes} | {b for _, _, _, b, _ in probes})
+    say(f"segments: tp {tps}, microbatch sizes {sizes}, recompute {list(recomputes)}; "
+        f"collectives on {list(worlds)}; Adam")  # fmt: skip
+    cal = calibrate_hybrid(
+        model, tps=tps, micro_sizes=sizes, recomputes=tuple(recomputes),
+        worlds=tuple(int(w) for w in worlds), repeats=int(repeats),
+        parts=("segments", "collectives", "optimizer"),
+    )  # fmt: skip
+    say(f"runtime probes at 1 and {sorted(int(k) for k in probe_worlds)} processes")
+    cal = calibrate_hybrid(
+        model, probe_worlds=tuple(int(k) for k in probe_worlds), parts=("runtime",), base=cal
+    )
+    say("fitting the per-microbatch overhead and per-process speeds to the probes")
+    return fit_to_probes(graph, cal, global_batch=batch)
+
+
 __all__ = [
     "calibrate_hybrid",
+    "calibrate_hybrid_fitted",
+    "check_probe_model",
     "fit_line",
     "fit_to_probes",
     "measure_collectives",

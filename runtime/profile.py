@@ -312,11 +312,13 @@ def write_calibration(
     memory: float | None = None,
     concurrency: dict[str, float] | None = None,
     runtime: dict[str, dict[str, Any]] | None = None,
+    hybrid: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the ``cpu_N`` calibration JSON read by ``graphs.cpu_cluster.cpu_cluster``.
 
-    ``concurrency`` (from :func:`measure_concurrent_speed`) and ``runtime`` (from
-    :func:`calibrate_runtime`) are stored under those keys.
+    ``concurrency`` (from :func:`measure_concurrent_speed`), ``runtime`` (from
+    :func:`calibrate_runtime`) and ``hybrid`` (from
+    :func:`runtime.hybrid_profile.calibrate_hybrid_fitted`) are stored under those keys.
     """
     dev = dict(device)
     if memory is not None:
@@ -336,6 +338,8 @@ def write_calibration(
         cal["concurrency"] = {str(k): float(v) for k, v in concurrency.items()}
     if runtime is not None:
         cal["runtime"] = {str(k): dict(v) for k, v in runtime.items()}
+    if hybrid is not None:
+        cal["hybrid"] = dict(hybrid)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(cal, indent=1))

@@ -224,6 +224,16 @@ class HybridEnv(gym.Env[dict, Any]):
         ]
         if not space:
             raise ValueError(f"HybridEnv: no valid layout of {inst.name or g.meta.get('name')!r}")
+        # on a hybrid-calibrated cpu_N only the calibrated (tp, microbatch, recompute) layouts
+        # can be scored: the others are not states (and moves to them are masked)
+        unscorable = getattr(oracle, "layout_unscorable", None) or (lambda _lay: None)
+        why = unscorable(space[0])
+        space = [lay for lay in space if unscorable(lay) is None]
+        if not space:
+            raise ValueError(
+                f"HybridEnv: the oracle can score no layout of "
+                f"{inst.name or g.meta.get('name')!r} on {cl.name!r}; the first lacks: {why}"
+            )
         index: dict[tuple, list[int]] = {}
         for i, lay in enumerate(space):
             for k in KEYS:
@@ -244,7 +254,7 @@ class HybridEnv(gym.Env[dict, Any]):
         return dict(
             graph=g, oracle=oracle, space=space, index=index, lb=lb, problem=problem, dims=d,
             capacity=float(dev.memory), devices=cl.num_devices, gb=gb, max_tp=max_tp,
-            stage_tps={},
+            stage_tps={}, unscorable=unscorable,
         )  # fmt: skip
 
     @staticmethod
@@ -299,14 +309,13 @@ class HybridEnv(gym.Env[dict, Any]):
             mask[nk + 2 * b] = a1 - 1 > a0
             mask[nk + 2 * b + 1] = a1 + 1 < b1
         ns = nk + 2 * (self.max_chunks - 1)
-        for a in range(ns, min(ns + 2 * lay.pp, len(mask))):
-            mask[a] = self._stage_tp_next(lay, (a - ns) // 2, (a - ns) % 2 == 1) is not None
+        # one stage's tp, recomputation or ZeRO stage: the layout is built, so that one the
+        # oracle cannot score (an uncalibrated shape) is masked too
         nr = ns + 2 * self.max_chunks
-        for a in range(nr, min(nr + 2 * lay.pp, len(mask))):
-            mask[a] = self._stage_rc_next(lay, (a - nr) // 2, (a - nr) % 2 == 1) is not None
         nz = nr + 2 * self.max_chunks
-        for a in range(nz, min(nz + 2 * lay.pp, len(mask))):
-            mask[a] = self._stage_zero_next(lay, (a - nz) // 2, (a - nz) % 2 == 1) is not None
+        for start in (ns, nr, nz):
+            for a in range(start, min(start + 2 * lay.pp, len(mask))):
+                mask[a] = self._target(a) is not None
         return mask
 
     def render(self) -> str | None:
@@ -332,6 +341,14 @@ class HybridEnv(gym.Env[dict, Any]):
             self.best_step_time = min(self.best_step_time, float(r.step_time))
 
     def _target(self, a: int) -> HybridLayout | None:
+        """The layout action ``a`` leads to; None for no change or one the oracle cannot
+        score (``Simulator.layout_unscorable``)."""
+        new = self._target_layout(a)
+        if new is None or self._prep is None or self._prep["unscorable"](new) is not None:
+            return None
+        return new
+
+    def _target_layout(self, a: int) -> HybridLayout | None:
         lay, p = self.layout, self._prep
         assert lay is not None and p is not None
         nk = 2 * len(KEYS)

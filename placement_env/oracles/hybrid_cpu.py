@@ -116,6 +116,23 @@ class CpuHybridModel:
                     f"CpuHybridModel: the hybrid calibration has no {key!r}; measure it with "
                     "runtime.hybrid_profile.calibrate_hybrid"
                 )
+        measured_on = calibration.get("model")
+        if isinstance(measured_on, Mapping) and "name" in measured_on:
+            meta = getattr(graph, "meta", {}) or {}
+            cfg = meta.get("config") or {}
+            diff = {
+                k: (v, cfg.get(k))
+                for k, v in dict(measured_on.get("config") or {}).items()
+                if cfg.get(k) != v
+            }
+            if measured_on["name"] != meta.get("name") or diff:
+                raise ValueError(
+                    f"CpuHybridModel: the hybrid calibration was measured on "
+                    f"{measured_on['name']!r} {dict(measured_on.get('config') or {})}, not on "
+                    f"this graph ({meta.get('name')!r}"
+                    + (f"; differs in {diff} (calibrated, graph)" if diff else "")
+                    + "); calibrate this model: python -m runners.profile hybrid.model=..."
+                )
         self.cal = calibration
 
     # ------------------------------------------------------------------ pieces
@@ -174,6 +191,20 @@ class CpuHybridModel:
         return collective_cost(by_k[k][name][kind], nbytes)
 
     # ------------------------------------------------------------------ API
+    def missing(self, layout: HybridLayout) -> str | None:
+        """The first ``(tp, microbatch size, recompute)`` the layout needs and the calibration
+        lacks (as :meth:`evaluate` would look it up: each stage's view for ``stage_meshes``),
+        or None when it can be scored. Cheap: no evaluation."""
+        views = (
+            [layout.stage_view(p) for p in range(layout.pp)] if layout.stage_meshes else [layout]
+        )
+        for lay in views:
+            by_tp = self.cal["segments"].get(str(lay.tp)) or {}
+            for rc in dict.fromkeys(lay.recomputes):
+                if f"{lay.microbatch_size}/{rc}" not in (by_tp.get("segments") or {}):
+                    return f"tp={lay.tp}, microbatch size {lay.microbatch_size}, recompute {rc!r}"
+        return None
+
     def evaluate(self, layout: HybridLayout) -> HybridResult:
         d = self.dims
         layout.validate(d.layers, d.heads, self.cluster.num_devices)
@@ -419,4 +450,29 @@ class CpuHybridModel:
         return None if s is None else float(s["kept"][1])
 
 
-__all__ = ["CpuHybridModel", "UncalibratedLayoutError", "collective_cost", "speed_at"]
+def predicted_run(plan: Any, graph: CompGraph, cluster: Cluster) -> dict[str, Any] | None:
+    """What the calibrated model predicts for executing hybrid ``plan`` on ``cluster``:
+    ``{"step_time": s, "peak_memory": [bytes per rank]}`` (each rank its stage's figure),
+    or None when the plan has no layout or the cluster no hybrid calibration. Used by
+    ``runners.execute`` to report predicted beside measured."""
+    from placement_env.oracles.simulator import Simulator
+
+    lay = getattr(plan, "layout", None)
+    if lay is None or not cluster.meta.get("hybrid_calibration"):
+        return None
+    res = Simulator(graph, cluster).evaluate(plan)
+    per_stage = res.breakdown["memory_per_rank"]
+    return {
+        "step_time": float(res.step_time),
+        "peak_memory": [float(per_stage[lay.coords(r)[0]]) for r in range(lay.world_size)],
+        "model": "CpuHybridModel",
+    }
+
+
+__all__ = [
+    "CpuHybridModel",
+    "UncalibratedLayoutError",
+    "collective_cost",
+    "predicted_run",
+    "speed_at",
+]

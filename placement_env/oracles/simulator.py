@@ -353,20 +353,32 @@ class Simulator:
         ``runtime.hybrid_profile.calibrate_hybrid``) is scored by the calibrated
         :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` (this machine's gloo
         processes), every other cluster by :class:`placement_env.oracles.hybrid.HybridModel`."""
+        if plan is not None:
+            plan.check(self.graph, self.cluster)
+        res = self._hybrid_model().evaluate(layout)
+        self.calls += 1  # a layout the model refuses (e.g. uncalibrated) is not a call
+        return res
+
+    def layout_unscorable(self, layout: Any) -> str | None:
+        """Why :meth:`evaluate_layout` cannot score ``layout`` without evaluating it: on a
+        hybrid-calibrated ``cpu_N``, the ``(tp, microbatch size, recompute)`` the calibration
+        lacks (:meth:`CpuHybridModel.missing`); None when it can (always on other clusters).
+        The hybrid env keeps such layouts out of its moves."""
+        model = self._hybrid_model()
+        missing = getattr(model, "missing", None)
+        return None if missing is None else missing(layout)
+
+    def _hybrid_model(self) -> Any:
         from placement_env.oracles.hybrid import HybridModel
         from placement_env.oracles.hybrid_cpu import CpuHybridModel
 
-        if plan is not None:
-            plan.check(self.graph, self.cluster)
         if self._hybrid is None:
             hcal = self.cluster.meta.get("hybrid_calibration")
             if hcal:
                 self._hybrid = CpuHybridModel(self.graph, self.cluster, hcal)
             else:
                 self._hybrid = HybridModel(self.graph, self.cluster)
-        res = self._hybrid.evaluate(layout)
-        self.calls += 1  # a layout the model refuses (e.g. uncalibrated) is not a call
-        return res
+        return self._hybrid
 
     # ------------------------------------------------------------ internals
     def _check(self, placement_or_plan: Any) -> np.ndarray:

@@ -380,3 +380,66 @@ def test_hybrid_anneal_ends_on_a_grid_of_one_layout(graph):
         graph, cl, Simulator(graph, cl), 20, sequence_parallel=(False,), **one
     )
     assert plan.meta["oracle_calls"] == 1 and plan.meta["stopped_without_moves"]
+
+
+def test_a_calibration_of_another_model_is_refused_naming_both(graph):
+    cal = dict(calibration(), model={"name": "gpt2", "config": dict(MODEL["config"], n_layer=4)})
+    with pytest.raises(
+        ValueError, match=r"measured on 'gpt2' .*differs in \{'n_layer': \(4, 2\)\}"
+    ):
+        CpuHybridModel(graph, cpu_cluster(2), cal)
+    same = dict(calibration(), model=MODEL)
+    assert CpuHybridModel(graph, cpu_cluster(2), same).dims.layers == 2
+
+
+def test_predicted_run_gives_each_rank_its_stages_figures(graph):
+    """dp 2 x pp 2 on a calibrated cpu_4: ranks 0-1 hold stage 0, ranks 2-3 stage 1."""
+    from placement_env.oracles.hybrid_cpu import predicted_run
+
+    cl = cpu_cluster(4, calibration={"hybrid": calibration()})
+    plan = Plan.hybrid(graph, cl, dp=2, tp=1, pp=2, microbatch_size=2, global_batch=8)
+    pred = predicted_run(plan, graph, cl)
+    res = Simulator(graph, cl).evaluate(plan)
+    per_stage = res.breakdown["memory_per_rank"]
+    assert pred["step_time"] == pytest.approx(res.step_time)
+    assert pred["peak_memory"] == pytest.approx([per_stage[0]] * 2 + [per_stage[1]] * 2)
+    assert per_stage[0] != per_stage[1]
+    # no hybrid calibration, or no layout: nothing to predict
+    assert predicted_run(plan, graph, cpu_cluster(4)) is None
+    op = Plan(np.zeros(graph.num_nodes, dtype=np.int64))
+    assert predicted_run(op, graph, cl) is None
+
+
+def test_hybrid_env_on_a_calibrated_cluster_moves_among_calibrated_layouts(graph):
+    """Hybrid-v0 on a calibrated cpu_4: its states are the layouts the calibration covers
+    (tp 1; microbatch 2 with none / full, 4 with none), moves to others are masked, and
+    masked random steps never reach the model's UncalibratedLayoutError (PPO on such a
+    cluster used to stop at the first one)."""
+    from placement_env.envs.hybrid import HybridEnv
+    from placement_env.generators import fixed
+
+    cl, sim = _calibrated_oracle()
+    env = HybridEnv(fixed(graph, cl), global_batch=8)
+    env.reset(seed=0)
+    space = env._prep["space"]
+    assert space and all(_calibrated(lay) for lay in space)
+    assert any(not _calibrated(lay) for lay in layout_grid_of(graph, cl))
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(300):
+        mask = env.action_masks()
+        assert mask.any()
+        _, _, _, _, info = env.step(int(rng.choice(np.flatnonzero(mask))))
+        assert not info["invalid_action"] and _calibrated(env.layout)
+        seen.add(str(env.layout.to_dict()))
+    assert len(seen) > 5
+    # the simulator says why a layout cannot be scored, without scoring it
+    bad = next(lay for lay in layout_grid_of(graph, cl) if not _calibrated(lay))
+    assert "tp=" in sim.layout_unscorable(bad) and sim.calls == 0
+    assert sim.layout_unscorable(space[0]) is None
+
+
+def layout_grid_of(graph, cl):
+    from graphs.layout import layout_grid
+
+    return list(layout_grid(graph, cl, global_batch=8))

@@ -13,6 +13,7 @@ from graphs import clusters
 from graphs.cpu_cluster import concurrency_factor, cpu_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
+HYBRID = "{name: gpt2, config: {n_layer: 4, d_model: 32, n_head: 4, vocab: 64, seq: 16, batch: 8}}"
 
 
 @pytest.mark.timeout(300)
@@ -57,6 +58,14 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
         (
             ["+runtime.model={factory: 'runtime.toy:branchy'}", "runtime.rounds=0"],
             "runtime.rounds = 0",
+        ),
+        ([f"hybrid.model={HYBRID}", "hybrid.probe_worlds=[3]"], "hybrid.probe_worlds[] = 3"),
+        ([f"hybrid.model={HYBRID}", "hybrid.tps=[]"], "hybrid.tps is empty"),
+        ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[some]"], "hybrid.recomputes[] = 'some'"),
+        # 2 layers cannot make the 4-process probes' 4 pipeline stages
+        (
+            [f"hybrid.model={HYBRID.replace('n_layer: 4', 'n_layer: 2')}"],
+            "the runtime probe '4/p2p' (dp 1, tp 1, pp 4, microbatch size 1) cannot be laid out",
         ),
     ],
 )
