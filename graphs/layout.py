@@ -936,8 +936,11 @@ def divisors(n: int) -> list[int]:
 
 def tp_fits(tp: int, *, heads: int, kv_heads: int, max_tp: int) -> bool:
     """A tensor-parallel degree the model and a node allow: at most ``max_tp`` (GPUs per
-    node), dividing the attention ``heads``, and a divisor or a multiple of ``kv_heads``."""
-    return tp <= max_tp and heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)
+    node), dividing the attention ``heads`` and the ``kv_heads`` (Megatron-LM's
+    ``divide(num_query_groups, tp)``; the runtime splits whole kv heads too). Until 27 Nov
+    2026 a multiple of ``kv_heads`` was allowed as well (kv heads replicated), which
+    neither Megatron-LM nor the runtime runs: such plans failed at execution."""
+    return tp <= max_tp and heads % tp == 0 and kv_heads % tp == 0
 
 
 def submesh_tps(n: int, samples: int, *, heads: int, kv_heads: int, max_tp: int) -> list[int]:

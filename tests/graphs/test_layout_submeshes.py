@@ -129,10 +129,12 @@ def test_stage_tp_choices_and_with_stage_tp_by_hand():
     lay = HybridLayout(dp=2, tp=4, pp=2, microbatch_size=2, global_batch=16,
                        stage_layers=((0, 2), (2, 4)))  # fmt: skip
     # stage 1 has 8 GPUs; the microbatch has 4 samples: dp in {1, 2, 4} -> tp in {2, 4, 8};
-    # tp 8 needs 8 heads, kv heads 2 allow tp 1, 2, 4, 8
-    assert stage_tp_choices(lay, 1, heads=8, kv_heads=2, max_tp=8) == [2, 4, 8]
+    # tp 8 needs 8 heads and 8 kv heads; 2 kv heads allow tp 1 and 2 only (Megatron-LM
+    # divides the kv heads among the tp ranks; tp 4 and 8 were taken until 27 Nov 2026)
+    assert stage_tp_choices(lay, 1, heads=8, kv_heads=8, max_tp=8) == [2, 4, 8]
+    assert stage_tp_choices(lay, 1, heads=8, kv_heads=2, max_tp=8) == [2]
     assert stage_tp_choices(lay, 1, heads=4, kv_heads=4, max_tp=8) == [2, 4]
-    assert stage_tp_choices(lay, 1, heads=8, kv_heads=2, max_tp=4) == [2, 4]
+    assert stage_tp_choices(lay, 1, heads=8, kv_heads=8, max_tp=4) == [2, 4]
     assert stage_tp_choices(lay, 2, heads=8, kv_heads=2, max_tp=8) == []
     het = with_stage_tp(lay, 1, 8)
     assert het.stage_meshes == ((2, 4), (1, 8)) and het.microbatch_size == 2
