@@ -410,6 +410,11 @@ def alpa(
     t0 = time.perf_counter()
     score = LayoutScorer(oracle)
     model = HybridModel(graph, cluster)
+    # pass 1's per-layer costs from the oracle's own step model where it has one (the
+    # calibrated CPU model on a hybrid-calibrated cpu_N); pass 2's submesh DP keeps the GPU
+    # roofline's stage profiles
+    own = getattr(oracle, "hybrid_model", None)
+    costs = own() if own is not None and hasattr(own(), "stage_costs") else model
     gb, budget = hybrid_arguments("alpa", graph, global_batch, budget)
     if (
         not isinstance(submesh_settings, int)
@@ -461,8 +466,12 @@ def alpa(
             break
         tries = [lay]
         if lay.pp > 1:
-            c = model.stage_costs(lay)
+            try:
+                c = costs.stage_costs(lay)
+            except ValueError:  # a shape the calibrated model lacks: the balanced split
+                c = None
             calls += 1
+        if lay.pp > 1 and c is not None:
             split = split_layers(lay.num_layers, lay.pp, c["layer"], c["first"], c["last"])
             if split != lay.stage_layers:
                 tries.insert(0, _with_stages(lay, split))

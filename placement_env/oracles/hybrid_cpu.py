@@ -191,6 +191,17 @@ class CpuHybridModel:
         return collective_cost(by_k[k][name][kind], nbytes)
 
     # ------------------------------------------------------------------ API
+    def stage_costs(self, layout: HybridLayout) -> dict[str, float]:
+        """Per-microbatch CPU seconds of the calibrated segments under ``layout``'s ``(tp,
+        microbatch size, recompute)`` (its first stage's mode): ``layer`` (forward + backward
+        of one transformer block, the mean over the blocks), ``first`` (the embeddings) and
+        ``last`` (head and loss). What the Alpa-style planner's inter-op split weighs, as
+        :meth:`placement_env.oracles.hybrid.HybridModel.stage_costs` gives on GPUs;
+        :class:`UncalibratedLayoutError` for a shape the calibration lacks."""
+        seg = self.segments(layout, layout.recomputes[0])
+        t = seg["fwd"] + seg["bwd"]
+        return {"layer": float(t[1:-1].mean()), "first": float(t[0]), "last": float(t[-1])}
+
     def missing(self, layout: HybridLayout) -> str | None:
         """The first ``(tp, microbatch size, recompute)`` the layout needs and the calibration
         lacks (as :meth:`evaluate` would look it up: each stage's view for ``stage_meshes``),

@@ -368,6 +368,13 @@ class Simulator:
         missing = getattr(model, "missing", None)
         return None if missing is None else missing(layout)
 
+    def hybrid_model(self) -> Any:
+        """The hybrid step model :meth:`evaluate_layout` uses on this cluster
+        (:class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel` on a hybrid-calibrated
+        ``cpu_N``, else :class:`~placement_env.oracles.hybrid.HybridModel`); its
+        ``stage_costs`` weigh the Alpa-style planner's inter-op split."""
+        return self._hybrid_model()
+
     def _hybrid_model(self) -> Any:
         from placement_env.oracles.hybrid import HybridModel
         from placement_env.oracles.hybrid_cpu import CpuHybridModel

@@ -443,3 +443,25 @@ def layout_grid_of(graph, cl):
     from graphs.layout import layout_grid
 
     return list(layout_grid(graph, cl, global_batch=8))
+
+
+def test_alpa_weighs_its_inter_op_split_with_the_calibrated_segments(graph, monkeypatch):
+    """``CpuHybridModel.stage_costs`` by hand (the test calibration's segment seconds), and
+    ``alpa`` on a calibrated cluster asks it, not the GPU roofline, for its pass-1 split."""
+    from agents import baselines
+
+    cl, sim = _calibrated_oracle()
+    model = sim.hybrid_model()
+    lay = Plan.hybrid(graph, cl, dp=2, tp=1, pp=2, microbatch_size=2, global_batch=8).layout
+    c = model.stage_costs(lay)
+    assert c == pytest.approx({"layer": 0.010 + 0.020, "first": 0.001 + 0.001, "last": 0.006})
+    full = model.stage_costs(Plan.hybrid(graph, cl, dp=2, tp=1, pp=2, microbatch_size=2,
+                                         global_batch=8, recompute="full").layout)  # fmt: skip
+    assert full["layer"] == pytest.approx(0.010 + 0.030)  # the full-recomputation figures
+    seen = []
+    orig = CpuHybridModel.stage_costs
+    monkeypatch.setattr(
+        CpuHybridModel, "stage_costs", lambda self, x: seen.append(x) or orig(self, x)
+    )
+    plan = baselines.get("alpa")(graph, cl, sim, None)
+    assert seen and all(x.pp > 1 for x in seen) and _calibrated(plan.layout)
