@@ -38,27 +38,16 @@ def check_config(cfg: DictConfig) -> Path:
             raise ValueError("profile: runtime.devices is empty; expected process counts >= 2")
     hy = cfg.get("hybrid") or {}
     if hy.get("model") is not None:
-        for k in ("tps", "micro_sizes", "worlds"):
-            if not hy.get(k):
-                raise ValueError(f"profile: hybrid.{k} is empty; expected integers >= 1")
-            for v in hy.get(k):
-                whole(f"hybrid.{k}[]", v, 1)
-        for v in hy.get("probe_worlds") or []:
-            if v not in (2, 4, 8):
-                raise ValueError(
-                    f"profile: hybrid.probe_worlds[] = {v!r}; expected 2, 4 or 8 (the process "
-                    "counts with runtime probe plans)"
-                )
-        if not hy.get("probe_worlds"):
-            raise ValueError("profile: hybrid.probe_worlds is empty; expected some of 2, 4, 8")
-        for v in hy.get("recomputes") or []:
-            if v not in ("none", "full", "selective"):
-                raise ValueError(
-                    f"profile: hybrid.recomputes[] = {v!r}; expected none, full or selective"
-                )
-        whole("hybrid.repeats", hy.get("repeats"), 1)
-        from runtime.hybrid_profile import check_probe_model
+        from runtime.hybrid_profile import check_hybrid_settings, check_probe_model
 
+        try:
+            check_hybrid_settings(
+                tps=list(hy.get("tps") or []), micro_sizes=list(hy.get("micro_sizes") or []),
+                recomputes=list(hy.get("recomputes") or []), worlds=list(hy.get("worlds") or []),
+                probe_worlds=list(hy.get("probe_worlds") or []), repeats=hy.get("repeats"),
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ValueError(f"profile: hybrid.{exc}") from None
         model = OmegaConf.to_container(hy.model, resolve=True)
         if not isinstance(model, dict) or "name" not in model:
             raise ValueError(
@@ -138,7 +127,7 @@ def run(cfg: DictConfig, out: Path, path: Path) -> None:
             OmegaConf.to_container(hy.model, resolve=True),
             tps=[int(t) for t in hy.tps],
             micro_sizes=[int(b) for b in hy.micro_sizes],
-            recomputes=[str(r) for r in (hy.recomputes or ["none", "full"])],
+            recomputes=[str(r) for r in hy.recomputes],
             worlds=[int(w) for w in hy.worlds],
             probe_worlds=[int(k) for k in hy.probe_worlds],
             repeats=int(hy.repeats),

@@ -700,6 +700,40 @@ def calibrate_hybrid(
     return cal
 
 
+def check_hybrid_settings(
+    *,
+    tps: Sequence[Any],
+    micro_sizes: Sequence[Any],
+    recomputes: Sequence[Any],
+    worlds: Sequence[Any],
+    probe_worlds: Sequence[Any],
+    repeats: Any,
+) -> None:
+    """The arguments of :func:`calibrate_hybrid_fitted` (also ``runners.profile``'s
+    ``hybrid.*``), checked: ``ValueError`` naming the first bad one (``tps[] = 0; ...``)."""
+    for name, vals in (("tps", tps), ("micro_sizes", micro_sizes), ("worlds", worlds)):
+        if not vals:
+            raise ValueError(f"{name} is empty; expected integers >= 1")
+        for v in vals:
+            if not is_whole(v, 1):
+                raise ValueError(f"{name}[] = {v!r}; expected an integer >= 1")
+    if not probe_worlds:
+        raise ValueError("probe_worlds is empty; expected some of 2, 4, 8")
+    for v in probe_worlds:
+        if not is_whole(v, 2) or int(v) not in PROBES:
+            raise ValueError(
+                f"probe_worlds[] = {v!r}; expected 2, 4 or 8 (the process counts with runtime "
+                "probe plans)"
+            )
+    if not recomputes:
+        raise ValueError("recomputes is empty; expected some of none, full, selective")
+    for v in recomputes:
+        if v not in ("none", "full", "selective"):
+            raise ValueError(f"recomputes[] = {v!r}; expected none, full or selective")
+    if not is_whole(repeats, 1):
+        raise ValueError(f"repeats = {repeats!r}; expected an integer >= 1")
+
+
 def check_probe_model(model: dict[str, Any], probe_worlds: Sequence[int]) -> tuple[Any, int]:
     """``(graph, global batch)`` of ``model`` after checking that every probe plan of
     :data:`PROBES` at 1 and ``probe_worlds`` processes can be laid out on it; the
@@ -750,22 +784,13 @@ def calibrate_hybrid_fitted(
     batch). Bad arguments raise ``ValueError`` naming them before anything is measured."""
 
     say = echo or (lambda _msg: None)
-    for name, vals in (("tps", tps), ("micro_sizes", micro_sizes), ("worlds", worlds)):
-        if not vals or any(not is_whole(v, 1) for v in vals):
-            raise ValueError(
-                f"calibrate_hybrid_fitted: {name} = {list(vals)!r}; expected integers >= 1"
-            )
-    bad = [k for k in probe_worlds if int(k) not in PROBES or int(k) == 1]
-    if not probe_worlds or bad:
-        raise ValueError(
-            f"calibrate_hybrid_fitted: probe_worlds = {list(probe_worlds)!r}; expected some of "
-            f"{sorted(k for k in PROBES if k > 1)} (the process counts with probe plans)"
-        )
-    if not recomputes or set(recomputes) - {"none", "full", "selective"}:
-        raise ValueError(
-            f"calibrate_hybrid_fitted: recomputes = {list(recomputes)!r}; expected some of "
-            "none, full, selective"
-        )
+    try:
+        check_hybrid_settings(
+            tps=tps, micro_sizes=micro_sizes, recomputes=recomputes, worlds=worlds,
+            probe_worlds=probe_worlds, repeats=repeats,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ValueError(f"calibrate_hybrid_fitted: {exc}") from None
     graph, batch = check_probe_model(model, probe_worlds)
     probes = [shape for k in (1, *probe_worlds) for _, shape in PROBES[int(k)]]
     tps = sorted({int(t) for t in tps} | {t for _, t, _, _, _ in probes})
@@ -788,6 +813,7 @@ def calibrate_hybrid_fitted(
 __all__ = [
     "calibrate_hybrid",
     "calibrate_hybrid_fitted",
+    "check_hybrid_settings",
     "check_probe_model",
     "fit_line",
     "fit_to_probes",

@@ -413,8 +413,7 @@ def alpa(
     # pass 1's per-layer costs from the oracle's own step model where it has one (the
     # calibrated CPU model on a hybrid-calibrated cpu_N); pass 2's submesh DP keeps the GPU
     # roofline's stage profiles
-    own = getattr(oracle, "hybrid_model", None)
-    costs = own() if own is not None and hasattr(own(), "stage_costs") else model
+    costs = oracle.hybrid_model() if hasattr(oracle, "hybrid_model") else model
     gb, budget = hybrid_arguments("alpa", graph, global_batch, budget)
     if (
         not isinstance(submesh_settings, int)

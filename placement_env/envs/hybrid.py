@@ -226,14 +226,16 @@ class HybridEnv(gym.Env[dict, Any]):
             raise ValueError(f"HybridEnv: no valid layout of {inst.name or g.meta.get('name')!r}")
         # on a hybrid-calibrated cpu_N only the calibrated (tp, microbatch, recompute) layouts
         # can be scored: the others are not states (and moves to them are masked)
-        unscorable = getattr(oracle, "layout_unscorable", None) or (lambda _lay: None)
-        why = unscorable(space[0])
-        space = [lay for lay in space if unscorable(lay) is None]
-        if not space:
-            raise ValueError(
-                f"HybridEnv: the oracle can score no layout of "
-                f"{inst.name or g.meta.get('name')!r} on {cl.name!r}; the first lacks: {why}"
-            )
+        model = oracle.hybrid_model() if hasattr(oracle, "hybrid_model") else None
+        unscorable = getattr(model, "missing", None)  # None: every layout can be scored
+        if unscorable is not None:
+            why = unscorable(space[0])
+            space = [lay for lay in space if unscorable(lay) is None]
+            if not space:
+                raise ValueError(
+                    f"HybridEnv: the oracle can score no layout of "
+                    f"{inst.name or g.meta.get('name')!r} on {cl.name!r}; the first lacks: {why}"
+                )
         index: dict[tuple, list[int]] = {}
         for i, lay in enumerate(space):
             for k in KEYS:
@@ -309,13 +311,18 @@ class HybridEnv(gym.Env[dict, Any]):
             mask[nk + 2 * b] = a1 - 1 > a0
             mask[nk + 2 * b + 1] = a1 + 1 < b1
         ns = nk + 2 * (self.max_chunks - 1)
-        # one stage's tp, recomputation or ZeRO stage: the layout is built, so that one the
-        # oracle cannot score (an uncalibrated shape) is masked too
+        # one stage's tp, recomputation or ZeRO stage; where the oracle can refuse a layout
+        # (an uncalibrated shape) the layout is built and checked, else only its value
         nr = ns + 2 * self.max_chunks
         nz = nr + 2 * self.max_chunks
-        for start in (ns, nr, nz):
+        build = self._prep["unscorable"] is not None
+        for start, nxt in ((ns, self._stage_tp_next), (nr, self._stage_rc_next),
+                           (nz, self._stage_zero_next)):  # fmt: skip
             for a in range(start, min(start + 2 * lay.pp, len(mask))):
-                mask[a] = self._target(a) is not None
+                if build:
+                    mask[a] = self._target(a) is not None
+                else:
+                    mask[a] = nxt(lay, (a - start) // 2, (a - start) % 2 == 1) is not None
         return mask
 
     def render(self) -> str | None:
@@ -344,7 +351,8 @@ class HybridEnv(gym.Env[dict, Any]):
         """The layout action ``a`` leads to; None for no change or one the oracle cannot
         score (``Simulator.layout_unscorable``)."""
         new = self._target_layout(a)
-        if new is None or self._prep is None or self._prep["unscorable"](new) is not None:
+        check = self._prep["unscorable"] if self._prep is not None else None
+        if new is None or (check is not None and check(new) is not None):
             return None
         return new
 

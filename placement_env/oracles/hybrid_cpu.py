@@ -140,10 +140,9 @@ class CpuHybridModel:
         """The measured per-segment figures for the layout's ``(tp, b, recompute)``
         (``recompute``: another mode than the layout's first stage's):
         ``fwd``, ``bwd`` (CPU s per microbatch), ``kept`` (bytes), ``params`` (per rank)."""
-        by_tp = self.cal["segments"].get(str(layout.tp))
         rc = layout.recompute if recompute is None else recompute
-        key = f"{layout.microbatch_size}/{rc}"
-        if by_tp is None or key not in by_tp["segments"]:
+        s = self._entry(layout.tp, layout.microbatch_size, rc)
+        if s is None:
             have = sorted(
                 f"tp={t} {k}" for t, v in self.cal["segments"].items() for k in v["segments"]
             )
@@ -153,8 +152,12 @@ class CpuHybridModel:
                 "measure them with runtime.hybrid_profile.calibrate_hybrid(tps=..., "
                 "micro_sizes=..., recomputes=...)"
             )
-        s = by_tp["segments"][key]
         return {f: np.asarray(s[f], dtype=np.float64) for f in ("fwd", "bwd", "kept", "params")}
+
+    def _entry(self, tp: int, microbatch_size: int, recompute: str) -> Mapping[str, Any] | None:
+        """The calibration's segment figures of ``(tp, microbatch size, recompute)``, or None."""
+        by_tp = self.cal["segments"].get(str(tp)) or {}
+        return (by_tp.get("segments") or {}).get(f"{microbatch_size}/{recompute}")
 
     def chunk_segments(self, layout: HybridLayout) -> list[list[int]]:
         """Segment indices of each chunk: 0 = embeddings, 1..L = blocks, L + 1 = head + loss."""
@@ -210,9 +213,8 @@ class CpuHybridModel:
             [layout.stage_view(p) for p in range(layout.pp)] if layout.stage_meshes else [layout]
         )
         for lay in views:
-            by_tp = self.cal["segments"].get(str(lay.tp)) or {}
             for rc in dict.fromkeys(lay.recomputes):
-                if f"{lay.microbatch_size}/{rc}" not in (by_tp.get("segments") or {}):
+                if self._entry(lay.tp, lay.microbatch_size, rc) is None:
                     return f"tp={lay.tp}, microbatch size {lay.microbatch_size}, recompute {rc!r}"
         return None
 

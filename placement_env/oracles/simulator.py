@@ -355,7 +355,7 @@ class Simulator:
         processes), every other cluster by :class:`placement_env.oracles.hybrid.HybridModel`."""
         if plan is not None:
             plan.check(self.graph, self.cluster)
-        res = self._hybrid_model().evaluate(layout)
+        res = self.hybrid_model().evaluate(layout)
         self.calls += 1  # a layout the model refuses (e.g. uncalibrated) is not a call
         return res
 
@@ -364,7 +364,7 @@ class Simulator:
         hybrid-calibrated ``cpu_N``, the ``(tp, microbatch size, recompute)`` the calibration
         lacks (:meth:`CpuHybridModel.missing`); None when it can (always on other clusters).
         The hybrid env keeps such layouts out of its moves."""
-        model = self._hybrid_model()
+        model = self.hybrid_model()
         missing = getattr(model, "missing", None)
         return None if missing is None else missing(layout)
 
@@ -372,10 +372,8 @@ class Simulator:
         """The hybrid step model :meth:`evaluate_layout` uses on this cluster
         (:class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel` on a hybrid-calibrated
         ``cpu_N``, else :class:`~placement_env.oracles.hybrid.HybridModel`); its
-        ``stage_costs`` weigh the Alpa-style planner's inter-op split."""
-        return self._hybrid_model()
-
-    def _hybrid_model(self) -> Any:
+        ``stage_costs`` weigh the Alpa-style planner's inter-op split, and a
+        ``CpuHybridModel``'s ``missing`` is what the hybrid env masks with."""
         from placement_env.oracles.hybrid import HybridModel
         from placement_env.oracles.hybrid_cpu import CpuHybridModel
 
