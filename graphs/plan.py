@@ -18,7 +18,10 @@ from graphs.schema import Fields, read_json, show
 
 PLAN_FORMAT = "devplace.plan"
 PLAN_VERSION = 1
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "in_order")
+#: Schedules of op placements only: ``in_order`` is the op-level runtime's static order
+#: (``Simulator(schedule="in_order")``), which a hybrid layout cannot have.
+OP_ONLY_SCHEDULES = ("in_order",)
 #: Largest device index, stage id or tensor-parallel degree a plan file may hold.
 MAX_DEVICE = 2**20
 #: Most microbatches a plan file may ask for (a hybrid layout: per replica).
@@ -38,7 +41,10 @@ class Plan:
         stage: optional ``int64[n]`` pipeline stage of each node.
         stage_device: optional device of each stage (``len == num_stages``).
         microbatches: microbatches per step (>= 1).
-        schedule: ``"gpipe"``, ``"1f1b"`` or ``"interleaved"``.
+        schedule: ``"gpipe"``, ``"1f1b"``, ``"interleaved"`` or, for op placements only,
+            ``"in_order"`` (the op-level runtime's static order, as
+            ``Simulator(schedule="in_order")`` scores it; such a plan runs op by op,
+            its stages, if any, only record how it was found).
         tp_degree: optional ``{colocation group id: tensor-parallel degree}``.
         meta: free-form provenance (algorithm, step time, oracle calls, ...).
         layout: optional :class:`graphs.layout.HybridLayout` (data x tensor x pipeline
@@ -105,6 +111,11 @@ class Plan:
         if self.layout is not None and not isinstance(self.layout, HybridLayout):
             raise ValueError(
                 f"Plan.layout must be a HybridLayout or None, got {type(self.layout).__name__}"
+            )
+        if self.layout is not None and self.schedule in OP_ONLY_SCHEDULES:
+            raise ValueError(
+                f"Plan.schedule {self.schedule!r} is for op placements only; a hybrid layout "
+                f"runs {self.layout.schedule!r}"
             )
 
     # --------------------------------------------------------------- checks

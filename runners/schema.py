@@ -325,7 +325,7 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (EnvConfig, "max_groups"): _int(1, none=True),
     (EnvConfig, "memory_fraction"): _num(0, hi=1),
     (EnvConfig, "microbatches"): _int(1, 2**20),
-    (EnvConfig, "schedule"): _one_of("gpipe", "1f1b", "interleaved"),
+    (EnvConfig, "schedule"): _one_of("gpipe", "1f1b", "interleaved", "in_order"),
     (EnvConfig, "objective"): _one_of("makespan", "max_load"),
     (EnvConfig, "oracle"): _one_of("simulator", "profiled"),
     (EnvConfig, "baseline_budget"): _int(1, none=True),

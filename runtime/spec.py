@@ -229,7 +229,8 @@ def make_run_spec(
 
     Refuses (``ValueError``) a plan made for another graph or cluster, a device index
     out of range, a pipeline plan whose stages are not one per rank (unless the
-    schedule is ``interleaved``), non-uniform tensor-parallel degrees, and a
+    schedule is ``interleaved``; a plan with schedule ``in_order`` runs op by op, in the
+    op-level runtime's static order, whatever its stages), non-uniform tensor-parallel degrees, and a
     tensor-parallel plan whose sharded sizes (features, heads) are not divisible by
     the degree or whose tp groups do not fit the cluster. A pipeline plan with
     ``tp_degree`` t runs on (pipeline devices) x t processes (see :func:`tp_blocks`).
@@ -280,7 +281,10 @@ def make_run_spec(
         from runtime.tensor_parallel import check_tensor_parallel
 
         check_tensor_parallel(model, tp_modules, tp, int(plan.microbatches))
-    if plan.stage is not None and plan.stage_device is not None:
+    staged = plan.stage is not None and plan.stage_device is not None
+    # ``in_order`` is the op-level runtime's own order: such a plan runs op by op, its
+    # stages (if a stage planner made it) only record how it was found
+    if staged and plan.schedule != "in_order":
         sdev = list(plan.stage_device)
         used = list(dict.fromkeys(sdev))  # pipeline index = order of first stage
         rank_of = {d: r for r, d in enumerate(used)}

@@ -388,7 +388,8 @@ def instances(draw):
         if a != b
     )
     M = draw(st.sampled_from([1, 2]))
-    sched = draw(st.sampled_from(["gpipe", "1f1b"]))
+    # in_order: the op-level runtime's order; its plans carry it (they used to be refused)
+    sched = draw(st.sampled_from(["gpipe", "1f1b", "in_order"]))
     objective = draw(st.sampled_from(["makespan", "max_load"]))
     return g, Cluster("rc", devs, links), M, sched, mem_scale, objective
 

@@ -184,3 +184,24 @@ def test_round_trip_property(placement, mb):
     p = Plan(np.array(placement), "g" * 16, "c" * 16, microbatches=mb)
     q = Plan.from_dict(json.loads(json.dumps(p.to_dict())))
     assert q.to_dict() == p.to_dict()
+
+
+def test_in_order_schedule_round_trips_for_op_placements_only(tmp_path, graph, cluster):
+    # Simulator(schedule="in_order") scores the op-level runtime's order; the planners stamp
+    # that schedule on their plans, which Plan used to refuse ("'in_order' is unknown")
+    p = Plan.for_graph([0, 1, 1, 0], graph, cluster, schedule="in_order")
+    p.save(tmp_path / "p.json")
+    assert Plan.load(tmp_path / "p.json").schedule == "in_order"
+    from dataclasses import replace
+
+    from graphs import clusters
+    from tests.graphs.test_layout import _toy_graph
+
+    g, cl = _toy_graph(), clusters.load("dgx_a100_8")
+    hyb = Plan.hybrid(g, cl, dp=2, tp=2, pp=2, microbatch_size=1, global_batch=8)
+    with pytest.raises(ValueError, match="'in_order' is for op placements only"):
+        replace(hyb, schedule="in_order")
+    d = hyb.to_dict()
+    d["schedule"] = "in_order"
+    with pytest.raises(ValueError, match="'in_order' is for op placements only"):
+        Plan.from_dict(d)

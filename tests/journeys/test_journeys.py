@@ -216,3 +216,19 @@ def test_exact_planner_reports_its_proof_then_its_plan_executes(tmp_path: Path) 
         "steps=2", "warmup=1")  # fmt: skip
     measured = json.loads((tmp_path / "ex" / "result.json").read_text())
     assert measured["step_time"] > 0 and measured["world_size"] == best.num_devices_used
+
+
+def test_planning_for_the_op_level_runtimes_order_then_executing(tmp_path: Path) -> None:
+    # env.schedule=in_order scores plans in the order the op-level runtime runs them (the
+    # schedule docs/fidelity.md validates); the plan carries it and runs op by op
+    p = cli(
+        "runners.train", "+env=gpt2_tiny_cpu4", "env.schedule=in_order", "agent=ideal_dp",
+        "env.baselines=[single]", "logger=none", f"output_dir={tmp_path / 'tr'}",
+    )  # fmt: skip
+    assert "in_order" in p.stdout.splitlines()[0]
+    best = Plan.load(tmp_path / "tr" / "best_plan.json")
+    assert best.schedule == "in_order" and best.num_devices_used >= 2
+    cli("runners.execute", f"plan={tmp_path / 'tr' / 'best_plan.json'}",
+        f"output_dir={tmp_path / 'ex'}", "steps=2", "warmup=1")  # fmt: skip
+    measured = json.loads((tmp_path / "ex" / "result.json").read_text())
+    assert measured["mode"] == "oplevel" and measured["world_size"] == best.num_devices_used

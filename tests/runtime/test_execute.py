@@ -248,3 +248,20 @@ def test_step_memory_counts_what_the_steps_allocate():
     assert out["base_memory"] > 0 and out["run_peak"] >= out["base_memory"]
     assert 60 * 2**20 <= out["step_memory"] <= 80 * 2**20
     assert float(kept[0]) == 1.0
+
+
+def test_in_order_plan_runs_op_by_op_whatever_its_stages(graph, cluster):
+    # an in_order plan was scored in the op-level runtime's order, so it runs in that mode
+    # even when a stage planner recorded stages on it (the stage runtime knows no in_order)
+    place = graph.group % 2
+    plan = Plan.for_graph(
+        place, graph, cluster, stage=place, stage_device=(0, 1), schedule="in_order",
+        meta={"model": MODEL},
+    )  # fmt: skip
+    spec = make_run_spec(plan, graph, cluster)
+    assert spec.mode == "oplevel" and spec.devices == [0, 1]
+    assert spec.device_of == make_run_spec(ping_pong(graph, cluster), graph, cluster).device_of
+    staged = Plan.for_graph(
+        place, graph, cluster, stage=place, stage_device=(0, 1), meta={"model": MODEL}
+    )
+    assert make_run_spec(staged, graph, cluster).mode == "pipeline"
