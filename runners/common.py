@@ -398,6 +398,70 @@ def run_baseline(
     )
 
 
+def planner_time_limit(name: str, options: Mapping[str, Any] | None = None) -> float | None:
+    """Seconds baseline ``name`` may search: ``options["time_limit"]`` or its signature's
+    default (None when it has no time limit, or none is set)."""
+    from agents import baselines
+
+    if options and options.get("time_limit") is not None:
+        return float(options["time_limit"])
+    try:
+        p = inspect.signature(baselines.get(name)).parameters.get("time_limit")
+    except (TypeError, ValueError):  # pragma: no cover - a planner without a signature
+        return None
+    d = None if p is None else p.default
+    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+
+
+def planner_report(
+    name: str, meta: Mapping[str, Any], *, objective: str, step_time: float | None
+) -> str | None:
+    """One line on what an exact planner proved of its plan (``plan.meta``): ``ilp``'s
+    incumbent, HiGHS bound and MIP gap; ``ideal_dp``'s / ``ideal_dp_makespan``'s exactness
+    or the limit that stopped it; and, where the planner optimised another objective than
+    the env's (``ilp`` and ``ideal_dp`` optimise max-load), what the env scores. None for
+    planners that report no proof."""
+    parts: list[str] = []
+    own = meta.get("objective")
+    if "mip_gap" in meta:
+        gap = meta.get("mip_gap")
+        parts.append(
+            f"{own or 'max_load'} {ms(meta.get('ilp_objective'))}, HiGHS bound "
+            f"{ms(meta.get('ilp_bound'))}, "
+            + (
+                "proven optimal"
+                if gap is not None and float(gap) <= 1e-9
+                else f"MIP gap {100 * float(gap):.1f} %"
+                if gap is not None and math.isfinite(float(gap))
+                else "no gap"
+            )
+            + f" ({meta.get('ilp_status', '?')}, {float(meta.get('ilp_seconds', 0.0)):.0f} s)"
+        )
+    elif "optimal_among" in meta or "surrogate_objective" in meta:
+        value = meta.get("dp_objective", meta.get("surrogate_objective"))
+        what = (
+            own or "max_load"
+            if "dp_objective" in meta
+            else f"pipeline estimate {meta.get('surrogate') or 'T'}"
+        )
+        parts.append(f"{what} {ms(value)}")
+        if meta.get("exact"):
+            parts.append(f"exact among {meta.get('optimal_among') or 'contiguous splits'}")
+        else:
+            status = meta.get("status", "?")
+            bound = meta.get("dp_lower_bound", meta.get("surrogate_lower_bound"))
+            parts.append(
+                f"not proven optimal (status {status}"
+                + (f", lower bound {ms(bound)}" if bound is not None else "")
+                + ")"
+            )
+    else:
+        return None
+    if own and own != objective and step_time is not None:
+        parts.append(f"the env scores {objective}: {ms(step_time)}")
+    return f"{name}: " + "; ".join(parts)
+
+
 def run_baselines(
     problem: Problem,
     names: list[str] | tuple[str, ...],

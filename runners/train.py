@@ -771,7 +771,17 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
 
         # ---- the agent's search
         if agent_cfg["kind"] == "baseline":
+            bname = agent_cfg.get("baseline") or agent_cfg["name"]
+            limit = common.planner_time_limit(bname, agent_cfg.get("options"))
+            if limit is not None:  # a minute of silence otherwise (ilp, ideal_dp, ...)
+                echo(f"{bname}: planning (time limit {limit:g} s) ...")
             outcome = search_baseline(problem, agent_cfg, seed=seed)
+            report = outcome.meta.get("planner")
+            line = report and common.planner_report(
+                bname, report, objective=spec.objective, step_time=outcome.step_time
+            )
+            if line:
+                echo(line)
         elif agent_cfg["kind"] == "ppo" and hybrid:
             outcome = search_hybrid_ppo(
                 problem,

@@ -201,6 +201,9 @@ def test_exact_planner_reports_its_proof_then_its_plan_executes(tmp_path: Path) 
         "env.baselines=[single]", "logger=none", f"output_dir={train_dir}",
     )  # fmt: skip
     assert last_line(p).startswith("my_model ideal_dp seed=0: best ")
+    # ... and says so before its summary line, after announcing its time limit
+    assert "ideal_dp: planning (time limit 60 s) ..." in p.stdout
+    assert "ideal_dp: max_load " in p.stdout and "; exact among contiguous splits" in p.stdout
     result = json.loads((train_dir / "result.json").read_text())
     report = result["meta"]["planner"]
     assert report["algorithm"] == "ideal_dp" and report["objective"] == "max_load"

@@ -209,3 +209,44 @@ def test_a_new_run_in_a_used_folder_does_not_count_the_old_runs_time(
     assert res["wall_seconds"] < 100
     sessions = json.loads((run / checkpoint.WALL_CLOCK).read_text())["sessions"]
     assert len(sessions) == 1
+
+
+# ----------------------------------------------------- what an exact planner proved
+def test_planner_report_lines_by_hand() -> None:
+    from runners.common import planner_report, planner_time_limit
+
+    ilp = {"objective": "max_load", "ilp_objective": 0.03435, "ilp_bound": 0.02662,
+           "mip_gap": 0.2249, "ilp_status": "Time limit reached", "ilp_seconds": 60.04}  # fmt: skip
+    assert planner_report("ilp", ilp, objective="makespan", step_time=0.06262) == (
+        "ilp: max_load 34.35 ms, HiGHS bound 26.62 ms, MIP gap 22.5 % (Time limit reached, "
+        "60 s); the env scores makespan: 62.62 ms"
+    )
+    proven = {**ilp, "ilp_bound": 0.03435, "mip_gap": 0.0, "ilp_status": "Optimal"}
+    assert planner_report("ilp", proven, objective="max_load", step_time=0.03435) == (
+        "ilp: max_load 34.35 ms, HiGHS bound 34.35 ms, proven optimal (Optimal, 60 s)"
+    )
+    dp = {"objective": "max_load", "dp_objective": 0.00216, "exact": True,
+          "optimal_among": "contiguous splits", "status": "done"}  # fmt: skip
+    assert planner_report("ideal_dp", dp, objective="max_load", step_time=0.00216) == (
+        "ideal_dp: max_load 2.16 ms; exact among contiguous splits"
+    )
+    stopped = {**dp, "exact": False, "status": "max_ideals", "dp_lower_bound": 0.00181}
+    assert planner_report("ideal_dp", stopped, objective="makespan", step_time=0.003) == (
+        "ideal_dp: max_load 2.16 ms; not proven optimal (status max_ideals, lower bound "
+        "1.81 ms); the env scores makespan: 3.00 ms"
+    )
+    walk = {"objective": "makespan_estimate", "surrogate": "sum_k t_k + (M - 1) * max_k t_k",
+            "surrogate_objective": 0.00287, "exact": False, "status": "time_limit",
+            "surrogate_lower_bound": 0.0025}  # fmt: skip
+    assert planner_report("ideal_dp_makespan", walk, objective="makespan", step_time=0.0031) == (
+        "ideal_dp_makespan: pipeline estimate sum_k t_k + (M - 1) * max_k t_k 2.87 ms; not "
+        "proven optimal (status time_limit, lower bound 2.50 ms); the env scores makespan: "
+        "3.10 ms"
+    )
+    assert (
+        planner_report("metis", {"algorithm": "metis"}, objective="makespan", step_time=1.0) is None
+    )
+    # the time limit announced before a silent search: the option, else the signature's default
+    assert planner_time_limit("ilp") == 60.0 and planner_time_limit("ideal_dp") == 60.0
+    assert planner_time_limit("ilp", {"time_limit": 5}) == 5.0
+    assert planner_time_limit("anneal") is None and planner_time_limit("metis") is None
