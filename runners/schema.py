@@ -458,5 +458,13 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
         raise SystemExit(2) from None
     extra = _resume_dir_overrides(schema, args)
     if extra and argv is None:
-        sys.argv.extend(extra)
+        sys.argv[:] = with_overrides_beside_resume(sys.argv, extra)
     hydra_main()
+
+
+def with_overrides_beside_resume(argv: list[str], extra: list[str]) -> list[str]:
+    """``argv`` with ``extra`` overrides right after its ``resume=...`` argument: hydra's
+    argument parser takes the overrides as one run of positional arguments, so appended
+    after a flag (``... resume=DIR --cfg job``) they were refused as unrecognized."""
+    at = next((i for i, a in enumerate(argv) if a.startswith("resume=")), len(argv) - 1)
+    return [*argv[: at + 1], *extra, *argv[at + 1 :]]

@@ -250,3 +250,24 @@ def test_planner_report_lines_by_hand() -> None:
     assert planner_time_limit("ilp") == 60.0 and planner_time_limit("ideal_dp") == 60.0
     assert planner_time_limit("ilp", {"time_limit": 5}) == 5.0
     assert planner_time_limit("anneal") is None and planner_time_limit("metis") is None
+
+
+def test_resume_overrides_stay_beside_resume_when_a_flag_follows(tmp_path: Path) -> None:
+    # hydra takes the overrides as one run of positional arguments: run_checked's own
+    # hydra.run.dir=... used to be appended after any flag and refused as unrecognized
+    from runners.schema import with_overrides_beside_resume
+
+    extra = ["hydra.run.dir='/r'", "hydra.output_subdir=null"]
+    assert with_overrides_beside_resume(["train", "resume=/r", "--cfg", "job"], extra) == [
+        "train", "resume=/r", *extra, "--cfg", "job",
+    ]  # fmt: skip
+    assert with_overrides_beside_resume(["train", "resume=/r"], extra) == [
+        "train", "resume=/r", *extra,
+    ]  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "runners.train", f"resume={tmp_path}", "--cfg", "job"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "WANDB_MODE": "offline"},
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "unrecognized arguments" not in p.stderr and "agent:" in p.stdout
