@@ -713,13 +713,19 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
 
     # ---- problem
     problem = common.build_problem(spec)
+    hybrid = spec.env_id == common.HYBRID_ENV_ID
+    # a hybrid layout carries its own microbatching and schedule: the env's are not used
+    pipeline = (
+        "microbatches and schedule per layout (env.microbatches, env.schedule unused)"
+        if hybrid
+        else f"{spec.microbatches} microbatches, {spec.schedule}"
+    )
     echo(
         f"env {spec.name}: {problem.graph.meta.get('name', spec.model)} "
         f"({problem.graph.num_nodes} nodes, {problem.graph.num_groups} groups) on "
         f"{problem.cluster.name} ({problem.cluster.num_devices} devices), "
-        f"{spec.microbatches} microbatches, {spec.schedule}, oracle {spec.oracle}"
+        f"{pipeline}, oracle {spec.oracle}"
     )
-    hybrid = spec.env_id == common.HYBRID_ENV_ID
     if hybrid:  # model FLOPs at peak: no op-level tables of a thousand-GPU cluster
         from placement_env.oracles.hybrid import hybrid_lower_bound
 

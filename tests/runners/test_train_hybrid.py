@@ -25,7 +25,12 @@ SMALL = [
 @pytest.mark.timeout(600)
 def test_megatron_grid_run_writes_the_layout(tmp_path: Path) -> None:
     cfg = compose([*SMALL, "agent=megatron_grid"])
-    res = train(cfg, tmp_path, echo=lambda s: None)
+    lines: list[str] = []
+    res = train(cfg, tmp_path, echo=lines.append)
+    # the env's microbatches and schedule are not the layouts': the header used to show them
+    assert (
+        "microbatches and schedule per layout (env.microbatches, env.schedule unused)" in lines[0]
+    )
     on_disk = json.loads((tmp_path / "result.json").read_text())
     assert on_disk["layout"] == res["layout"]
     lay = res["layout"]
