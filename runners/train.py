@@ -724,7 +724,7 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
         f"env {spec.name}: {problem.graph.meta.get('name', spec.model)} "
         f"({problem.graph.num_nodes} nodes, {problem.graph.num_groups} groups) on "
         f"{problem.cluster.name} ({problem.cluster.num_devices} devices), "
-        f"{pipeline}, oracle {spec.oracle}"
+        f"{pipeline}, oracle {spec.oracle}{_hybrid_model_note(problem) if hybrid else ''}"
     )
     if hybrid:  # model FLOPs at peak: no op-level tables of a thousand-GPU cluster
         from placement_env.oracles.hybrid import hybrid_lower_bound
@@ -898,6 +898,26 @@ def _log_final(
             for k in ("best_step_time", "lower_bound", "oom", "oracle_calls", "wall_seconds")
         }
     )
+
+
+def _hybrid_model_note(problem: common.Problem) -> str:
+    """Which step model scores a hybrid env's layouts (`` (layouts scored by ...)``): the
+    calibrated CPU model on a hybrid-calibrated ``cpu_N``; on an uncalibrated one the
+    GPU-style model with the CPUs' nominal figures, and how to calibrate."""
+    oracle = problem.oracle()
+    model = oracle.hybrid_model() if hasattr(oracle, "hybrid_model") else None
+    if model is None:
+        return ""
+    name = type(model).__name__
+    if name == "CpuHybridModel":
+        return f" (layouts scored by {name}, from the cluster's hybrid calibration)"
+    if problem.cluster.devices and all(d.kind == "cpu" for d in problem.cluster.devices):
+        return (
+            f" (layouts scored by {name} with the CPUs' nominal figures, not this machine's: "
+            "for the calibrated CpuHybridModel run python -m runners.profile "
+            "calibration=PATH hybrid.model=... and use the cluster NAME@PATH)"
+        )
+    return f" (layouts scored by {name})"
 
 
 def summary_line(result: Mapping[str, Any], run_dir: Path) -> str:

@@ -42,12 +42,13 @@ def test_profile_plan_and_execute_a_hybrid_plan_with_its_prediction(tmp_path):
     assert set(hcal["probe_fit"]["probes"]) == {"1/microbatch", "2/p2p", "2/tp", "2/ddp", "2/fsdp"}
 
     train = tmp_path / "train"
-    _run(
+    tr = _run(
         ["runners.train", "+env=gpt2_cpu4_hybrid", f"env.model_config={CONFIG}",
          f"env.cluster=cpu_2@{cal}", "agent=megatron_grid", "logger=none",
          f"output_dir={train}"],
         timeout=300,
     )  # fmt: skip
+    assert "(layouts scored by CpuHybridModel, from the cluster's hybrid calibration)" in tr.stdout
     res = json.loads((train / "result.json").read_text())
     planner = res["meta"]["planner"]
     assert planner["uncalibrated_skipped"] > 0  # selective recomputation, microbatch 8, ...

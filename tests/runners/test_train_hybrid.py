@@ -246,3 +246,17 @@ def test_memory_fraction_caps_what_the_grid_may_use(tmp_path: Path) -> None:
         ValueError, match=r"env\.memory_fraction' is 1\.5; expected a finite number > 0 and <= 1"
     ):
         train(compose([*quiet, "env.memory_fraction=1.5"]), tmp_path / "c", echo=lambda s: None)
+
+
+def test_header_names_the_step_model_and_how_to_calibrate_a_cpu_cluster(tmp_path: Path) -> None:
+    # on a cpu_N without a hybrid calibration the layouts are scored by the GPU-style model
+    # with nominal CPU figures: the run says so, and how to get the calibrated model
+    lines: list[str] = []
+    cfg = compose(["+env=gpt2_cpu4_hybrid", "agent=megatron_grid", "env.baselines=[]",
+                   "logger=none", "train.progress=false"])  # fmt: skip
+    train(cfg, tmp_path / "cpu", echo=lines.append)
+    assert "(layouts scored by HybridModel with the CPUs' nominal figures" in lines[0]
+    assert "python -m runners.profile calibration=PATH hybrid.model=..." in lines[0]
+    lines.clear()
+    train(compose([*SMALL, "agent=megatron_grid"]), tmp_path / "gpu", echo=lines.append)
+    assert lines[0].endswith("oracle simulator (layouts scored by HybridModel)")
