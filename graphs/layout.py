@@ -1040,8 +1040,8 @@ def layout_grid(
     sequence_parallel: Sequence[bool] = (False, True),
     max_tp: int | None = None,
 ) -> Iterator[HybridLayout]:
-    """Every valid layout of the grid (balanced stages): ``t`` divides the heads (and
-    the kv heads, or they divide it) and at most ``max_tp`` (default: GPUs per node),
+    """Every valid layout of the grid (balanced stages): ``t`` divides the heads and
+    the kv heads (:func:`tp_fits`) and is at most ``max_tp`` (default: GPUs per node),
     ``p`` at most the layers, ``d = D / (t p)``, microbatch sizes that split the
     batch, ``v`` with ``p v <= layers`` (interleaved when ``v > 1``), every
     recomputation, SP (when ``t > 1``) and ZeRO stage."""

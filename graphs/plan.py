@@ -112,6 +112,11 @@ class Plan:
             raise ValueError(
                 f"Plan.layout must be a HybridLayout or None, got {type(self.layout).__name__}"
             )
+        if self.schedule == "in_order" and any(d > 1 for d in self.tp_degree.values()):
+            raise ValueError(
+                "Plan.schedule 'in_order' runs op by op, without tensor parallelism; a plan "
+                "with tp_degree > 1 runs on the pipeline runtime: use 'gpipe' or '1f1b'"
+            )
         if self.layout is not None and self.schedule in OP_ONLY_SCHEDULES:
             raise ValueError(
                 f"Plan.schedule {self.schedule!r} is for op placements only; a hybrid layout "

@@ -404,7 +404,10 @@ def planner_time_limit(name: str, options: Mapping[str, Any] | None = None) -> f
     from agents import baselines
 
     if options and options.get("time_limit") is not None:
-        return float(options["time_limit"])
+        v = options["time_limit"]
+        # a bad value is the planner's to refuse, by its own name and rule
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        return float(v) if ok else None
     try:
         p = inspect.signature(baselines.get(name)).parameters.get("time_limit")
     except (TypeError, ValueError):  # pragma: no cover - a planner without a signature

@@ -79,6 +79,7 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
         raise FileNotFoundError(f"plan={cfg.plan}: no such file (a plan JSON from runners.*)")
     plan = Plan.load(cfg.plan)
     graph, cluster = resolve(plan, cfg.graph, cfg.cluster)
+    optimizer = cfg.optimizer or default_optimizer(plan, cluster)
     result = execute(
         plan,
         graph,
@@ -88,7 +89,7 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
         seed=int(cfg.seed),
         backend=cfg.backend,
         threads=int(cfg.threads),
-        optimizer=str(cfg.optimizer),
+        optimizer=str(optimizer),
         timeout_s=float(cfg.timeout_s),
         out_dir=out,
         rehearse=bool(cfg.rehearse),
@@ -102,22 +103,56 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
         f"{result.mode} plan on {result.world_size} processes: step {result.step_time * 1e3:.2f} ms "
         f"(loss {result.loss:.4f}); {per_rank}; {out / 'result.json'}"
     )
-    report_prediction(plan, graph, cluster, result, out, echo)
+    report_prediction(plan, graph, cluster, result, out, echo, optimizer=str(optimizer))
     return result
 
 
+def predicts(plan: Plan, cluster: Any) -> bool:
+    """Whether a calibrated model predicts this run: a hybrid plan on a ``cpu_N@PATH``
+    cluster with a hybrid calibration."""
+    return plan.layout is not None and bool(cluster.meta.get("hybrid_calibration"))
+
+
+def default_optimizer(plan: Plan, cluster: Any) -> str:
+    """``optimizer=null``: Adam where the calibrated hybrid model predicts the run (it
+    counts Adam's state and step, as its calibration measured them), else SGD."""
+    return "adam" if predicts(plan, cluster) else "sgd"
+
+
 def report_prediction(
-    plan: Plan, graph: Any, cluster: Any, result: Any, out: Path, echo: Any
+    plan: Plan,
+    graph: Any,
+    cluster: Any,
+    result: Any,
+    out: Path,
+    echo: Any,
+    *,
+    optimizer: str = "adam",
 ) -> dict[str, Any] | None:
     """For a hybrid plan on a ``cpu_N@PATH`` cluster with a hybrid calibration: the
     calibrated model's prediction beside the measurement, added to ``out/result.json``
     under ``prediction`` (step time, peak memory per rank, and their errors =
-    measured / predicted - 1) and echoed; None (nothing written) otherwise."""
-    from placement_env.oracles.hybrid_cpu import predicted_run
+    measured / predicted - 1) and echoed; None (nothing written) otherwise. The model
+    counts Adam: a run with another ``optimizer``, or a layout whose shape the calibration
+    lacks, gets a line saying why there is no prediction."""
+    from placement_env.oracles.hybrid_cpu import UncalibratedLayoutError, predicted_run
 
-    pred = predicted_run(plan, graph, cluster)
+    if not predicts(plan, cluster):
+        return None
+    if optimizer != "adam":
+        echo(
+            f"no prediction: the calibrated model of {cluster.name} counts Adam's state and "
+            f"step, this run used {optimizer!r} (run with optimizer=adam, the default here)"
+        )
+        return None
+    try:
+        pred = predicted_run(plan, graph, cluster)
+    except UncalibratedLayoutError as exc:
+        echo(f"no prediction: {exc}")
+        return None
     if pred is None:
         return None
+    pred["optimizer"] = optimizer
     meas_peak = [float(x) for x in (result.run_peak or [])]
     pred["step_time_error"] = result.step_time / pred["step_time"] - 1.0
     if len(meas_peak) == len(pred["peak_memory"]):

@@ -22,39 +22,57 @@ def check_config(cfg: DictConfig) -> Path:
         if not is_whole(value, lo):
             raise ValueError(f"profile: {key} = {value!r}; expected an integer >= {lo}")
 
+    def items(key: str, value: object) -> list:
+        """A list setting (null: empty); a scalar is refused by name (it used to end in a
+        TypeError traceback)."""
+        if value is None:
+            return []
+        if OmegaConf.is_list(value) or isinstance(value, (list, tuple)):
+            return list(value)
+        raise ValueError(f"profile: {key} = {value!r}; expected a list, e.g. [{value!r}]")
+
     whole("threads", cfg.threads, 1)
     whole("matmul_n", cfg.matmul_n, 16)
     whole("copy_mb", cfg.copy_mb, 1)
     whole("p2p_repeats", cfg.p2p_repeats, 1)
-    for k in cfg.concurrency or []:
+    for k in items("concurrency", cfg.concurrency):
         whole("concurrency[]", k, 1)
     rt = cfg.get("runtime") or {}
     if rt.get("model") is not None:
         for k in ("microbatches", "rounds", "steps"):
             whole(f"runtime.{k}", rt.get(k), 1)
-        for n in rt.get("devices") or []:
+        for n in items("runtime.devices", rt.get("devices")):
             whole("runtime.devices[]", n, 2)
         if not rt.get("devices"):
             raise ValueError("profile: runtime.devices is empty; expected process counts >= 2")
     hy = cfg.get("hybrid") or {}
     if hy.get("model") is not None:
-        from runtime.hybrid_profile import check_hybrid_settings, check_probe_model
+        from runtime.hybrid_profile import (
+            check_hybrid_settings,
+            check_model_settings,
+            check_probe_model,
+        )
 
+        lists = {
+            k: items(f"hybrid.{k}", hy.get(k))
+            for k in ("tps", "micro_sizes", "recomputes", "worlds", "probe_worlds")
+        }
         try:
-            check_hybrid_settings(
-                tps=list(hy.get("tps") or []), micro_sizes=list(hy.get("micro_sizes") or []),
-                recomputes=list(hy.get("recomputes") or []), worlds=list(hy.get("worlds") or []),
-                probe_worlds=list(hy.get("probe_worlds") or []), repeats=hy.get("repeats"),
-            )  # fmt: skip
+            check_hybrid_settings(**lists, repeats=hy.get("repeats"))
         except ValueError as exc:
             raise ValueError(f"profile: hybrid.{exc}") from None
-        model = OmegaConf.to_container(hy.model, resolve=True)
+        model = hy.model
+        if OmegaConf.is_config(model):
+            model = OmegaConf.to_container(model, resolve=True)
         if not isinstance(model, dict) or "name" not in model:
             raise ValueError(
                 f"profile: hybrid.model = {model!r}; expected {{name: gpt2, config: {{...}}}}"
             )
         try:
-            check_probe_model(model, [int(k) for k in hy.probe_worlds])
+            graph, batch = check_probe_model(model, [int(k) for k in lists["probe_worlds"]])
+            check_model_settings(
+                model, graph, batch, tps=lists["tps"], micro_sizes=lists["micro_sizes"]
+            )
         except ValueError as exc:
             raise ValueError(f"profile: hybrid.model: {exc}") from None
     mem = cfg.memory_gib

@@ -466,5 +466,5 @@ def with_overrides_beside_resume(argv: list[str], extra: list[str]) -> list[str]
     """``argv`` with ``extra`` overrides right after its ``resume=...`` argument: hydra's
     argument parser takes the overrides as one run of positional arguments, so appended
     after a flag (``... resume=DIR --cfg job``) they were refused as unrecognized."""
-    at = next((i for i, a in enumerate(argv) if a.startswith("resume=")), len(argv) - 1)
+    at = next((i for i, a in enumerate(argv) if a.lstrip("+").startswith("resume=")), len(argv) - 1)
     return [*argv[: at + 1], *extra, *argv[at + 1 :]]

@@ -758,6 +758,31 @@ def check_probe_model(model: dict[str, Any], probe_worlds: Sequence[int]) -> tup
     return graph, batch
 
 
+def check_model_settings(
+    model: dict[str, Any], graph: Any, batch: int, *, tps: Sequence[Any], micro_sizes: Sequence[Any]
+) -> None:
+    """``tps`` and ``micro_sizes`` against the model: every tensor-parallel degree divides
+    its attention heads and key/value heads (the runtime splits whole heads), every
+    microbatch size is at most its global batch (a segment measured on the first ``b`` rows
+    of a smaller batch would be stored as ``b``); ``ValueError`` naming the value."""
+    from graphs.layout import model_dims
+
+    d = model_dims(graph)
+    what = f"{model.get('name')!r} {dict(model.get('config') or {})}"
+    for t in tps:
+        if d.heads % int(t) or d.kv_heads % int(t):
+            raise ValueError(
+                f"hybrid calibration: tps[] = {t}: a tensor-parallel degree must divide the "
+                f"{d.heads} attention heads and {d.kv_heads} key/value heads of {what}"
+            )
+    for b in micro_sizes:
+        if int(b) > batch:
+            raise ValueError(
+                f"hybrid calibration: micro_sizes[] = {b} is larger than the global batch "
+                f"{batch} of {what}"
+            )
+
+
 def calibrate_hybrid_fitted(
     model: dict[str, Any],
     *,
@@ -792,9 +817,12 @@ def calibrate_hybrid_fitted(
     except ValueError as exc:
         raise ValueError(f"calibrate_hybrid_fitted: {exc}") from None
     graph, batch = check_probe_model(model, probe_worlds)
+    check_model_settings(model, graph, batch, tps=tps, micro_sizes=micro_sizes)
     probes = [shape for k in (1, *probe_worlds) for _, shape in PROBES[int(k)]]
     tps = sorted({int(t) for t in tps} | {t for _, t, _, _, _ in probes})
     sizes = sorted({int(b) for b in micro_sizes} | {b for _, _, _, b, _ in probes})
+    # the probes run without recomputation: its segments are always measured
+    recomputes = list(dict.fromkeys(["none", *recomputes]))
     say(f"segments: tp {tps}, microbatch sizes {sizes}, recompute {list(recomputes)}; "
         f"collectives on {list(worlds)}; Adam")  # fmt: skip
     cal = calibrate_hybrid(
@@ -814,6 +842,7 @@ __all__ = [
     "calibrate_hybrid",
     "calibrate_hybrid_fitted",
     "check_hybrid_settings",
+    "check_model_settings",
     "check_probe_model",
     "fit_line",
     "fit_to_probes",

@@ -192,6 +192,10 @@ def test_in_order_schedule_round_trips_for_op_placements_only(tmp_path, graph, c
     p = Plan.for_graph([0, 1, 1, 0], graph, cluster, schedule="in_order")
     p.save(tmp_path / "p.json")
     assert Plan.load(tmp_path / "p.json").schedule == "in_order"
+    # the op-level runtime has no tensor parallelism: such a plan used to fail on every rank
+    with pytest.raises(ValueError, match="'in_order' runs op by op, without tensor parallel"):
+        Plan.for_graph([0, 1, 1, 0], graph, cluster, schedule="in_order", tp_degree={1: 2})
+    Plan.for_graph([0, 1, 1, 0], graph, cluster, schedule="in_order", tp_degree={1: 1})
     from dataclasses import replace
 
     from graphs import clusters

@@ -65,6 +65,7 @@ def test_profile_plan_and_execute_a_hybrid_plan_with_its_prediction(tmp_path):
     assert f"predicted by the calibrated model of cpu_2@{cal}" in ex.stdout
     out = json.loads((run / "result.json").read_text())
     pred = out["prediction"]
+    assert pred["optimizer"] == "adam"  # the optimizer the calibrated model counts (default here)
     assert pred["step_time"] == pytest.approx(res["step_time"])  # what the planner scored
     assert pred["step_time_error"] == pytest.approx(out["step_time"] / pred["step_time"] - 1)
     assert len(pred["peak_memory"]) == len(pred["peak_memory_error"]) == out["world_size"] == 2

@@ -465,3 +465,31 @@ def test_alpa_weighs_its_inter_op_split_with_the_calibrated_segments(graph, monk
     )
     plan = baselines.get("alpa")(graph, cl, sim, None)
     assert seen and all(x.pp > 1 for x in seen) and _calibrated(plan.layout)
+
+
+def test_execute_predicts_only_what_the_model_counts(graph, tmp_path):
+    """runners.execute: Adam by default where the calibrated model predicts the run (it
+    counts Adam; the runtime's default is SGD), no prediction -- a line saying why -- for
+    another optimizer or a layout the calibration lacks; it used to compare SGD runs with
+    Adam predictions, and to fail after the run on an uncalibrated layout."""
+    from types import SimpleNamespace
+
+    from runners.execute import default_optimizer, report_prediction
+
+    cl = cpu_cluster(4, calibration={"hybrid": calibration()})
+    plan = Plan.hybrid(graph, cl, dp=2, tp=1, pp=2, microbatch_size=2, global_batch=8)
+    op = Plan(np.zeros(graph.num_nodes, dtype=np.int64))
+    assert default_optimizer(plan, cl) == "adam"
+    assert default_optimizer(plan, cpu_cluster(4)) == default_optimizer(op, cl) == "sgd"
+    run = SimpleNamespace(step_time=0.1, run_peak=[4e8] * 4, to_dict=lambda: {"step_time": 0.1})
+    lines: list[str] = []
+    pred = report_prediction(plan, graph, cl, run, tmp_path, lines.append)
+    assert pred["optimizer"] == "adam" and len(pred["peak_memory_error"]) == 4
+    assert lines[-1].startswith(f"predicted by the calibrated model of {cl.name}")
+    assert report_prediction(plan, graph, cl, run, tmp_path, lines.append, optimizer="sgd") is None
+    assert "no prediction: the calibrated model" in lines[-1] and "'sgd'" in lines[-1]
+    selective = Plan.hybrid(
+        graph, cl, dp=2, tp=1, pp=2, microbatch_size=2, global_batch=8, recompute="selective"
+    )
+    assert report_prediction(selective, graph, cl, run, tmp_path, lines.append) is None
+    assert lines[-1].startswith("no prediction: CpuHybridModel: no calibrated segment times")

@@ -62,6 +62,12 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
         ([f"hybrid.model={HYBRID}", "hybrid.probe_worlds=[3]"], "hybrid.probe_worlds[] = 3"),
         ([f"hybrid.model={HYBRID}", "hybrid.tps=[]"], "hybrid.tps is empty"),
         ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[some]"], "hybrid.recomputes[] = 'some'"),
+        # a string model, a scalar list, a degree that splits heads, a microbatch over the
+        # batch: a traceback-like message, a TypeError, and two measured-then-wrong (27 Nov)
+        (["hybrid.model=gpt2"], "hybrid.model = 'gpt2'; expected {name: gpt2"),
+        ([f"hybrid.model={HYBRID}", "hybrid.tps=4"], "hybrid.tps = 4; expected a list"),
+        ([f"hybrid.model={HYBRID}", "hybrid.tps=[3]"], "tps[] = 3: a tensor-parallel degree"),
+        ([f"hybrid.model={HYBRID}", "hybrid.micro_sizes=[16]"], "micro_sizes[] = 16 is larger"),
         # 2 layers cannot make the 4-process probes' 4 pipeline stages
         (
             [f"hybrid.model={HYBRID.replace('n_layer: 4', 'n_layer: 2')}"],
@@ -88,3 +94,28 @@ def test_profile_refuses_a_calibration_path_it_cannot_write(tmp_path):
            f"output_dir={tmp_path / 'o'}", "model=null"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "cannot be written" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_fitted_calibration_always_measures_what_its_probes_need(monkeypatch):
+    """The runtime probes run without recomputation: hybrid.recomputes=[full] used to pass
+    the checks and fail after minutes of measuring, in the fit, on the missing 'none'."""
+    import runtime.hybrid_profile as hp
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def record(model, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(hp, "calibrate_hybrid", record)
+    model = {"name": "gpt2", "config": {"n_layer": 4, "d_model": 32, "n_head": 4, "vocab": 64,
+                                        "seq": 16, "batch": 8}}  # fmt: skip
+    with pytest.raises(Stop):
+        hp.calibrate_hybrid_fitted(
+            model, tps=[1], micro_sizes=[2], recomputes=["full"], worlds=[2], probe_worlds=[4]
+        )
+    assert seen["recomputes"] == ("none", "full")
+    assert seen["tps"] == [1, 4] and seen["micro_sizes"] == [1, 2, 4]  # the 4-process probes'

@@ -249,6 +249,9 @@ def test_planner_report_lines_by_hand() -> None:
     # the time limit announced before a silent search: the option, else the signature's default
     assert planner_time_limit("ilp") == 60.0 and planner_time_limit("ideal_dp") == 60.0
     assert planner_time_limit("ilp", {"time_limit": 5}) == 5.0
+    # a bad value is left to the planner's own refusal (it used to end in float()'s error)
+    assert planner_time_limit("ilp", {"time_limit": "abc"}) is None
+    assert planner_time_limit("ilp", {"time_limit": [1]}) is None
     assert planner_time_limit("anneal") is None and planner_time_limit("metis") is None
 
 
@@ -263,6 +266,9 @@ def test_resume_overrides_stay_beside_resume_when_a_flag_follows(tmp_path: Path)
     ]  # fmt: skip
     assert with_overrides_beside_resume(["train", "resume=/r"], extra) == [
         "train", "resume=/r", *extra,
+    ]  # fmt: skip
+    assert with_overrides_beside_resume(["train", "++resume=/r", "--cfg", "job"], extra) == [
+        "train", "++resume=/r", *extra, "--cfg", "job",
     ]  # fmt: skip
     p = subprocess.run(
         [sys.executable, "-m", "runners.train", f"resume={tmp_path}", "--cfg", "job"],
