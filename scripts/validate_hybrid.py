@@ -245,10 +245,10 @@ def search_rows() -> str:
 
 
 #: The fastest op placement (one device per node) known for the default experiment, ms:
-#: annealing given PPO-gdp's wall time (10,993 calls in 6.8 s), seed 1 of the 26 Nov 2026
-#: 09:06 UTC run of `docs/results_exact_table_seed1.md` (in git at `1e158b7`; 489 ms, warm
-#: PPO-placeto, until then).
-BEST_OP_PLACEMENT_MS = 448.5
+#: the gpt2-xl @ dgx1_v100_8 row's best known plan of `docs/results.md` (440.8 ms, the
+#: 25 Nov 2026 re-run with the exact planners, annealing at PPO's wall time); 448.5 ms (26 Nov,
+#: seed 1 of `docs/results_exact_table_seed1.md`) until 27 Nov 2026, 489 ms before that.
+BEST_OP_PLACEMENT_MS = 440.8
 
 
 def default_experiment() -> str:
