@@ -21,6 +21,7 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
+from graphs.schema import is_number
 from runners.schema import EnvConfig
 
 #: The ``env`` config as a plain dataclass (library code never sees a DictConfig).
@@ -406,14 +407,13 @@ def planner_time_limit(name: str, options: Mapping[str, Any] | None = None) -> f
     if options and options.get("time_limit") is not None:
         v = options["time_limit"]
         # a bad value is the planner's to refuse, by its own name and rule
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-        return float(v) if ok else None
+        return float(v) if is_number(v, 0, lo_open=True) else None
     try:
         p = inspect.signature(baselines.get(name)).parameters.get("time_limit")
     except (TypeError, ValueError):  # pragma: no cover - a planner without a signature
         return None
     d = None if p is None else p.default
-    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+    return float(d) if is_number(d) else None
 
 
 def planner_report(
@@ -427,18 +427,17 @@ def planner_report(
     parts: list[str] = []
     own = meta.get("objective")
     if "mip_gap" in meta:
-        gap = meta.get("mip_gap")
+        gap = meta["mip_gap"]
+        if not is_number(gap):
+            proof = "no gap"
+        elif gap <= 1e-9:
+            proof = "proven optimal"
+        else:
+            proof = f"MIP gap {100 * float(gap):.1f} %"
         parts.append(
             f"{own or 'max_load'} {ms(meta.get('ilp_objective'))}, HiGHS bound "
-            f"{ms(meta.get('ilp_bound'))}, "
-            + (
-                "proven optimal"
-                if gap is not None and float(gap) <= 1e-9
-                else f"MIP gap {100 * float(gap):.1f} %"
-                if gap is not None and math.isfinite(float(gap))
-                else "no gap"
-            )
-            + f" ({meta.get('ilp_status', '?')}, {float(meta.get('ilp_seconds', 0.0)):.0f} s)"
+            f"{ms(meta.get('ilp_bound'))}, {proof} ({meta.get('ilp_status', '?')}, "
+            f"{float(meta.get('ilp_seconds', 0.0)):.0f} s)"
         )
     elif "optimal_among" in meta or "surrogate_objective" in meta:
         value = meta.get("dp_objective", meta.get("surrogate_objective"))

@@ -150,8 +150,7 @@ def report_prediction(
     except UncalibratedLayoutError as exc:
         echo(f"no prediction: {exc}")
         return None
-    if pred is None:
-        return None
+    assert pred is not None  # predicts() holds: a layout and a hybrid calibration
     pred["optimizer"] = optimizer
     meas_peak = [float(x) for x in (result.run_peak or [])]
     pred["step_time_error"] = result.step_time / pred["step_time"] - 1.0

@@ -765,12 +765,12 @@ def check_model_settings(
     its attention heads and key/value heads (the runtime splits whole heads), every
     microbatch size is at most its global batch (a segment measured on the first ``b`` rows
     of a smaller batch would be stored as ``b``); ``ValueError`` naming the value."""
-    from graphs.layout import model_dims
+    from graphs.layout import model_dims, tp_fits
 
     d = model_dims(graph)
     what = f"{model.get('name')!r} {dict(model.get('config') or {})}"
     for t in tps:
-        if d.heads % int(t) or d.kv_heads % int(t):
+        if not tp_fits(int(t), heads=d.heads, kv_heads=d.kv_heads, max_tp=int(t)):
             raise ValueError(
                 f"hybrid calibration: tps[] = {t}: a tensor-parallel degree must divide the "
                 f"{d.heads} attention heads and {d.kv_heads} key/value heads of {what}"
