@@ -467,9 +467,9 @@ def alpa(
         if lay.pp > 1:
             try:
                 c = costs.stage_costs(lay)
-            except ValueError:  # a shape the calibrated model lacks: the balanced split
-                c = None
-            calls += 1
+                calls += 1  # a cost-model query, counted like an evaluation
+            except ValueError:  # a shape the calibrated model lacks: the balanced split,
+                c = None  # and no call, as the oracle counts none for a refused layout
         if lay.pp > 1 and c is not None:
             split = split_layers(lay.num_layers, lay.pp, c["layer"], c["first"], c["last"])
             if split != lay.stage_layers:
