@@ -1,4 +1,4 @@
-"""``python -m runners.plan [policy=PATH] +env=NAME``: zero-shot planning with an exported policy.
+"""``python -m runners.plan [policy=PATH] +env=NAME [logger=NAME]``: zero-shot planning with an exported policy.
 
 Without ``policy=`` the shipped pretrained generalist plans (``agents/pretrained/``).
 
@@ -19,6 +19,13 @@ from omegaconf import DictConfig
 from runners import common, schema
 
 schema.register()
+
+
+#: result.json's figures that go to the logger's summary
+SUMMARY_KEYS = (
+    "step_time", "lower_bound", "oom", "planning_seconds", "oracle_calls", "samples",
+    "devices_used",
+)  # fmt: skip
 
 
 def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
@@ -77,6 +84,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         "devices_used": the_plan.num_devices_used,
     }
     common.write_json(run_dir / "result.json", result)
+    _log(cfg, run_dir, result, name=f"{spec.name}-plan-s{int(cfg.seed)}")
     echo(
         f"{spec.name}: zero-shot plan {common.ms(result['step_time'])}"
         f"{' (OOM)' if result['oom'] else ''} | lower bound {common.ms(result['lower_bound'])} | "
@@ -84,6 +92,23 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         f"({result['samples']} sample(s), {result['oracle_calls']} oracle calls) | {run_dir}"
     )
     return result
+
+
+def _log(cfg: DictConfig, run_dir: Path, result: dict[str, Any], *, name: str) -> None:
+    """Send the result, the Gantt chart and the plan file to ``cfg.logger`` (``none``:
+    nothing; result.json and the plots are written regardless)."""
+    from runners.tracking import make_tracker
+
+    plain = common.to_plain(cfg)
+    tracker = make_tracker(cfg.logger.kind, run_dir, plain, name=name, options=plain["logger"])
+    try:
+        tracker.summary({k: result[k] for k in SUMMARY_KEYS})
+        gantt = run_dir / "plan_gantt.png"
+        if gantt.exists():
+            tracker.log_image("plots/gantt", gantt)
+        tracker.log_artifact(run_dir / "plan.json", f"plan-{result['env']}", "plan")
+    finally:
+        tracker.finish()
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="plan")

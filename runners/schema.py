@@ -176,10 +176,14 @@ class EvaluateConfig:
 
 @dataclass
 class PlanConfig:
-    """``python -m runners.plan``: zero-shot planning with an exported policy."""
+    """``python -m runners.plan``: zero-shot planning with an exported policy.
+
+    ``logger``: where the result goes besides result.json (``none`` by default; ``wandb``
+    offline or ``tensorboard`` for sweeps compared on a dashboard)."""
 
     policy: str = "generalist"
     env: EnvConfig = MISSING
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
     greedy: bool = True
     samples: int | None = None  # None: the policy's default (agents.export.DEFAULT_SAMPLES)
     temperature: float | None = None  # None: the policy's (agents.decoding.DEFAULT_TEMPERATURE)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runners.evaluate import aggregate, evaluate
-from runners.plan import plan
+from runners.plan import SUMMARY_KEYS, plan
 from runners.train import train
 from tests.runners.conftest import compose, small_env
 
@@ -109,6 +109,46 @@ def test_plan_default_samples_follow_the_decoding(graph_file: Path, tmp_path: Pa
     assert hot["temperature"] == 3.0 and hot["samples"] == 64
     with pytest.raises(ValueError, match="temperature"):
         plan(compose([*base, "temperature=0"], config="plan"), tmp_path / "d", echo=print)
+
+
+def test_plan_sends_its_result_to_the_logger(graph_file: Path, tmp_path: Path, monkeypatch) -> None:
+    """logger= (none by default): the result's figures, the Gantt chart and plan.json go to
+    the tracker, which is closed; logger=wandb writes an offline run in the run folder."""
+    from runners import tracking
+
+    base = ["+env=rnnlm_k40_4", f"env.graph_file={graph_file}", "env.model=null", "samples=4"]
+    assert compose(base, config="plan").logger.kind == "none"
+    seen: dict = {}
+
+    class Recording(tracking.NullTracker):
+        def summary(self, values):
+            seen["summary"] = dict(values)
+
+        def log_image(self, key, path, step=None):
+            seen["image"] = (key, Path(path).name)
+
+        def log_artifact(self, path, name, type):
+            seen["artifact"] = (Path(path).name, name, type)
+
+        def finish(self):
+            seen["finished"] = True
+
+    made = []
+
+    def make(kind, run_dir, config, *, name, options=None):
+        made.append((kind, name, config["env"]["name"]))
+        return Recording()
+
+    monkeypatch.setattr(tracking, "make_tracker", make)
+    res = plan(compose([*base, "logger=tensorboard"], config="plan"), tmp_path / "a", echo=print)
+    assert made == [("tensorboard", "rnnlm_k40_4-plan-s0", "rnnlm_k40_4")]
+    assert seen["summary"] == {k: res[k] for k in SUMMARY_KEYS}
+    assert {"step_time", "oom", "planning_seconds"} <= set(SUMMARY_KEYS)
+    assert seen["image"] == ("plots/gantt", "plan_gantt.png")
+    assert seen["artifact"] == ("plan.json", "plan-rnnlm_k40_4", "plan") and seen["finished"]
+    monkeypatch.undo()
+    plan(compose([*base, "logger=wandb"], config="plan"), tmp_path / "w", echo=lambda s: None)
+    assert list((tmp_path / "w" / "wandb").glob("offline-run-*")), "no offline wandb run"
 
 
 def test_plan_missing_policy_file(tmp_path: Path) -> None:
