@@ -124,13 +124,25 @@ def model_spec(spec: EnvSpec) -> dict[str, Any] | None:
 
 def plan_provenance(spec: EnvSpec) -> dict[str, Any]:
     """The ``meta`` every plan file written by a runner carries: env, model, cluster, graph file."""
-    out: dict[str, Any] = {"env": spec.name, "cluster": spec.cluster}
+    out: dict[str, Any] = {"env": spec.name, "cluster": absolute_cluster_name(spec.cluster)}
     model = model_spec(spec)
     if model is not None:
         out["model"] = model
     if spec.graph_file:
-        out["graph_file"] = str(spec.graph_file)
+        out["graph_file"] = str(Path(spec.graph_file).expanduser().resolve())
     return out
+
+
+def absolute_cluster_name(name: Any) -> Any:
+    """``cpu_N@PATH`` with ``PATH`` made absolute (and other names as they are), so that a
+    plan file names a calibration that ``runners.execute`` finds from any folder: a relative
+    path was stored as typed, and failed with "no such file" run from elsewhere."""
+    if not isinstance(name, str) or "@" not in name:
+        return name
+    base, path = name.split("@", 1)
+    if not path:
+        return name
+    return f"{base}@{Path(path).expanduser().resolve()}"
 
 
 def load_graph(spec: EnvSpec) -> CompGraph:

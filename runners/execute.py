@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from graphs import clusters
 from graphs.plan import Plan
-from runners import common
+from runners import common, schema
 
 
 def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tuple[Any, Any]:
@@ -65,16 +65,36 @@ def _check_buildable(model: Any) -> None:
 
 
 @hydra.main(version_base=None, config_path="../conf/execute", config_name="config")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     out = common.run_dir_from_hydra(cfg.output_dir)
     with common.reported_errors(out, "execute"):
         run(cfg, out, echo=common.RunLog(out, "execute"))
 
 
+def main() -> None:
+    """Entry point: check the command-line keys and values against the schema (a misspelt
+    key, ``rehearse=no``, ``steps=2.5`` are refused by name), then run hydra."""
+    schema.run_checked(schema.ExecuteConfig, _hydra_main)
+
+
 def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
     """Execute ``cfg.plan``; the measured result goes to ``out/result.json``."""
+    from omegaconf import OmegaConf
+
     from runtime.execute import execute
 
+    if OmegaConf.is_missing(cfg, "plan"):
+        raise ValueError(
+            "plan=PATH is required: a plan JSON from runners.* (e.g. "
+            "outputs/train/DATE/TIME/best_plan.json)"
+        )
+    schema.check_values(schema.ExecuteConfig, cfg)
+    if Path(cfg.plan).is_dir():
+        found = sorted(p.name for p in Path(cfg.plan).glob("*plan.json"))
+        raise ValueError(
+            f"plan={cfg.plan} is a folder; give the plan file in it"
+            + (f" ({', '.join(found)})" if found else " (a plan JSON from runners.*)")
+        )
     if not Path(cfg.plan).is_file():
         raise FileNotFoundError(f"plan={cfg.plan}: no such file (a plan JSON from runners.*)")
     plan = Plan.load(cfg.plan)

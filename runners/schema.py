@@ -191,6 +191,32 @@ class PlanConfig:
     output_dir: str | None = None
 
 
+@dataclass
+class ExecuteConfig:
+    """``python -m runners.execute plan=PATH``: run a plan with torchrun (``conf/execute``)."""
+
+    plan: str = MISSING
+    graph: str | None = None
+    cluster: str | None = None
+    steps: int = 5
+    warmup: int = 2
+    seed: int = 0
+    backend: str | None = None
+    threads: int = 1
+    optimizer: str | None = None
+    timeout_s: float = 600.0
+    rehearse: bool = False
+    output_dir: str | None = None
+
+
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "true or false"
+
+
+def _path(v: Any) -> str | None:
+    return None if isinstance(v, str) and v else "a path"
+
+
 #: Config groups whose choice is a file under conf/GROUP/ (not a key of the schema).
 GROUPS: tuple[str, ...] = ("env", "agent", "logger", "experiment")
 
@@ -354,6 +380,19 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (PlanConfig, "samples"): _int(1, 2**20, none=True),
     (PlanConfig, "temperature"): _num(0, none=True),
     (PlanConfig, "seed"): _SEED,
+    (ExecuteConfig, "plan"): _path,
+    (ExecuteConfig, "steps"): _int(1),
+    (ExecuteConfig, "warmup"): _int(0),
+    (ExecuteConfig, "seed"): _SEED,
+    (ExecuteConfig, "backend"): lambda v: (
+        None if v in (None, "gloo", "nccl") else "gloo, nccl or null"
+    ),
+    (ExecuteConfig, "threads"): _int(1, 4096),
+    (ExecuteConfig, "optimizer"): lambda v: (
+        None if v in (None, "sgd", "adam") else "sgd, adam or null"
+    ),
+    (ExecuteConfig, "timeout_s"): _num(0),
+    (ExecuteConfig, "rehearse"): _bool,
 }
 
 

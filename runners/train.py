@@ -239,10 +239,12 @@ def init_policy_plan(
 
     spec = problem.spec
     oracle = problem.oracle_factory(problem.graph, problem.cluster)
-    try:
-        plan = agents.load_policy(str(init)).plan(
+    policy = agents.load_policy(str(init))
+    try:  # as runners.plan plans: the policy's default samples (1024 for the generalist;
+        # ExportedPolicy.plan's own default is 1, which gave a much slower start)
+        plan = policy.plan(
             problem.graph, problem.cluster, microbatches=spec.microbatches,
-            schedule=spec.schedule, oracle=oracle, seed=seed,
+            schedule=spec.schedule, samples=policy.default_samples(), oracle=oracle, seed=seed,
         )  # fmt: skip
     except InfeasiblePlanError:
         return {f"zero_shot:{init}": (None, None)}

@@ -150,6 +150,10 @@ def _launch(text: str, nproc: int, threads: int, folder: Path, timeout_s: float)
     """
     if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < float("inf")):
         raise ValueError(f"timeout_s {timeout_s!r}: expected a finite number of seconds > 0")
+    # an earlier run's records in the same folder (output_dir=...) would be read as this
+    # run's: its error reported instead of this one's, its ranks counted as finished
+    for stale in [*folder.glob("error_rank*.json"), *folder.glob("rank*.json")]:
+        stale.unlink(missing_ok=True)
     spec_path = folder / "spec.json"
     spec_path.write_text(text)
     env = dict(os.environ)
@@ -286,6 +290,12 @@ def check_machine(spec: RunSpec, cluster: Cluster, *, rehearse: bool) -> str | N
     schedule, not the accelerators' speed) if :func:`rehearsal_memory` fits in the
     memory available, and the returned note says it is a rehearsal.
     """
+    if spec.backend == "nccl" and _cuda_devices() < spec.world_size:
+        raise WrongMachine(
+            f"backend=nccl needs {_count(spec.world_size, 'CUDA device')} (one per process), "
+            f"this machine has {_cuda_devices()}; leave backend unset (nccl on GPUs, else "
+            "gloo) or set backend=gloo"
+        )
     kinds = sorted({cluster.devices[d].kind for d in spec.devices})
     if kinds == ["cpu"]:
         return None

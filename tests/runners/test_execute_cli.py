@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,110 @@ def test_a_plan_of_a_parametric_model_is_refused_naming_it() -> None:
             _check_buildable(model)
     _check_buildable({"name": "llama", "config": {"n_layer": 2, "d_model": 16}})
     _check_buildable({"factory": "pkg.mod:fn", "config": {"hidden": 4}})
+
+
+@pytest.mark.parametrize(
+    "arg, says",
+    [
+        ("rehearse=no", "key 'rehearse' is 'no'; expected true or false"),  # bool('no') was True
+        ("steps=2.5", "key 'steps' is 2.5; expected an integer >= 1"),  # ran 2 steps
+        ("steps=0", "key 'steps' is 0; expected an integer >= 1"),  # named RunSpec
+        ("+stpes=3", "unknown config key 'stpes'"),  # ignored
+        ("backend=mpi", "expected gloo, nccl or null"),
+        ("optimizer=lamb", "expected sgd, adam or null"),
+        ("timeout_s=-1", "key 'timeout_s' is -1"),
+    ],
+)
+def test_execute_checks_its_keys_and_values_before_running(
+    tmp_path: Path, capsys, arg: str, says: str
+) -> None:
+    """runners.execute had no schema: a misspelt key was ignored, rehearse=no turned the
+    rehearsal on and steps=2.5 ran 2 steps. Now each is refused by name, exit 2."""
+    from runners import schema
+
+    ran = []
+    with pytest.raises(SystemExit) as exc:
+        schema.run_checked(
+            schema.ExecuteConfig, lambda: ran.append(1), [f"plan={tmp_path / 'p.json'}", arg]
+        )
+    assert exc.value.code == 2 and not ran
+    assert says in capsys.readouterr().err
+
+
+def test_execute_names_a_missing_plan_key_a_folder_and_nccl_without_gpus(tmp_path: Path) -> None:
+    """No plan= (a MissingMandatoryValue traceback before), plan=FOLDER ("no such file"
+    before) and backend=nccl on a machine without CUDA (failed after launch with a torch
+    AttributeError) are refused before anything runs."""
+    from omegaconf import OmegaConf
+
+    from runners.execute import run
+
+    base = OmegaConf.load(ROOT / "conf" / "execute" / "config.yaml")
+    base.pop("defaults"), base.pop("hydra")
+    with pytest.raises(ValueError, match="plan=PATH is required"):
+        run(base, tmp_path)
+    g = _graph()
+    plan = Plan(np.array([0, 1, 1]), meta={"model": {"name": "gpt2"}})
+    (tmp_path / "run").mkdir()
+    plan.save(tmp_path / "run" / "best_plan.json")
+    cfg = OmegaConf.merge(base, {"plan": str(tmp_path / "run")})
+    with pytest.raises(ValueError, match=r"is a folder; give the plan file in it \(best_plan"):
+        run(cfg, tmp_path)
+    rex = importlib.import_module("runtime.execute")  # the package exports a function of that name
+
+    if rex._cuda_devices() < 2:
+        save(g, tmp_path / "g.json")
+        spec = rex.make_run_spec(plan, g, resolve(plan, str(tmp_path / "g.json"), None)[1],
+                                 {"name": "gpt2"}, backend="nccl")  # fmt: skip
+        with pytest.raises(rex.WrongMachine, match="backend=nccl needs 2 CUDA devices"):
+            rex.check_machine(
+                spec, resolve(plan, str(tmp_path / "g.json"), None)[1], rehearse=False
+            )
+
+
+def test_a_new_run_in_a_used_folder_reports_its_own_error(tmp_path: Path, monkeypatch) -> None:
+    """An earlier failed run's error_rank*.json in output_dir used to be read as this run's
+    (the earliest error wins): the wrong error was reported. The launcher clears them."""
+    import json as _json
+
+    rex = importlib.import_module("runtime.execute")  # the package exports a function of that name
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "error_rank0.json").write_text(
+        _json.dumps({"rank": 0, "message": "stages [1] hold no operations", "time": 1.0})
+    )
+    (folder / "rank1.json").write_text("{}")
+    seen = {}
+
+    class Proc:
+        pid, returncode = 0, 0
+
+        def __init__(self, cmd, **kw):
+            seen["files"] = sorted(p.name for p in folder.iterdir())
+
+        def communicate(self, timeout=None):
+            return "", None
+
+    monkeypatch.setattr(rex.subprocess, "Popen", Proc)
+    with pytest.raises(FileNotFoundError):  # no rank wrote a record in this fake launch
+        rex._launch("{}", 2, 1, folder, 10.0)
+    assert seen["files"] == ["spec.json"]
+
+
+def test_plan_files_name_calibrations_and_graph_files_by_absolute_path(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """env.cluster=cpu_4@cal.json (the README's form) was stored in the plan as typed, so
+    runners.execute run from another folder said the calibration did not exist."""
+    from runners import common
+    from tests.runners.conftest import chain_graph, compose, small_env
+
+    monkeypatch.chdir(tmp_path)
+    assert common.absolute_cluster_name("cpu_4@cal.json") == f"cpu_4@{tmp_path / 'cal.json'}"
+    assert common.absolute_cluster_name("cpu_4@/x/c.json") == "cpu_4@/x/c.json"
+    assert common.absolute_cluster_name("dgx1_v100_8") == "dgx1_v100_8"
+    save(chain_graph(), tmp_path / "g.json")
+    spec = common.env_spec(compose(small_env(Path("g.json"))).env)
+    meta = common.plan_provenance(spec)
+    assert meta["graph_file"] == str(tmp_path / "g.json")
