@@ -13,7 +13,7 @@ import functools
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -637,6 +637,27 @@ def search_hybrid_ppo(
     )
 
 
+def check_hybrid_planners(env: str, agent_cfg: Mapping[str, Any], baselines: Sequence[str]) -> None:
+    """Refuse op-placement planners on a hybrid env, as ``env.baselines`` or as the agent:
+    their plans place operators and are scored by the op simulator, so their step times
+    and the speed-ups against them compare different models."""
+    from agents.baselines import HYBRID_PLANNERS
+
+    ops = [b for b in baselines if b not in HYBRID_PLANNERS]
+    if ops:
+        raise ValueError(
+            f"env {env!r} poses hybrid-parallel problems: env.baselines {ops} place operators "
+            f"and are scored by another model; use {list(HYBRID_PLANNERS)} (or env.baselines=[])"
+        )
+    if agent_cfg["kind"] == "baseline":
+        name = agent_cfg.get("baseline") or agent_cfg["name"]
+        if name not in HYBRID_PLANNERS:
+            raise ValueError(
+                f"env {env!r} poses hybrid-parallel problems: agent {name!r} places operators; "
+                f"use agent=ppo or one of {list(HYBRID_PLANNERS)}"
+            )
+
+
 def _write_hybrid_plan(
     problem: common.Problem, outcome: SearchOutcome, agent: str, seed: int, run_dir: Path
 ) -> dict[str, Any]:
@@ -679,8 +700,47 @@ def _write_hybrid_plan(
 
 
 # ------------------------------------------------------------------------ run
-def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run one training job described by ``cfg`` into ``run_dir``; return ``result.json``'s dict."""
+#: What a command line may set beside ``resume=DIR`` (the rest comes from DIR/config.yaml).
+RESUME_KEYS = ("resume", "train.progress", "train.crash_after_updates", "output_dir")
+
+
+def ignored_on_resume(overrides: Sequence[str], saved: DictConfig) -> list[str]:
+    """The command-line ``overrides`` that ``resume=DIR`` would ignore: those that set a key
+    other than :data:`RESUME_KEYS` (or ``hydra.*``) to a value other than the saved run's
+    (a config group, e.g. ``+env=NAME``, by the saved group's ``name``/``kind``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    out = []
+    for ov in OverridesParser.create().parse_overrides(list(overrides)):
+        key = ov.key_or_group
+        if key in RESUME_KEYS or key.startswith("hydra") or ov.is_delete():
+            continue
+        try:
+            value = ov.value()
+        except Exception:  # noqa: BLE001 - an interpolation: cannot be the saved value
+            out.append(ov.input_line)
+            continue
+        if key in schema.GROUPS:
+            node = saved.get(key)
+            have = None if node is None else node.get("kind" if key == "logger" else "name")
+        else:
+            have = OmegaConf.select(saved, key, default="<missing>")
+            have = common.to_plain(have)
+        if have != value:
+            out.append(ov.input_line)
+    return out
+
+
+def train(
+    cfg: DictConfig,
+    run_dir: Path,
+    *,
+    echo: Callable[[str], None] = print,
+    overrides: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Run one training job described by ``cfg`` into ``run_dir``; return ``result.json``'s dict.
+
+    ``overrides``: the command line's, checked with ``resume=DIR`` (:func:`ignored_on_resume`)."""
     t_start = time.perf_counter()
     resume_state = None
     resuming = bool(cfg.get("resume"))
@@ -691,7 +751,29 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
             raise ValueError(f"resume={run_dir}: no config.yaml there; is it a runners.train run?")
         crash, progress = cfg.train.crash_after_updates, cfg.train.progress
         cfg = OmegaConf.merge(OmegaConf.structured(schema.TrainConfig), OmegaConf.load(saved))
+        ignored = ignored_on_resume(overrides, cfg)
+        if ignored:
+            raise ValueError(
+                f"resume={run_dir} continues the run as saved in {saved}; these overrides would "
+                f"be ignored: {ignored}. Beside resume= only {list(RESUME_KEYS[1:3])} apply; "
+                "to change the run, start a new one (output_dir=...)"
+            )
         cfg.train.crash_after_updates, cfg.train.progress = crash, progress
+        done = run_dir / "result.json"
+        if done.is_file():  # written last: the run finished (it used to train again)
+            from graphs.schema import read_json
+
+            result = read_json(done)
+            try:
+                line = summary_line(result, run_dir)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise ValueError(
+                    f"resume={run_dir}: {done} is not a finished run's result ({exc!r}); "
+                    "remove it to train the run on from its checkpoint"
+                ) from None
+            echo(f"resume={run_dir}: the run finished already; nothing to do ({done})")
+            echo(line)
+            return result
         if checkpoint.exists(run_dir):
             resume_state = checkpoint.load(run_dir)
         echo(f"resuming {run_dir}" + ("" if resume_state else " (no checkpoint: from the start)"))
@@ -716,6 +798,8 @@ def train(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print
     # ---- problem
     problem = common.build_problem(spec)
     hybrid = spec.env_id == common.HYBRID_ENV_ID
+    if hybrid:  # before any baseline runs (an op planner used to run, scored as op placement)
+        check_hybrid_planners(spec.name, agent_cfg, spec.baselines)
     # a hybrid layout carries its own microbatching and schedule: the env's are not used
     pipeline = (
         "microbatches and schedule per layout (env.microbatches, env.schedule unused)"
@@ -939,7 +1023,10 @@ def _hydra_main(cfg: DictConfig) -> None:
     common.require_env(cfg, "train") if not cfg.get("resume") else None
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
     with common.reported_errors(run_dir, "train"):
-        train(cfg, run_dir, echo=common.RunLog(run_dir, "train"))
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task)
+        train(cfg, run_dir, echo=common.RunLog(run_dir, "train"), overrides=overrides)
 
 
 def main() -> None:

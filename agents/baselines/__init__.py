@@ -51,6 +51,10 @@ _REGISTRY: dict[str, str] = {
 }
 
 
+#: The planners whose plans are hybrid layouts (the others place operators).
+HYBRID_PLANNERS: tuple[str, ...] = ("megatron_grid", "alpa", "hybrid_anneal")
+
+
 def names() -> list[str]:
     """The registered baseline names, sorted."""
     return sorted(_REGISTRY)
@@ -74,4 +78,4 @@ def register(name: str, target: str) -> None:
     _REGISTRY[name] = target
 
 
-__all__ = ["Baseline", "InfeasiblePlanError", "get", "names", "register"]
+__all__ = ["HYBRID_PLANNERS", "Baseline", "InfeasiblePlanError", "get", "names", "register"]

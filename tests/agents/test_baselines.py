@@ -39,7 +39,7 @@ ALL = [
     "single",
 ]
 #: Hybrid-parallel planners (plans with a layout; tests/agents/test_hybrid_planners.py).
-HYBRID = {"alpa", "hybrid_anneal", "megatron_grid"}
+HYBRID = set(B.HYBRID_PLANNERS)
 #: Op-placement baselines, the ones the tests below run on arbitrary graphs.
 OP = [n for n in ALL if n not in HYBRID]
 #: Small budgets/time limits so the whole file stays fast.

@@ -277,3 +277,39 @@ def test_resume_overrides_stay_beside_resume_when_a_flag_follows(tmp_path: Path)
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     assert "unrecognized arguments" not in p.stderr and "agent:" in p.stdout
+
+
+def test_resume_refuses_overrides_it_would_ignore_and_keeps_a_finished_run(
+    graph_file: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """resume=DIR used to ignore every other override silently (train.timesteps=3000 ran to
+    the saved budget) and to train a finished run again; now the overrides that differ from
+    the saved run are refused by name, and a finished run's result is returned as it is."""
+    import runners.train as rt
+    from runners import common
+
+    run = tmp_path / "run"
+    ov = [*small_env(graph_file), "agent=expert", "env.baselines=[]"]
+    first = train(compose(ov), run, echo=lambda s: None)
+    saved = rt.OmegaConf.load(run / "config.yaml")
+    assert rt.ignored_on_resume([f"resume={run}", "train.progress=false"], saved) == []
+    # the same values as saved (the env by name, the logger by kind) are no change
+    same = ["+env=rnnlm_k40_2", "agent=expert", "logger=none", f"seed={saved.seed}"]
+    assert rt.ignored_on_resume(same, saved) == []
+    assert rt.ignored_on_resume(["train.timesteps=3000", "agent=metis", "seed=9"], saved) == [
+        "train.timesteps=3000", "agent=metis", "seed=9",
+    ]  # fmt: skip
+    (run / "result.json").rename(run / "kept.json")  # an unfinished run: the check applies
+    with pytest.raises(ValueError, match=r"would be ignored: \['train.timesteps=3000'\]"):
+        train(
+            compose([*ov, f"resume={run}"]), run, echo=lambda s: None,
+            overrides=[f"resume={run}", "train.timesteps=3000"],
+        )  # fmt: skip
+    (run / "kept.json").rename(run / "result.json")
+    monkeypatch.setattr(common, "build_problem", lambda *a, **k: pytest.fail("trained again"))
+    lines: list[str] = []
+    again = train(compose([*ov, f"resume={run}"]), run, echo=lines.append)
+    assert (
+        again == json.loads((run / "result.json").read_text()) and again["agent"] == first["agent"]
+    )
+    assert "finished already" in lines[0] and lines[-1] == summary_line(first, run)

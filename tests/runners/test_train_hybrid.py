@@ -260,3 +260,26 @@ def test_header_names_the_step_model_and_how_to_calibrate_a_cpu_cluster(tmp_path
     lines.clear()
     train(compose([*SMALL, "agent=megatron_grid"]), tmp_path / "gpu", echo=lines.append)
     assert lines[0].endswith("oracle simulator (layouts scored by HybridModel)")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["agent=megatron_grid", "env.baselines=[expert,pipedream_dp]"],
+         r"env.baselines \['expert', 'pipedream_dp'\] place operators"),
+        (["agent=metis", "env.baselines=[]"], "agent 'metis' places operators"),
+    ],
+)  # fmt: skip
+def test_op_planners_are_refused_on_a_hybrid_env_before_any_runs(
+    tmp_path: Path, monkeypatch, overrides: list[str], says: str
+) -> None:
+    """Op-placement baselines on a hybrid env used to run and be scored by the op simulator,
+    so the speed-ups against them compared two models (`expert` 514.90 ms, x2.71); an op
+    agent was refused only after the baselines had run."""
+    from agents import baselines
+    from runners import common
+
+    assert set(baselines.HYBRID_PLANNERS) <= set(baselines.names())
+    monkeypatch.setattr(common, "run_baselines", lambda *a, **k: pytest.fail("a baseline ran"))
+    with pytest.raises(ValueError, match=says):
+        train(compose([*SMALL, *overrides]), tmp_path, echo=lambda s: None)
