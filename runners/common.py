@@ -310,6 +310,31 @@ class BaselineOutcome:
         }
 
 
+def read_baselines(path: str | Path) -> dict[str, BaselineOutcome]:
+    """``baselines.json`` of a run (what ``BaselineOutcome.to_dict`` wrote), read strictly: a
+    negative or non-finite step time, a wrong type or a missing field is a ``ValueError``
+    naming the file and the field (a resumed run used to take them, e.g. a speed-up of
+    x-0.34 from a negative step time)."""
+    from graphs.schema import Fields, read_json
+
+    f = Fields(path)
+    data = f.obj(read_json(path), "", free=True)
+    keys = ("step_time", "oracle_calls", "seconds", "oom", "error")
+    out = {}
+    for name, d in data.items():
+        f.obj(d, name, required=keys)
+        t = d["step_time"]
+        out[name] = BaselineOutcome(
+            name,
+            None if t is None else f.number(t, f"{name}.step_time", lo=0, lo_open=True),
+            f.integer(d["oracle_calls"], f"{name}.oracle_calls", lo=0),
+            f.number(d["seconds"], f"{name}.seconds", lo=0),
+            f.boolean(d["oom"], f"{name}.oom"),
+            None if d["error"] is None else f.text(d["error"], f"{name}.error"),
+        )
+    return out
+
+
 #: The positional arguments every baseline takes: ``(graph, cluster, oracle, budget)``.
 BASELINE_ARGS = 4
 

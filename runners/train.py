@@ -10,7 +10,6 @@ logger's files. ``resume=RUN_DIR`` continues a killed run from its last checkpoi
 from __future__ import annotations
 
 import functools
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -258,18 +257,32 @@ def _warm_start(
     baselines: Mapping[str, common.BaselineOutcome],
     resuming: bool,
     extra: Callable[[], Mapping[str, tuple[float | None, np.ndarray | None]]] | None = None,
+    *,
+    shape: tuple[int, int] | None = None,
 ) -> tuple[str, np.ndarray] | None:
     """The warm-start plan of this run -- the fastest feasible plan of the env's baselines and
     of ``extra()`` (:func:`init_policy_plan`; called only when the plan is not already
-    recorded) -- recorded in ``warm_start.json`` so a resume keeps it."""
+    recorded) -- recorded in ``warm_start.json`` so a resume keeps it, read strictly
+    (``shape``: the problem's (nodes, devices), which the placement must fit)."""
     path = run_dir / "warm_start.json"
     if resuming and path.exists():
-        saved = json.loads(path.read_text())
-        name = saved.get("name")
+        from graphs.schema import Fields, read_json
+
+        f = Fields(path)
+        saved = f.obj(read_json(path), "", required=("name",), optional=("placement",))
+        name = saved["name"]
         if name is None:
             return None
+        f.string(name, "name")
+        hi = None if shape is None else shape[1] - 1
+        placement = f.array(
+            saved.get("placement") or [], "placement",
+            lambda d, at: f.integer(d, at, lo=0, hi=hi), what="device indices",
+        )  # fmt: skip
+        if shape is not None and placement and len(placement) != shape[0]:
+            raise f.fail("placement", f"has {len(placement)} entries; the graph has {shape[0]} nodes")
         # files written before the placement was recorded give an empty one (start unknown)
-        return name, np.asarray(saved.get("placement") or [], dtype=np.int64)
+        return name, np.asarray(placement, dtype=np.int64)
     candidates: dict[str, tuple[float | None, np.ndarray | None]] = {
         n: (o.step_time if not o.oom else None, getattr(o.plan, "placement", None))
         for n, o in baselines.items()
@@ -821,7 +834,13 @@ def train(
 
     # ---- logger
     info_path = run_dir / "run_info.json"
-    info = json.loads(info_path.read_text()) if resuming and info_path.exists() else {}
+    info = {}
+    if resuming and info_path.exists():
+        from graphs.schema import Fields, read_json
+
+        info = dict(Fields(info_path).obj(read_json(info_path), "", optional=("wandb_id",)))
+        if "wandb_id" in info:
+            Fields(info_path).string(info["wandb_id"], "wandb_id")
     log_opts = dict(plain["logger"])
     if cfg.logger.kind == "wandb":
         import secrets
@@ -845,13 +864,7 @@ def train(
         # ---- baselines: the reference
         bpath = run_dir / "baselines.json"
         if resuming and bpath.exists():
-            bdata = json.loads(bpath.read_text())
-            baselines = {
-                n: common.BaselineOutcome(
-                    n, **{k: d[k] for k in ("step_time", "oracle_calls", "seconds", "oom", "error")}
-                )
-                for n, d in bdata.items()
-            }
+            baselines = common.read_baselines(bpath)
         elif cfg.run_baselines and spec.baselines:
             baselines = common.run_baselines(
                 problem, spec.baselines, spec.baseline_budget, seed=seed, echo=echo
@@ -911,6 +924,7 @@ def train(
                     baselines,
                     resuming,
                     functools.partial(init_policy_plan, problem, agent_cfg, seed=seed),
+                    shape=(problem.graph.num_nodes, problem.cluster.num_devices),
                 )  # fmt: skip
                 if agent_cfg.get("warm_start", True) and spec.generator == "fixed"
                 else None,

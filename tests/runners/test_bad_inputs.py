@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -348,3 +349,61 @@ def test_wall_clock_counts_a_session_killed_with_sigkill(tmp_path: Path) -> None
     assert len(sessions) == 2
     assert 1.3 <= sessions[0][1] - sessions[0][0] < 30  # the killed session, to its last tick
     assert clock.total() >= sessions[0][1] - sessions[0][0]
+
+
+# ============================================================ resume bookkeeping files
+GOOD_BASELINE = {"step_time": 0.5, "oracle_calls": 1, "seconds": 0.1, "oom": False, "error": None}
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """A PPO run killed after its first update (checkpoint, baselines, warm start written)."""
+    from graphs import io as gio
+    from runners.train import CrashForTest, train
+    from tests.runners.conftest import chain_graph
+
+    root = tmp_path_factory.mktemp("killed")
+    gio.save(chain_graph(), root / "g.json")
+    run = root / "run"
+    ov = [*small_env(root / "g.json"), "env.baselines=[expert]", "train.timesteps=4096",
+          "agent.ppo.n_steps=16", "train.checkpoint_every=1"]  # fmt: skip
+    with pytest.raises(CrashForTest):
+        train(compose([*ov, "train.crash_after_updates=1"]), run, echo=lambda s: None)
+    assert (run / "checkpoint.pkl").exists() and (run / "warm_start.json").exists()
+    return run, ov
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("baselines.json", {"expert": {**GOOD_BASELINE, "step_time": -0.001}},
+         "field 'expert.step_time' is -0.001"),  # gave a speed-up of x-0.34
+        ("baselines.json", {"expert": [1, 2]}, "field 'expert' is [1, 2]; expected an object"),
+        ("baselines.json", {"expert": {"step_time": 0.5}}, "field 'expert.oracle_calls' is missing"),
+        ("baselines.json", {"expert": {**GOOD_BASELINE, "oom": "no"}}, "field 'expert.oom'"),
+        ("baselines.json", "{x", "not valid JSON"),
+        ("run_info.json", "", "not valid JSON"),
+        ("run_info.json", {"wandb_id": 5}, "field 'wandb_id' is 5"),
+        ("warm_start.json", {"name": "expert", "placement": [0, 99]}, "field 'placement[1]' is 99"),
+        ("warm_start.json", {"name": "expert", "placement": [0, 1]}, "has 2 entries"),
+        ("warm_start.json", {"placement": [0]}, "field 'name' is missing"),
+    ],
+)  # fmt: skip
+def test_resume_names_a_bad_bookkeeping_file_and_its_field(
+    killed_run: tuple[Path, list[str]], tmp_path: Path, name: str, content: Any, says: str
+) -> None:
+    """baselines.json, run_info.json and warm_start.json of a resumed run are read strictly:
+    they were taken as they were (a negative step time), or failed with a bare JSON or
+    numpy message naming no file."""
+    import shutil
+
+    from runners.train import train
+
+    killed, ov = killed_run
+    run = tmp_path / "run"
+    shutil.copytree(killed, run)
+    text = content if isinstance(content, str) else json.dumps(content)
+    (run / name).write_text(text)
+    with pytest.raises(ValueError, match=re.escape(str(run / name))) as exc:
+        train(compose([*ov, f"resume={run}"]), run, echo=lambda s: None)
+    assert says in str(exc.value)
