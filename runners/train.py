@@ -280,7 +280,9 @@ def _warm_start(
             lambda d, at: f.integer(d, at, lo=0, hi=hi), what="device indices",
         )  # fmt: skip
         if shape is not None and placement and len(placement) != shape[0]:
-            raise f.fail("placement", f"has {len(placement)} entries; the graph has {shape[0]} nodes")
+            raise f.fail(
+                "placement", f"has {len(placement)} entries; the graph has {shape[0]} nodes"
+            )
         # files written before the placement was recorded give an empty one (start unknown)
         return name, np.asarray(placement, dtype=np.int64)
     candidates: dict[str, tuple[float | None, np.ndarray | None]] = {
