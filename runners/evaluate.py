@@ -132,38 +132,41 @@ def run_folders(paths: Sequence[str]) -> list[Path]:
 
 
 def row_of_run(run: Path) -> dict[str, Any]:
-    """One table row from a ``runners.train`` or ``runners.plan`` run's ``result.json``."""
-    import json
+    """One table row from a ``runners.train`` or ``runners.plan`` run's ``result.json``, read
+    strictly: a wrong type, a negative or non-finite figure is a ``ValueError`` naming the
+    file and the field (a negative step time became a table row, a string a TypeError)."""
+    from graphs.schema import Fields, read_json
 
     path = run / "result.json"
-    try:
-        res = json.loads(path.read_text())
-    except ValueError as exc:  # a run killed while writing it, or an edited file
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(res, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(res).__name__}")
-    train = "best_step_time" in res
-    need = ("env", "agent", "best_step_time") if train else ("env", "policy", "step_time")
-    missing = [k for k in need if k not in res]
-    if missing and ("best_step_time" in res or "planning_seconds" in res):
-        raise ValueError(f"{path}: missing key(s) {missing} of a runners result")
+    f = Fields(path)
+    res = f.obj(read_json(path), "", free=True)
     if "best_step_time" in res:  # runners.train
-        agent, step, seed = res["agent"], res["best_step_time"], res.get("seed", 0)
+        f.obj(res, "", required=("env", "agent", "best_step_time"), free=True)
+        agent = f.string(res["agent"], "agent")
+        step_key, seed = "best_step_time", f.integer(res.get("seed", 0), "seed", lo=0)
     elif "planning_seconds" in res:  # runners.plan
-        agent, step, seed = f"plan:{Path(res['policy']).parent.name}", res["step_time"], 0
+        f.obj(res, "", required=("env", "policy", "step_time"), free=True)
+        agent = f"plan:{Path(f.string(res['policy'], 'policy')).parent.name}"
+        step_key, seed = "step_time", 0
     else:
         raise ValueError(f"{path}: neither a runners.train nor a runners.plan result")
-    if res.get("oom"):
-        step = None
+
+    def seconds(key: str, *, positive: bool = False) -> float | None:
+        v = res.get(key)
+        return None if v is None else f.number(v, key, lo=0, lo_open=positive)
+
+    step = seconds(step_key, positive=True)
+    oom = f.boolean(res.get("oom", False), "oom")
+    wall = seconds("wall_seconds") if "wall_seconds" in res else seconds("planning_seconds")
     return {
-        "env": res["env"],
+        "env": f.string(res["env"], "env"),
         "agent": agent,
         "seed": int(seed),
-        "step_time_ms": _ms(step),
-        "lower_bound_ms": _ms(res.get("lower_bound")),
-        "oom": bool(res.get("oom", False)),
-        "oracle_calls": int(res.get("oracle_calls", 0)),
-        "wall_seconds": round(float(res.get("wall_seconds", res.get("planning_seconds", 0.0))), 2),
+        "step_time_ms": None if oom else _ms(step),
+        "lower_bound_ms": _ms(seconds("lower_bound")),
+        "oom": oom,
+        "oracle_calls": f.integer(res.get("oracle_calls", 0), "oracle_calls", lo=0),
+        "wall_seconds": round(wall or 0.0, 2),
     }
 
 

@@ -172,14 +172,28 @@ def test_plan_refuses_a_hybrid_env_before_building_it(tmp_path: Path, monkeypatc
         plan(cfg, tmp_path / "plan", echo=lambda s: None)
 
 
+_TRAIN = '{"env": "x", "agent": "a", %s}'
+
+
 @pytest.mark.parametrize(
     "text, says",
     [
         ("{bad", "not valid JSON"),
-        ("[1]", "expected a JSON object, got list"),
-        ('{"best_step_time": 0.1}', "missing key(s) ['env', 'agent']"),
-        ('{"planning_seconds": 1, "env": "x"}', "missing key(s) ['policy', 'step_time']"),
+        ("[1]", "field '(top level)' is [1]; expected an object"),
+        ('{"best_step_time": 0.1}', "field 'env' is missing"),
+        ('{"planning_seconds": 1, "env": "x"}', "field 'policy' is missing"),
         ('{"env": "x"}', "neither a runners.train nor a runners.plan result"),
+        # figures of the wrong sign or type: a negative step time became a table row, a
+        # string step time or an unhashable env a TypeError
+        (_TRAIN % '"best_step_time": -0.5', "field 'best_step_time' is -0.5"),
+        (_TRAIN % '"best_step_time": "fast"', "field 'best_step_time' is 'fast'"),
+        (_TRAIN % '"best_step_time": 0.5, "lower_bound": "x"', "field 'lower_bound' is 'x'"),
+        (_TRAIN % '"best_step_time": 0.5, "seed": -3', "field 'seed' is -3"),
+        (_TRAIN % '"best_step_time": 0.5, "seed": 1.7', "field 'seed' is 1.7"),
+        (_TRAIN % '"best_step_time": 0.5, "oracle_calls": "12"', "field 'oracle_calls'"),
+        ('{"env": ["x"], "agent": "a", "best_step_time": 0.5}', "field 'env' is ['x']"),
+        ('{"env": "x", "agent": 3, "best_step_time": 0.5}', "field 'agent' is 3"),
+        ('{"env": "x", "agent": "a", "best_step_time": NaN}', "is nan"),
     ],
 )
 def test_evaluate_names_a_broken_result_file(tmp_path: Path, text: str, says: str) -> None:
