@@ -169,7 +169,12 @@ def _make_env(env_id: str, generator: Any, oracle_factory: Any, env_kwargs: dict
 
     import placement_env  # noqa: F401 - registers the ids
 
-    return gym.make(env_id, generator=generator, oracle_factory=oracle_factory, **env_kwargs)
+    try:
+        return gym.make(env_id, generator=generator, oracle_factory=oracle_factory, **env_kwargs)
+    except (TypeError, ValueError) as exc:  # a bad env.env_kwargs value, e.g. oom_penalty=abc
+        shown = {k: v for k, v in env_kwargs.items() if k != "init"}
+        why = str(exc).split(" was raised from the environment creator")[0]  # gymnasium's wrapper
+        raise ValueError(f"env.env_kwargs: {env_id} refused the options {shown}: {why}") from None
 
 
 def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
@@ -804,6 +809,7 @@ def train(
         torch.set_num_threads(int(cfg.torch_threads))
     common.seed_everything(seed)
     spec = common.env_spec(cfg.env)
+    check_env_kwargs(spec.env_id, spec.env_kwargs)  # before any baseline runs (minutes)
     agent_cfg = plain["agent"]
     if agent_cfg["kind"] == "baseline":  # refuse a misspelled option before any work
         common.check_baseline_options(

@@ -195,6 +195,29 @@ def test_an_env_option_the_env_does_not_take_is_refused(graph_file: Path, tmp_pa
         train(cfg, tmp_path / "run", echo=lambda s: None)
 
 
+def test_env_options_are_checked_before_the_baselines_and_for_every_agent(
+    graph_file: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """A misspelt env.env_kwargs key was refused only after every baseline had run (minutes on
+    a profiled env), and never with a baseline agent; a bad value (oom_penalty=abc) was a
+    TypeError from inside gymnasium."""
+    from runners import common
+
+    monkeypatch.setattr(common, "run_baselines", lambda *a, **k: pytest.fail("a baseline ran"))
+    for agent in ("agent=metis", "agent=ppo"):
+        cfg = compose([*small_env(graph_file), agent, "env.baselines=[expert]",
+                       "+env.env_kwargs={max_steps: 3}"])  # fmt: skip
+        with pytest.raises(ValueError, match=r"takes no option\(s\) \['max_steps'\]"):
+            train(cfg, tmp_path / agent, echo=lambda s: None)
+    monkeypatch.undo()
+    cfg = compose([*small_env(graph_file), "env.baselines=[]", "train.timesteps=8",
+                   "+env.env_kwargs={oom_penalty: abc}"])  # fmt: skip
+    with pytest.raises(ValueError, match=r"env.env_kwargs: .*Sweep-v0 refused the options "
+                       r"\{'oom_penalty': 'abc'\}: ufunc 'isfinite'") as exc:  # fmt: skip
+        train(cfg, tmp_path / "value", echo=lambda s: None)
+    assert "raised from the environment creator" not in str(exc.value)
+
+
 def test_a_new_run_in_a_used_folder_does_not_count_the_old_runs_time(
     graph_file: Path, tmp_path: Path
 ) -> None:
