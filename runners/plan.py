@@ -53,6 +53,11 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
     policy = agents.load_policy(policy_path)
     oracle = problem.oracle()
     samples = int(cfg.samples) if cfg.samples is not None else policy.default_samples()
+    if spec.oracle != "simulator":  # every distinct sample is a measured run, not a simulation
+        echo(
+            f"{spec.name}: the {spec.oracle} oracle executes each distinct placement it scores: up "
+            f"to {samples} measured run(s); samples=K scores fewer"
+        )
     t0 = time.perf_counter()
     the_plan = policy.plan(
         problem.graph,
