@@ -272,15 +272,28 @@ def _check_policy(d: Any, f: Fields) -> None:
                 f"holds {bad.numel()} NaN or infinite weights (first: {float(bad[0])}); "
                 "expected finite weights: re-export the policy",
             )
-    f.string(d["mode"], "mode", choices=MODE_ENV)
+    mode = f.string(d["mode"], "mode", choices=MODE_ENV)
     env_id = f.string(d["env_id"], "env_id")
     if env_id not in gym.registry:
         known = sorted(k for k in gym.registry if k.startswith("placement_env/"))
         raise f.error("env_id", env_id, f"a registered env id {known}")
+    if env_id != MODE_ENV[mode]:  # the actions of one mode are another env's nonsense
+        raise f.error("env_id", env_id, f"{MODE_ENV[mode]!r}, the env of mode {mode!r}")
     opts = f.obj(d["env_options"], "env_options", optional=(*ENV_OPTIONS, "max_episode_steps"))
+    takes = _env_keywords(env_id)
     for k, v in opts.items():
         if not _plain_value(v):
             raise f.error(f"env_options.{k}", v, "a plain value (number, string, list, object)")
+        if takes is not None and k != "max_episode_steps" and k not in takes:
+            raise f.fail(
+                f"env_options.{k}", f"is not an option of {env_id} (value {show(v)}); "
+                f"valid: {sorted(o for o in ENV_OPTIONS if o in takes)}",
+            )  # fmt: skip
+    if "oom_penalty" in opts:
+        f.number(opts["oom_penalty"], "env_options.oom_penalty", lo=0)
+    for k in ("accept", "restart", "order"):  # (init: a per-node list in old files)
+        if k in opts and not isinstance(opts[k], (str, bool, int, float)) and opts[k] is not None:
+            raise f.error(f"env_options.{k}", opts[k], "a name or a number")
     if "max_episode_steps" in opts:
         f.integer(opts["max_episode_steps"], "env_options.max_episode_steps", lo=1, hi=2**31)
     feats = f.obj(d["features"], "features", required=_encoding_spec())
@@ -290,6 +303,20 @@ def _check_policy(d: Any, f: Fields) -> None:
         )
     if d.get("meta") is not None:
         f.obj(d["meta"], "meta", free=True)
+
+
+def _env_keywords(env_id: str) -> set[str] | None:
+    """The keyword arguments the class of ``env_id`` takes (None: any, or unknown)."""
+    import importlib
+
+    entry = gym.spec(env_id).entry_point
+    if not isinstance(entry, str):
+        return None
+    module, _, name = entry.partition(":")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return set(params)
 
 
 def _check_config(f: Fields, cls: type, config: Mapping[str, Any]) -> None:
@@ -472,6 +499,11 @@ class ExportedPolicy:
             act = groups.argmax(-1)
         else:
             probs = torch.softmax(groups.double(), dim=-1).view(-1, groups.shape[-1])
+            if not bool(torch.isfinite(probs).all()):
+                raise ValueError(
+                    "the policy's scores on this instance are not finite (overflowing weights?); "
+                    "re-export or retrain the policy"
+                )
             act = torch.multinomial(probs, 1, generator=rng).view(groups.shape[:-1])
         a = act.numpy()
         return a.reshape(B) if self.mode != "per_node" else a
@@ -488,17 +520,23 @@ class ExportedPolicy:
         kw: dict[str, Any] = {}
         if steps is not None:
             kw["max_episode_steps"] = int(steps)
-        return gym.make(
-            self.env_id,
-            generator=fixed(graph, cluster),
-            oracle_factory=lambda g, c: oracle,
-            max_nodes=b.max_nodes,
-            max_edges=b.max_edges,
-            max_devices=b.max_devices,
-            **opts,
-            **kw,
-            disable_env_checker=True,
-        )
+        try:
+            return gym.make(
+                self.env_id,
+                generator=fixed(graph, cluster),
+                oracle_factory=lambda g, c: oracle,
+                max_nodes=b.max_nodes,
+                max_edges=b.max_edges,
+                max_devices=b.max_devices,
+                **opts,
+                **kw,
+                disable_env_checker=True,
+            )
+        except (TypeError, ValueError) as exc:  # a bad value among the file's env_options
+            why = str(exc).split(" was raised from the environment creator")[0]
+            raise ValueError(
+                f"the policy's env_options {opts} do not make a {self.env_id} env: {why}"
+            ) from None
 
     def default_samples(self) -> int:
         """How many placements to score when the caller does not say

@@ -154,6 +154,13 @@ TABLE = [
     Bad("out_of_range", put("network", "transformer"), "network", "transformer"),
     Bad("out_of_range", put("env_id", "placement_env/Nope-v0"), "env_id", "placement_env/Nope-v0"),
     Bad("out_of_range", put("version", 99), "version", 99),
+    # options and env that the file's mode and env do not take (tracebacks at planning before)
+    Bad("out_of_range", put("env_id", "placement_env/OneShot-v0"), "env_id", "placement_env/OneShot-v0"),
+    Bad("out_of_range", put("mode", "flat"), "env_id", "placement_env/Sweep-v0"),
+    Bad("out_of_range", put("env_options.oom_penalty", -1.0), "env_options.oom_penalty", -1.0),
+    Bad("wrong_type", put("env_options.oom_penalty", "x"), "env_options.oom_penalty", "x"),
+    Bad("wrong_type", put("env_options.accept", [1]), "env_options.accept", [1]),
+    Bad("unknown_key", put("env_options.horizon", 8), "env_options.horizon", 8),
     Bad("out_of_range", put("format", "devplace.plan"), "format", "devplace.plan"),
     Bad("out_of_range", put("env_options.max_episode_steps", 0), "env_options.max_episode_steps", 0),
     Bad("out_of_range", put("config.num_layers", -1), "config.num_layers", -1),
