@@ -237,3 +237,17 @@ def test_files_from_before_the_fix_lose_their_instance_placement(tmp_path: Path)
     assert policy.env_options["init"] == "balanced"
     plan = policy.plan(_chain(9), load("cpu_2"), microbatches=2)
     assert plan.placement.shape == (9,)
+
+
+def test_overflowing_scores_are_a_clear_error(tmp_path: Path):
+    """Finite weights scaled by 1e30 load, but their scores overflow: planning said torch's
+    "probability tensor contains either inf, nan or element < 0"; now a ValueError saying so."""
+    path = export_policy(_trained(*CASES[0]), tmp_path / "p.pt")
+    d = torch.load(path, weights_only=True)
+    d["state_dict"] = {
+        k: v * 1e30 if v.is_floating_point() else v for k, v in d["state_dict"].items()
+    }
+    torch.save(d, tmp_path / "big.pt")
+    policy = load_policy(tmp_path / "big.pt")
+    with pytest.raises(ValueError, match="scores on this instance are not finite"):
+        policy.plan(_chain(), load("cpu_4"), greedy=False, samples=2, oracle=None, seed=0)
