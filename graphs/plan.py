@@ -122,6 +122,18 @@ class Plan:
                 f"Plan.schedule {self.schedule!r} is for op placements only; a hybrid layout "
                 f"runs {self.layout.schedule!r}"
             )
+        if self.layout is not None:  # the layout decides; a file's other fields must agree
+            lay = self.layout
+            if self.schedule != lay.schedule:
+                raise ValueError(
+                    f"Plan.schedule {self.schedule!r} differs from its layout's schedule "
+                    f"{lay.schedule!r} (a hybrid plan runs its layout's)"
+                )
+            if self.microbatches != lay.num_microbatches:
+                raise ValueError(
+                    f"Plan.microbatches {self.microbatches} differs from its layout's "
+                    f"{lay.num_microbatches} (global_batch / (dp x microbatch_size))"
+                )
 
     # --------------------------------------------------------------- checks
     @classmethod
@@ -239,6 +251,13 @@ class Plan:
         if self.layout is not None:
             dims = model_dims(graph)
             self.layout.validate(dims.layers, dims.heads, cluster.num_devices)
+            want = hybrid_placement(graph, self.layout)
+            if not np.array_equal(want, self.placement):
+                i = int(np.flatnonzero(want != self.placement)[0])
+                raise ValueError(
+                    f"Plan.placement differs from its layout's: node {graph.name[i]!r} is on "
+                    f"device {int(self.placement[i])}, its layout puts it on {int(want[i])}"
+                )
 
     def colocation_violations(self, graph: CompGraph) -> list[int]:
         """Colocation group ids whose nodes are split over several devices."""

@@ -50,6 +50,13 @@ def env_spec(cfg: Any) -> EnvSpec:
     unknown = sorted(set(d) - known)
     if unknown:
         raise ValueError(f"env config has unknown keys {unknown}; valid keys: {sorted(known)}")
+    if d.get("graph_file") and d.get("model"):  # the file used to win without a word
+        raise ValueError(
+            f"env {d.get('name')!r}: both env.model ({d['model']!r}) and env.graph_file "
+            f"({d['graph_file']}) are set. The graph file replaces the model, and plans of a "
+            "graph file name no model, so runners.execute cannot run them: add env.model=null "
+            "to plan the file, or drop env.graph_file"
+        )
     return EnvSpec(**d)
 
 

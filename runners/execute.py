@@ -14,6 +14,24 @@ from graphs.plan import Plan
 from runners import common, schema
 
 
+def check_model_meta(model: Any, source: str = "the plan") -> None:
+    """``plan.meta.model`` as runners write it -- ``{"name": zoo name | "factory":
+    "pkg.mod:fn", "config": {...}, "max_groups": K}`` -- or ``ValueError`` naming the field
+    (an edited file failed with AttributeError / TypeError tracebacks)."""
+    from graphs.schema import Fields
+
+    f = Fields(source)
+    m = f.obj(model, "meta.model", optional=("name", "factory", "config", "max_groups"))
+    if ("name" in m) == ("factory" in m):
+        raise f.fail("meta.model", f"has keys {sorted(m)}; expected one of 'name' or 'factory'")
+    key = "name" if "name" in m else "factory"
+    f.string(m[key], f"meta.model.{key}")
+    if m.get("config") is not None:
+        f.obj(m["config"], "meta.model.config", free=True)
+    if m.get("max_groups") is not None:
+        f.integer(m["max_groups"], "meta.model.max_groups", lo=1)
+
+
 def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tuple[Any, Any]:
     """The graph and cluster a plan runs on (from files/presets, or from the plan's meta)."""
     model = plan.meta.get("model")
@@ -28,6 +46,7 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
                 else "; plans written by runners.train/plan/evaluate carry it"
             )
         )
+    check_model_meta(model)
     _check_buildable(model)
     if graph_path:
         from graphs import io
@@ -42,7 +61,11 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
     tp = max(plan.tp_degree.values(), default=1)
     n = plan.layout.world_size if plan.layout is not None else int(plan.placement.max()) + tp
     name = cluster_name or plan.meta.get("cluster") or f"cpu_{n}"
-    return graph, clusters.load(str(name))
+    try:
+        return graph, clusters.load(str(name))
+    except (ValueError, FileNotFoundError) as exc:
+        where = "cluster=" if cluster_name else "the plan's meta.cluster: "
+        raise ValueError(f"{where}{exc}") from None
 
 
 def _check_buildable(model: Any) -> None:
@@ -98,7 +121,12 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
     if not Path(cfg.plan).is_file():
         raise FileNotFoundError(f"plan={cfg.plan}: no such file (a plan JSON from runners.*)")
     plan = Plan.load(cfg.plan)
-    graph, cluster = resolve(plan, cfg.graph, cfg.cluster)
+    if plan.meta.get("model"):
+        check_model_meta(plan.meta["model"], str(cfg.plan))
+    try:
+        graph, cluster = resolve(plan, cfg.graph, cfg.cluster)
+    except ValueError as exc:  # name the plan file: its meta says what to run where
+        raise ValueError(f"{cfg.plan}: {exc}") from None
     optimizer = cfg.optimizer or default_optimizer(plan, cluster)
     result = execute(
         plan,

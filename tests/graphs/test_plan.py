@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -209,3 +210,28 @@ def test_in_order_schedule_round_trips_for_op_placements_only(tmp_path, graph, c
     d["schedule"] = "in_order"
     with pytest.raises(ValueError, match="'in_order' is for op placements only"):
         Plan.from_dict(d)
+
+
+def test_a_hybrid_plans_fields_must_agree_with_its_layout(tmp_path):
+    """A hybrid plan file whose schedule, microbatches or placement contradicted its layout
+    was accepted and those fields ignored; each is refused by name (the layout decides)."""
+    from graphs import clusters
+    from tests.graphs.test_layout import _toy_graph
+
+    g, cl = _toy_graph(), clusters.load("dgx_a100_8")
+    hyb = Plan.hybrid(g, cl, dp=2, tp=2, pp=2, microbatch_size=1, global_batch=8)
+    hyb.check(g, cl)
+    assert Plan.from_dict(hyb.to_dict()).layout == hyb.layout
+    for key, value, says in [
+        ("schedule", "gpipe", "Plan.schedule 'gpipe' differs from its layout's schedule '1f1b'"),
+        ("microbatches", 2, "Plan.microbatches 2 differs from its layout's 4"),
+    ]:
+        d = hyb.to_dict()
+        d[key] = value
+        with pytest.raises(ValueError, match=re.escape(says)):
+            Plan.from_dict(d, source="p.json")
+    d = hyb.to_dict()
+    d["placement"][0] = (d["placement"][0] + 3) % cl.num_devices
+    moved = Plan.from_dict(d)
+    with pytest.raises(ValueError, match="Plan.placement differs from its layout's: node"):
+        moved.check(g, cl)

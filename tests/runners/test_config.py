@@ -187,3 +187,16 @@ def test_memory_fraction_scales_the_problems_cluster_and_is_named_when_it_refuse
     tiny = common.env_spec(compose(["+env=moe_a100_8", "env.memory_fraction=0.5"]).env)
     with pytest.raises(ValueError, match=r"more than env\.memory_fraction=0\.5 of each device"):
         common.build_problem(tiny)
+
+
+def test_an_env_with_both_a_model_and_a_graph_file_is_refused(tmp_path) -> None:
+    """+env=rnnlm_k40_2 env.graph_file=g.json used to drop the model without a word, and the
+    plans then named no model for runners.execute."""
+    from runners import common
+    from tests.runners.conftest import compose
+
+    cfg = compose(["+env=rnnlm_k40_2", f"env.graph_file={tmp_path / 'g.json'}"])
+    with pytest.raises(ValueError, match=r"both env.model \('rnnlm'\) and env.graph_file"):
+        common.env_spec(cfg.env)
+    ok = compose(["+env=rnnlm_k40_2", f"env.graph_file={tmp_path / 'g.json'}", "env.model=null"])
+    assert common.env_spec(ok.env).model is None

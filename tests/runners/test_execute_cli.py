@@ -22,6 +22,12 @@ def _graph() -> CompGraph:
     return CompGraph.build(3, [(0, 1), (1, 2)], flops=[1.0, 1.0, 1.0], meta={"name": "chain3"})
 
 
+def _stamped(**kw) -> Plan:
+    from graphs.clusters import load
+
+    return Plan.for_graph(np.array([0, 1, 1]), _graph(), load("cpu_2"), **kw)
+
+
 def test_default_cluster_counts_devices(tmp_path: Path) -> None:
     g = _graph()
     path = tmp_path / "g.json"
@@ -246,3 +252,44 @@ def test_plan_files_name_calibrations_and_graph_files_by_absolute_path(
     spec = common.env_spec(compose(small_env(Path("g.json"))).env)
     meta = common.plan_provenance(spec)
     assert meta["graph_file"] == str(tmp_path / "g.json")
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        ("gpt2", "field 'meta.model' is 'gpt2'; expected an object"),
+        ({"name": "gpt2", "config": [1]}, "field 'meta.model.config' is [1]; expected an object"),
+        ({"name": "gpt2", "max_groups": "x"}, "field 'meta.model.max_groups' is 'x'"),
+        ({"name": 5}, "field 'meta.model.name' is 5"),
+        ({"config": {}}, "expected one of 'name' or 'factory'"),
+        ({"name": "gpt2", "bogus": 1}, "'meta.model.bogus' is not a known key"),
+    ],
+)
+def test_execute_names_a_bad_model_in_the_plan_file(tmp_path: Path, model, says) -> None:
+    """An edited plan's meta.model failed with AttributeError / TypeError tracebacks."""
+    from omegaconf import OmegaConf
+
+    from runners.execute import run
+
+    path = tmp_path / "best_plan.json"
+    _stamped(meta={"model": model}).save(path)
+    cfg = OmegaConf.load(ROOT / "conf" / "execute" / "config.yaml")
+    cfg.pop("defaults"), cfg.pop("hydra")
+    cfg.plan = str(path)
+    with pytest.raises(ValueError) as exc:
+        run(cfg, tmp_path / "out")
+    assert str(exc.value).startswith(f"{path}: ") and says in str(exc.value)
+
+
+def test_execute_names_the_plans_unknown_cluster(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from runners.execute import run
+
+    path = tmp_path / "best_plan.json"
+    _stamped(meta={"model": {"name": "gpt2"}, "cluster": "nosuch"}).save(path)
+    cfg = OmegaConf.load(ROOT / "conf" / "execute" / "config.yaml")
+    cfg.pop("defaults"), cfg.pop("hydra")
+    cfg.plan = str(path)
+    with pytest.raises(ValueError, match=rf"^{path}: the plan's meta.cluster: .*nosuch"):
+        run(cfg, tmp_path / "out")
