@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import hydra
 import numpy as np
@@ -181,9 +182,22 @@ def run(cfg: DictConfig, out: Path, path: Path) -> None:
         )
     # nothing reads the file implicitly: a cluster uses it only when named (cpu_N@PATH)
     print(
-        f"use it by naming it: env.cluster=cpu_2@{path.resolve()} "
+        f"use it by naming it: env.cluster=cpu_{suggested_processes(cfg)}@{path.resolve()} "
         f"(any cpu_N@PATH; plain cpu_N keeps the documented defaults)"
     )
+
+
+def suggested_processes(cfg: Any) -> int:
+    """The ``N`` of ``cpu_N@PATH`` that the closing line suggests: the smallest process count
+    the calibration fitted for the plans it serves (the hybrid probes' worlds, e.g. 4 for
+    ``gpt2_cpu4_hybrid``; else the runtime fit's devices), else 2. (It said cpu_2 after a
+    hybrid calibration whose probes ran 4 and 8 processes.)"""
+    hy, rt = cfg.get("hybrid") or {}, cfg.get("runtime") or {}
+    if hy.get("model") is not None and hy.get("probe_worlds"):
+        return min(int(k) for k in hy.probe_worlds)
+    if rt.get("model") is not None and rt.get("devices"):
+        return min(int(k) for k in rt.devices)
+    return 2
 
 
 if __name__ == "__main__":

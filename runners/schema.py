@@ -370,6 +370,11 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (AgentConfig, "budget"): _int(1, none=True),
     (LoggerConfig, "kind"): _one_of("wandb", "tensorboard", "none"),
     (LoggerConfig, "log_every"): _int(1),
+    (LoggerConfig, "mode"): lambda v: (
+        None
+        if v in (None, "online", "offline", "disabled")
+        else "online, offline, disabled or null"
+    ),
     (TrainBudget, "timesteps"): _int(1),
     (TrainBudget, "seconds"): _num(0, none=True),
     (TrainBudget, "checkpoint_every"): _int(0),

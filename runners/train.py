@@ -22,6 +22,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from agents import search
+from graphs.schema import is_number
 from runners import checkpoint, common, schema
 from runners.tracking import NullTracker, make_tracker
 
@@ -304,6 +305,38 @@ def _warm_start(
         },
     )
     return ws
+
+
+#: Valid values of ``agent.ppo.extra`` keys that SB3 takes without checking them.
+_PPO_EXTRA_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "clip_range": ("a number > 0", lambda v: is_number(v) and v > 0),
+    "clip_range_vf": ("a number > 0 or null", lambda v: v is None or (is_number(v) and v > 0)),
+    "gae_lambda": ("a number in [0, 1]", lambda v: is_number(v) and 0 <= v <= 1),
+    "vf_coef": ("a number >= 0", lambda v: is_number(v) and v >= 0),
+    "max_grad_norm": ("a number > 0", lambda v: is_number(v) and v > 0),
+    "target_kl": ("a number > 0 or null", lambda v: v is None or (is_number(v) and v > 0)),
+    "normalize_advantage": ("true or false", lambda v: isinstance(v, bool)),
+}
+
+
+def check_ppo_extra(extra: Mapping[str, Any] | None) -> None:
+    """Refuse an ``agent.ppo.extra`` key that MaskablePPO does not take (a TypeError from SB3
+    before) or a value SB3 would train with silently (``clip_range=-1``, ``gae_lambda=5``)."""
+    import inspect
+
+    from sb3_contrib import MaskablePPO
+
+    if not extra:
+        return
+    params = inspect.signature(MaskablePPO.__init__).parameters
+    injected = {"self", "policy", "env", "seed", "policy_kwargs", "_init_setup_model"}
+    valid = sorted(k for k in params if k not in injected)
+    for k, v in extra.items():
+        if k not in valid:
+            raise ValueError(f"agent.ppo.extra.{k}: MaskablePPO takes no {k!r}; valid: {valid}")
+        rule = _PPO_EXTRA_RULES.get(k)
+        if rule is not None and not rule[1](v):
+            raise ValueError(f"agent.ppo.extra.{k} is {v!r}; expected {rule[0]}")
 
 
 def ppo_kwargs(agent_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -811,6 +844,8 @@ def train(
     spec = common.env_spec(cfg.env)
     check_env_kwargs(spec.env_id, spec.env_kwargs)  # before any baseline runs (minutes)
     agent_cfg = plain["agent"]
+    if agent_cfg["kind"] in ("ppo", "finetune"):
+        check_ppo_extra((agent_cfg.get("ppo") or {}).get("extra"))
     if agent_cfg["kind"] == "baseline":  # refuse a misspelled option before any work
         common.check_baseline_options(
             agent_cfg.get("baseline") or agent_cfg["name"], agent_cfg.get("options")

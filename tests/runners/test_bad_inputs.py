@@ -258,6 +258,9 @@ OVERRIDES = [
     ov("out_of_range", "agent.ppo.n_envs=0", 0),
     ov("out_of_range", "logger.kind=mlflow", "mlflow"),
     ov("out_of_range", "logger.log_every=0", 0),
+    ov("out_of_range", "logger.mode=bogus", "bogus"),  # a pydantic error after the build
+    ov("wrong_type", "rehearse=no", "no", schema.ExecuteConfig),  # bool('no') rehearsed
+    ov("wrong_type", "steps=2.5", 2.5, schema.ExecuteConfig),
     ov("out_of_range", "seeds=[0,-1]", [0, -1], schema.EvaluateConfig),
     ov("empty", "seeds=[]", [], schema.EvaluateConfig),
     ov("out_of_range", "train.timesteps=-1", -1, schema.EvaluateConfig),
@@ -407,3 +410,25 @@ def test_resume_names_a_bad_bookkeeping_file_and_its_field(
     with pytest.raises(ValueError, match=re.escape(str(run / name))) as exc:
         train(compose([*ov, f"resume={run}"]), run, echo=lambda s: None)
     assert says in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ("+agent.ppo.extra.clip_range=-1", "agent.ppo.extra.clip_range is -1; expected a number > 0"),
+        ("+agent.ppo.extra.gae_lambda=5", "agent.ppo.extra.gae_lambda is 5; expected a number in [0, 1]"),
+        ("+agent.ppo.extra.bogus=5", "agent.ppo.extra.bogus: MaskablePPO takes no 'bogus'; valid:"),
+    ],
+)  # fmt: skip
+def test_ppo_extra_options_are_checked_before_anything_runs(
+    graph_file: Path, tmp_path: Path, monkeypatch, extra: str, says: str
+) -> None:
+    """agent.ppo.extra went to SB3 unchecked: clip_range=-1 and gae_lambda=5 trained to the
+    end, an unknown key was a TypeError traceback after the baselines."""
+    from runners import common
+    from runners.train import train
+
+    monkeypatch.setattr(common, "run_baselines", lambda *a, **k: pytest.fail("a baseline ran"))
+    cfg = compose([*small_env(graph_file), extra])
+    with pytest.raises(ValueError, match=re.escape(says)):
+        train(cfg, tmp_path, echo=lambda s: None)

@@ -119,3 +119,20 @@ def test_fitted_calibration_always_measures_what_its_probes_need(monkeypatch):
         )
     assert seen["recomputes"] == ("none", "full")
     assert seen["tps"] == [1, 4] and seen["micro_sizes"] == [1, 2, 4]  # the 4-process probes'
+
+
+def test_the_closing_line_suggests_the_process_count_the_calibration_serves():
+    """After a hybrid calibration (probes on 4 and 8 processes; gpt2_cpu4_hybrid plans 4) the
+    closing line said env.cluster=cpu_2@PATH."""
+    from omegaconf import OmegaConf
+
+    from runners.profile import suggested_processes
+
+    cfg = OmegaConf.load(ROOT / "conf" / "profile.yaml")
+    assert suggested_processes(cfg) == 2  # nothing fitted for more processes
+    cfg.hybrid.model = {"name": "gpt2", "config": {}}
+    assert suggested_processes(cfg) == 4  # the default probe_worlds [4, 8]
+    cfg.hybrid.model = None
+    cfg.runtime.model = {"name": "gpt2"}
+    cfg.runtime.devices = [3, 4]
+    assert suggested_processes(cfg) == 3
