@@ -66,6 +66,19 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
         f.number(v, f"link.{k}", lo=0)
     for k in ("concurrency", "runtime", "hybrid"):
         f.obj(cal.get(k) or {}, k, free=True)
+
+    def count(key: str, path: str, lo: int) -> None:  # a process count written as a key
+        if not (key.isdigit() and not key.startswith("0") and int(key) >= lo):
+            raise f.fail(path, f"has key {key!r}; expected a process count >= {lo} (e.g. '4')")
+
+    for key, v in (cal.get("concurrency") or {}).items():  # per-process speed with k at once
+        count(key, "concurrency", 1)
+        f.number(v, f"concurrency.{key}", lo=0, lo_open=True)
+    for key, v in (cal.get("runtime") or {}).items():  # the runtime's fit with k processes
+        count(key, "runtime", 2)
+        fit = f.obj(v, f"runtime.{key}", required=("factor", "transfer_overhead"), free=True)
+        f.number(fit["factor"], f"runtime.{key}.factor", lo=0, lo_open=True)
+        f.number(fit["transfer_overhead"], f"runtime.{key}.transfer_overhead", lo=0)
     if not set(cal) & {"device", "link", "hybrid"}:
         raise f.fail("(top level)", "holds no figures: expected 'device', 'link' or 'hybrid'")
     return cal

@@ -222,6 +222,13 @@ def from_dict(d: Any, *, source: str = "graph") -> CompGraph:
             f.number(meta[k], f"meta.{k}", lo=0, lo_open=True)
     if "name" in meta:
         f.text(meta["name"], "meta.name")
+    if meta.get("batch") is not None:  # the runtime splits it into microbatches
+        f.integer(meta["batch"], "meta.batch", lo=1)
+    if "shared_params" in meta:  # groups of module names sharing one parameter (extraction)
+        f.array(
+            meta["shared_params"], "meta.shared_params",
+            lambda v, p: f.array(v, p, f.string, what="module names"), what="lists of names",
+        )  # fmt: skip
     if "model_dims" in meta:  # what hybrid layouts read: checked here, not at first use
         try:
             dims_from_mapping(meta["model_dims"])

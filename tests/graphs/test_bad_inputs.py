@@ -251,6 +251,9 @@ def _graph_rows() -> list[Bad]:
         row(k, "wrong_type", "meta.bytes_per_param", True),
         row(k, "wrong_type", "meta.name", ["diamond"]),
         row(k, "out_of_range", "meta.bytes_per_param", 0),
+        row(k, "out_of_range", "meta.batch", -4),  # accepted before
+        row(k, "wrong_type", "meta.batch", "x"),
+        row(k, "wrong_type", "meta.shared_params", "w"),
         row(k, "unknown_key", "nodez", {}),
         row(k, "unknown_key", "nodes.flop", [0, 0, 0, 0]),
         row(k, "unknown_key", "edges.byte", [1, 1, 1, 1]),
@@ -541,6 +544,15 @@ CALIBRATION = [
     ('{"link": [1]}', "link", [1]),
     ("[1, 2]", "(top level)", [1, 2]),
     ('{"concurrency": 3}', "concurrency", 3),
+    # the sections' contents were only type-checked as objects (since 28 Nov 2026: by field)
+    ('{"device": {"peak_flops": 1e9}, "concurrency": {"4": -1}}', "concurrency.4", -1),
+    ('{"device": {"peak_flops": 1e9}, "concurrency": {"4": "x"}}', "concurrency.4", "x"),
+    ('{"device": {"peak_flops": 1e9}, "runtime": {"4": {}}}', "runtime.4.factor", MISSING),
+    (
+        '{"device": {"peak_flops": 1e9}, "runtime": {"2": {"factor": 0, "transfer_overhead": 0}}}',
+        "runtime.2.factor",
+        0,
+    ),
 ]
 
 
@@ -551,12 +563,23 @@ def test_bad_cpu_calibration_is_refused(tmp_path, text, field, value) -> None:
     with pytest.raises(ValueError) as info:
         clusters.load(f"cpu_2@{path}")
     msg = str(info.value)
-    assert str(path) in msg and repr(field) in msg and show(value) in msg, msg
+    shown = "missing" if value is MISSING else show(value)
+    assert str(path) in msg and repr(field) in msg and shown in msg, msg
 
 
 @pytest.mark.parametrize(
     ("text", "field", "says"),
     [
+        (
+            '{"device": {"peak_flops": 1e9}, "concurrency": {"abc": 0.5}}',
+            "concurrency",
+            "has key 'abc'; expected a process count >= 1",
+        ),
+        (
+            '{"device": {"peak_flops": 1e9}, "runtime": {"1": {}}}',
+            "runtime",
+            "has key '1'; expected a process count >= 2",
+        ),
         ('{"devices": {"peak_flops": 1e9}}', "devices", "is not a calibration key"),  # a typo
         ('{"bad": 1}', "bad", "is not a calibration key"),
         ('{"segments": {}, "model": {}}', "model", "goes under the key 'hybrid'"),
