@@ -14,22 +14,22 @@ from graphs.plan import Plan
 from runners import common, schema
 
 
-def check_model_meta(model: Any, source: str = "the plan") -> None:
+def check_model_meta(model: Any, source: str = "the plan", path: str = "meta.model") -> None:
     """``plan.meta.model`` as runners write it -- ``{"name": zoo name | "factory":
     "pkg.mod:fn", "config": {...}, "max_groups": K}`` -- or ``ValueError`` naming the field
     (an edited file failed with AttributeError / TypeError tracebacks)."""
     from graphs.schema import Fields
 
     f = Fields(source)
-    m = f.obj(model, "meta.model", optional=("name", "factory", "config", "max_groups"))
+    m = f.obj(model, path, optional=("name", "factory", "config", "max_groups"))
     if ("name" in m) == ("factory" in m):
-        raise f.fail("meta.model", f"has keys {sorted(m)}; expected one of 'name' or 'factory'")
+        raise f.fail(path, f"has keys {sorted(m)}; expected one of 'name' or 'factory'")
     key = "name" if "name" in m else "factory"
-    f.string(m[key], f"meta.model.{key}")
+    f.string(m[key], f"{path}.{key}")
     if m.get("config") is not None:
-        f.obj(m["config"], "meta.model.config", free=True)
+        f.obj(m["config"], f"{path}.config", free=True)
     if m.get("max_groups") is not None:
-        f.integer(m["max_groups"], "meta.model.max_groups", lo=1)
+        f.integer(m["max_groups"], f"{path}.max_groups", lo=1)
 
 
 def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tuple[Any, Any]:

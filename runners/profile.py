@@ -32,6 +32,16 @@ def check_config(cfg: DictConfig) -> Path:
             return list(value)
         raise ValueError(f"profile: {key} = {value!r}; expected a list, e.g. [{value!r}]")
 
+    from runners.execute import check_model_meta
+
+    for key, spec in (
+        ("model", cfg.get("model")),
+        ("runtime.model", (cfg.get("runtime") or {}).get("model")),
+    ):
+        if spec is not None:  # a model spec (it failed after minutes of measuring)
+            if OmegaConf.is_config(spec):
+                spec = OmegaConf.to_container(spec, resolve=True)
+            check_model_meta(spec, "profile", key)
     whole("threads", cfg.threads, 1)
     whole("matmul_n", cfg.matmul_n, 16)
     whole("copy_mb", cfg.copy_mb, 1)

@@ -65,6 +65,9 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
         # a string model, a scalar list, a degree that splits heads, a microbatch over the
         # batch: a traceback-like message, a TypeError, and two measured-then-wrong (27 Nov)
         (["hybrid.model=gpt2"], "hybrid.model = 'gpt2'; expected {name: gpt2"),
+        # model specs that failed after minutes of measuring (an OmegaConf message) or ran
+        (["runtime.model=5"], "field 'runtime.model' is 5; expected an object"),
+        (["+model.bogus=1"], "field 'model.bogus' is not a known key"),
         ([f"hybrid.model={HYBRID}", "hybrid.tps=4"], "hybrid.tps = 4; expected a list"),
         ([f"hybrid.model={HYBRID}", "hybrid.tps=[3]"], "tps[] = 3: a tensor-parallel degree"),
         ([f"hybrid.model={HYBRID}", "hybrid.micro_sizes=[16]"], "micro_sizes[] = 16 is larger"),
