@@ -205,3 +205,19 @@ def test_evaluate_names_a_broken_result_file(tmp_path: Path, text: str, says: st
     with pytest.raises(ValueError) as info:
         row_of_run(tmp_path)
     assert str(tmp_path / "result.json") in str(info.value) and says in str(info.value)
+
+
+def test_the_table_prints_what_the_run_printed(tmp_path: Path) -> None:
+    """A lower bound of 2.3048 ms: runners.train prints 2.30, the table printed 2.31 (rounded
+    to 2.305 first)."""
+    from runners import common
+    from runners.evaluate import row_of_run, write_tables
+
+    common.write_json(
+        tmp_path / "result.json",
+        {"env": "e", "agent": "a", "best_step_time": 0.0031248, "lower_bound": 0.0023048},
+    )
+    row = row_of_run(tmp_path)
+    assert f"{row['lower_bound_ms']:.2f}" == common.ms(0.0023048).split()[0] == "2.30"
+    write_tables([row], tmp_path)
+    assert "| 3.12 ± 0.00 | 2.30 |" in (tmp_path / "results.md").read_text()
