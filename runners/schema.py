@@ -6,6 +6,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -467,6 +468,8 @@ def _resume_dir_overrides(schema: type, argv: list[str]) -> list[str]:
     value = resume.value()
     if not isinstance(value, str) or not value:
         return []
+    if not Path(value).expanduser().is_dir():  # hydra would create the mistyped folder
+        raise ValueError(f"resume={value}: no such run folder (a runners.train output_dir)")
     quoted = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return [f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
 
@@ -501,10 +504,10 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
     try:
         check_overrides(schema, args)
         check_override_values(schema, args)
+        extra = _resume_dir_overrides(schema, args)
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise SystemExit(2) from None
-    extra = _resume_dir_overrides(schema, args)
     if extra and argv is None:
         sys.argv[:] = with_overrides_beside_resume(sys.argv, extra)
     hydra_main()

@@ -432,3 +432,13 @@ def test_ppo_extra_options_are_checked_before_anything_runs(
     cfg = compose([*small_env(graph_file), extra])
     with pytest.raises(ValueError, match=re.escape(says)):
         train(cfg, tmp_path, echo=lambda s: None)
+
+
+def test_a_mistyped_resume_folder_is_refused_and_not_created(tmp_path: Path, capsys) -> None:
+    """resume=DIR with a DIR that does not exist: hydra was told to log there, so the typo
+    became a folder holding error.txt and train.log."""
+    missing = tmp_path / "outputs" / "train" / "typo"
+    with pytest.raises(SystemExit) as exc:
+        schema.run_checked(schema.TrainConfig, lambda: pytest.fail("ran"), [f"resume={missing}"])
+    assert exc.value.code == 2 and not missing.exists() and not missing.parent.exists()
+    assert f"resume={missing}: no such run folder" in capsys.readouterr().err
