@@ -193,6 +193,25 @@ def forward_names(graph: CompGraph) -> list[tuple[int, list[str]]]:
     return out
 
 
+def check_stages(plan: Any, graph: CompGraph, fwd: list[tuple[int, list[str]]]) -> None:
+    """Refuse, before anything is launched, a staged plan that the pipeline runtime cannot
+    run: a forward edge from a later stage to an earlier one, or a stage holding no
+    forward node (each rank found these after its launch, some 20 s later)."""
+    stage = np.asarray(plan.stage)
+    is_fwd = graph.kind == FWD
+    for a, b in zip(graph.src.tolist(), graph.dst.tolist()):
+        if is_fwd[a] and is_fwd[b] and stage[a] > stage[b]:
+            raise ValueError(
+                f"pipeline plan is not monotone: {graph.name[a]!r} (stage {int(stage[a])}) feeds "
+                f"{graph.name[b]!r} (stage {int(stage[b])}); every edge must go to the same or "
+                "a later stage"
+            )
+    held = {int(stage[i]) for i, names in fwd if names}
+    empty = [k for k in range(len(plan.stage_device)) if k not in held]
+    if empty:
+        raise ValueError(f"pipeline plan: stages {empty} hold no forward operations")
+
+
 def tp_blocks(stage_devices: list[int], tp: int, cluster: Cluster) -> list[int]:
     """Cluster devices of the ranks of a pipeline with tensor parallelism, in rank order.
 
@@ -302,6 +321,7 @@ def make_run_spec(
                     "interleaved pipeline plans must place stage k on the (k mod devices)-th device "
                     f"(looped layout); got stage devices {sdev}"
                 )
+        check_stages(plan, graph, fwd)
         stage_of = {m: int(plan.stage[i]) for i, names in fwd for m in names}
         devices = tp_blocks(used, tp, cluster) if tp > 1 else used
         spec = RunSpec(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -293,3 +294,26 @@ def test_execute_names_the_plans_unknown_cluster(tmp_path: Path) -> None:
     cfg.plan = str(path)
     with pytest.raises(ValueError, match=rf"^{path}: the plan's meta.cluster: .*nosuch"):
         run(cfg, tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("stage", "says"),
+    [
+        ([1, 0, 1], "pipeline plan is not monotone: 'n0' (stage 1) feeds 'n1' (stage 0)"),
+        ([0, 0, 0], "pipeline plan: stages [1] hold no forward operations"),
+    ],
+)
+def test_a_staged_plan_the_pipeline_cannot_run_is_refused_before_launch(stage, says) -> None:
+    """Reversed stages or an empty stage were found by every rank after its launch (~20 s)."""
+    from graphs.clusters import load
+    from runtime.spec import make_run_spec
+
+    g, cl = _graph(), load("cpu_2")
+    devices = [(0, 1)[s] for s in stage]
+    plan = Plan.for_graph(np.array(devices), g, cl, stage=np.array(stage), stage_device=(0, 1),
+                          microbatches=1, schedule="gpipe")  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape(says)):
+        make_run_spec(plan, g, cl, {"name": "gpt2"})
+    ok = Plan.for_graph(np.array([0, 1, 1]), g, cl, stage=np.array([0, 1, 1]), stage_device=(0, 1),
+                        microbatches=1, schedule="gpipe")  # fmt: skip
+    assert make_run_spec(ok, g, cl, {"name": "gpt2"}).mode == "pipeline"

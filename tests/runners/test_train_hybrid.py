@@ -148,7 +148,7 @@ def test_alpa_run_writes_per_stage_submeshes_and_execute_names_the_model_it_cann
 
 def test_op_placement_agent_is_refused_on_a_hybrid_env(tmp_path: Path) -> None:
     cfg = compose([*SMALL, "env.baselines=[]", "agent=round_robin"])
-    with pytest.raises(ValueError, match="layout"):
+    with pytest.raises(ValueError, match="agent 'round_robin' places operators; use agent=ppo"):
         train(cfg, tmp_path, echo=lambda s: None)
 
 
