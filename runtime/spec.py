@@ -280,6 +280,13 @@ def make_run_spec(
     tp_modules: list[str] = []
     if tp > 1:
         groups = {g for g, d in plan.tp_degree.items() if d > 1}
+        unknown = sorted(groups - {int(x) for x in np.unique(graph.group)})
+        if unknown:
+            raise ValueError(
+                f"Plan.tp_degree names group(s) {unknown[:5]} that graph "
+                f"{graph.meta.get('name', '?')!r} does not have (its groups are "
+                f"{int(graph.group.min())}..{int(graph.group.max())})"
+            )
         tp_modules = sorted(
             {graph.module[i] for i, _ in fwd if int(graph.group[i]) in groups and graph.module[i]}
         )

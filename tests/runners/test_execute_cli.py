@@ -317,3 +317,15 @@ def test_a_staged_plan_the_pipeline_cannot_run_is_refused_before_launch(stage, s
     ok = Plan.for_graph(np.array([0, 1, 1]), g, cl, stage=np.array([0, 1, 1]), stage_device=(0, 1),
                         microbatches=1, schedule="gpipe")  # fmt: skip
     assert make_run_spec(ok, g, cl, {"name": "gpt2"}).mode == "pipeline"
+
+
+def test_tp_degree_naming_a_group_the_graph_lacks_is_named() -> None:
+    """tp_degree {"99999": 2} said "names groups whose forward nodes have no module path to
+    shard", naming no group."""
+    from graphs.clusters import load
+    from runtime.spec import make_run_spec
+
+    g, cl = _graph(), load("cpu_2")
+    plan = Plan.for_graph(np.array([0, 0, 0]), g, cl, tp_degree={99999: 2})
+    with pytest.raises(ValueError, match=r"Plan.tp_degree names group\(s\) \[99999\] that graph"):
+        make_run_spec(plan, g, cl, {"name": "gpt2"})

@@ -57,8 +57,13 @@ def test_concurrency_factor_scales_cpu_cluster():
 def test_measure_concurrent_speed_relative_to_one(tmp_path):
     from runtime.profile import measure_concurrent_speed
 
-    conc = measure_concurrent_speed((2,), n=64, seconds=0.2)
-    assert set(conc) == {"1", "2"} and conc["1"] == 1.0
+    # a wall-clock measurement: under CI's other processes the one-process reference can be
+    # slowed many times over (23x once), so a reading out of range is taken again, twice
+    for _ in range(3):
+        conc = measure_concurrent_speed((2,), n=64, seconds=0.2)
+        assert set(conc) == {"1", "2"} and conc["1"] == 1.0
+        if 0.0 < conc["2"] < 2.0:
+            break
     assert 0.0 < conc["2"] < 2.0
     cal = write_calibration(
         {"peak_flops": 1e10}, {"latency": 1e-5, "bandwidth": 1e9}, tmp_path / "c.json",
