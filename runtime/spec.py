@@ -264,6 +264,7 @@ def make_run_spec(
             "or pass model="
         )
     if getattr(plan, "layout", None) is not None:
+        plan.check_layout_placement(graph)
         return hybrid_run_spec(plan, model, **options)
     batch = graph.meta.get("batch")  # the model's global batch, split into microbatches
     if isinstance(batch, int) and batch > 0 and batch % int(plan.microbatches):
