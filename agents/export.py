@@ -280,7 +280,9 @@ def _check_policy(d: Any, f: Fields) -> None:
     if env_id != MODE_ENV[mode]:  # the actions of one mode are another env's nonsense
         raise f.error("env_id", env_id, f"{MODE_ENV[mode]!r}, the env of mode {mode!r}")
     opts = f.obj(d["env_options"], "env_options", optional=(*ENV_OPTIONS, "max_episode_steps"))
-    takes = _env_keywords(env_id)
+    from placement_env import env_keywords
+
+    takes = env_keywords(env_id)
     for k, v in opts.items():
         if not _plain_value(v):
             raise f.error(f"env_options.{k}", v, "a plain value (number, string, list, object)")
@@ -303,20 +305,6 @@ def _check_policy(d: Any, f: Fields) -> None:
         )
     if d.get("meta") is not None:
         f.obj(d["meta"], "meta", free=True)
-
-
-def _env_keywords(env_id: str) -> set[str] | None:
-    """The keyword arguments the class of ``env_id`` takes (None: any, or unknown)."""
-    import importlib
-
-    entry = gym.spec(env_id).entry_point
-    if not isinstance(entry, str):
-        return None
-    module, _, name = entry.partition(":")
-    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return set(params)
 
 
 def _check_config(f: Fields, cls: type, config: Mapping[str, Any]) -> None:
@@ -533,9 +521,11 @@ class ExportedPolicy:
                 disable_env_checker=True,
             )
         except (TypeError, ValueError) as exc:  # a bad value among the file's env_options
-            why = str(exc).split(" was raised from the environment creator")[0]
+            from placement_env import creator_error
+
             raise ValueError(
-                f"the policy's env_options {opts} do not make a {self.env_id} env: {why}"
+                f"the policy's env_options {opts} do not make a {self.env_id} env: "
+                f"{creator_error(exc)}"
             ) from None
 
     def default_samples(self) -> int:

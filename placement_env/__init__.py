@@ -30,4 +30,29 @@ if ENV_IDS[0] not in registry:
         max_episode_steps=64,
     )
 
-__all__ = ["ENV_IDS"]
+
+def env_keywords(env_id: str) -> set[str] | None:
+    """The keyword arguments the env class of ``env_id`` takes (None: any, or unknown): what
+    ``env.env_kwargs`` and a policy file's ``env_options`` may set."""
+    import importlib
+    import inspect
+
+    import gymnasium as gym
+
+    entry = gym.spec(env_id).entry_point
+    if not isinstance(entry, str):
+        return None
+    module, _, name = entry.partition(":")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return set(params)
+
+
+def creator_error(exc: BaseException) -> str:
+    """The env's own message of an error ``gym.make`` re-raised (without gymnasium's
+    "was raised from the environment creator ... with kwargs" tail)."""
+    return str(exc).split(" was raised from the environment creator")[0]
+
+
+__all__ = ["ENV_IDS", "creator_error", "env_keywords"]

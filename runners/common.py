@@ -317,6 +317,24 @@ class BaselineOutcome:
         }
 
 
+def check_model_meta(model: Any, source: str = "the plan", path: str = "meta.model") -> None:
+    """``plan.meta.model`` as runners write it -- ``{"name": zoo name | "factory":
+    "pkg.mod:fn", "config": {...}, "max_groups": K}`` -- or ``ValueError`` naming the field
+    (an edited file failed with AttributeError / TypeError tracebacks)."""
+    from graphs.schema import Fields
+
+    f = Fields(source)
+    m = f.obj(model, path, optional=("name", "factory", "config", "max_groups"))
+    if ("name" in m) == ("factory" in m):
+        raise f.fail(path, f"has keys {sorted(m)}; expected one of 'name' or 'factory'")
+    key = "name" if "name" in m else "factory"
+    f.string(m[key], f"{path}.{key}")
+    if m.get("config") is not None:
+        f.obj(m["config"], f"{path}.config", free=True)
+    if m.get("max_groups") is not None:
+        f.integer(m["max_groups"], f"{path}.max_groups", lo=1)
+
+
 def read_baselines(path: str | Path) -> dict[str, BaselineOutcome]:
     """``baselines.json`` of a run (what ``BaselineOutcome.to_dict`` wrote), read strictly: a
     negative or non-finite step time, a wrong type or a missing field is a ``ValueError``

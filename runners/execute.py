@@ -14,31 +14,17 @@ from graphs.plan import Plan
 from runners import common, schema
 
 
-def check_model_meta(model: Any, source: str = "the plan", path: str = "meta.model") -> None:
-    """``plan.meta.model`` as runners write it -- ``{"name": zoo name | "factory":
-    "pkg.mod:fn", "config": {...}, "max_groups": K}`` -- or ``ValueError`` naming the field
-    (an edited file failed with AttributeError / TypeError tracebacks)."""
-    from graphs.schema import Fields
-
-    f = Fields(source)
-    m = f.obj(model, path, optional=("name", "factory", "config", "max_groups"))
-    if ("name" in m) == ("factory" in m):
-        raise f.fail(path, f"has keys {sorted(m)}; expected one of 'name' or 'factory'")
-    key = "name" if "name" in m else "factory"
-    f.string(m[key], f"{path}.{key}")
-    if m.get("config") is not None:
-        f.obj(m["config"], f"{path}.config", free=True)
-    if m.get("max_groups") is not None:
-        f.integer(m["max_groups"], f"{path}.max_groups", lo=1)
-
-
-def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tuple[Any, Any]:
-    """The graph and cluster a plan runs on (from files/presets, or from the plan's meta)."""
+def resolve(
+    plan: Plan, graph_path: str | None, cluster_name: str | None, *, source: str | None = None
+) -> tuple[Any, Any]:
+    """The graph and cluster a plan runs on (from files/presets, or from the plan's meta);
+    errors start with ``source`` (the plan file) when it is given."""
+    at = f"{source}: " if source else ""
     model = plan.meta.get("model")
     if not model:
         made_for = plan.meta.get("graph_file")
         raise ValueError(
-            "the plan names no model to run (plan.meta has no 'model')"
+            f"{at}the plan names no model to run (plan.meta has no 'model')"
             + (
                 f": it was made for the graph file {made_for}, which holds costs, not a PyTorch "
                 "model. Plans of zoo models (model: NAME) or of your own (model: pkg.mod:fn) run"
@@ -46,8 +32,11 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
                 else "; plans written by runners.train/plan/evaluate carry it"
             )
         )
-    check_model_meta(model)
-    _check_buildable(model)
+    common.check_model_meta(model, source or "the plan")
+    try:
+        _check_buildable(model)
+    except ValueError as exc:
+        raise ValueError(f"{at}{exc}") from None
     if graph_path:
         from graphs import io
 
@@ -65,7 +54,7 @@ def resolve(plan: Plan, graph_path: str | None, cluster_name: str | None) -> tup
         return graph, clusters.load(str(name))
     except (ValueError, FileNotFoundError) as exc:
         where = "cluster=" if cluster_name else "the plan's meta.cluster: "
-        raise ValueError(f"{where}{exc}") from None
+        raise ValueError(f"{at}{where}{exc}") from None
 
 
 def _check_buildable(model: Any) -> None:
@@ -121,12 +110,7 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
     if not Path(cfg.plan).is_file():
         raise FileNotFoundError(f"plan={cfg.plan}: no such file (a plan JSON from runners.*)")
     plan = Plan.load(cfg.plan)
-    if plan.meta.get("model"):
-        check_model_meta(plan.meta["model"], str(cfg.plan))
-    try:
-        graph, cluster = resolve(plan, cfg.graph, cfg.cluster)
-    except ValueError as exc:  # name the plan file: its meta says what to run where
-        raise ValueError(f"{cfg.plan}: {exc}") from None
+    graph, cluster = resolve(plan, cfg.graph, cfg.cluster, source=str(cfg.plan))
     optimizer = cfg.optimizer or default_optimizer(plan, cluster)
     result = execute(
         plan,

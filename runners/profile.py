@@ -32,7 +32,7 @@ def check_config(cfg: DictConfig) -> Path:
             return list(value)
         raise ValueError(f"profile: {key} = {value!r}; expected a list, e.g. [{value!r}]")
 
-    from runners.execute import check_model_meta
+    from runners.common import check_model_meta
 
     for key, spec in (
         ("model", cfg.get("model")),

@@ -337,8 +337,10 @@ def _num(
     return rule
 
 
-def _one_of(*choices: str) -> Callable[[Any], str | None]:
-    return lambda v: None if v in choices else f"one of {list(choices)}"
+def _one_of(*choices: str, none: bool = False) -> Callable[[Any], str | None]:
+    """A rule: one of ``choices`` (or null when ``none``)."""
+    what = f"one of {list(choices)}" + (" or null" if none else "")
+    return lambda v: None if v in choices or (none and v is None) else what
 
 
 def _ints(lo: int) -> Callable[[Any], str | None]:
@@ -371,11 +373,7 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (AgentConfig, "budget"): _int(1, none=True),
     (LoggerConfig, "kind"): _one_of("wandb", "tensorboard", "none"),
     (LoggerConfig, "log_every"): _int(1),
-    (LoggerConfig, "mode"): lambda v: (
-        None
-        if v in (None, "online", "offline", "disabled")
-        else "online, offline, disabled or null"
-    ),
+    (LoggerConfig, "mode"): _one_of("online", "offline", "disabled", none=True),
     (TrainBudget, "timesteps"): _int(1),
     (TrainBudget, "seconds"): _num(0, none=True),
     (TrainBudget, "checkpoint_every"): _int(0),
@@ -390,13 +388,9 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (ExecuteConfig, "steps"): _int(1),
     (ExecuteConfig, "warmup"): _int(0),
     (ExecuteConfig, "seed"): _SEED,
-    (ExecuteConfig, "backend"): lambda v: (
-        None if v in (None, "gloo", "nccl") else "gloo, nccl or null"
-    ),
+    (ExecuteConfig, "backend"): _one_of("gloo", "nccl", none=True),
     (ExecuteConfig, "threads"): _int(1, 4096),
-    (ExecuteConfig, "optimizer"): lambda v: (
-        None if v in (None, "sgd", "adam") else "sgd, adam or null"
-    ),
+    (ExecuteConfig, "optimizer"): _one_of("sgd", "adam", none=True),
     (ExecuteConfig, "timeout_s"): _num(0),
     (ExecuteConfig, "rehearse"): _bool,
 }

@@ -168,35 +168,27 @@ def _oracle_calls(tracker: Any, model: Any) -> int:
 def _make_env(env_id: str, generator: Any, oracle_factory: Any, env_kwargs: dict[str, Any]) -> Any:
     import gymnasium as gym
 
-    import placement_env  # noqa: F401 - registers the ids
+    from placement_env import creator_error  # (importing it registers the ids)
 
     try:
         return gym.make(env_id, generator=generator, oracle_factory=oracle_factory, **env_kwargs)
     except (TypeError, ValueError) as exc:  # a bad env.env_kwargs value, e.g. oom_penalty=abc
         shown = {k: v for k, v in env_kwargs.items() if k != "init"}
-        why = str(exc).split(" was raised from the environment creator")[0]  # gymnasium's wrapper
-        raise ValueError(f"env.env_kwargs: {env_id} refused the options {shown}: {why}") from None
+        raise ValueError(
+            f"env.env_kwargs: {env_id} refused the options {shown}: {creator_error(exc)}"
+        ) from None
 
 
 def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
     """Refuse an ``env.env_kwargs`` key the env class does not take, naming the valid ones
     (gymnasium raised a ``TypeError`` with a traceback from inside the vectorised env)."""
-    import importlib
-    import inspect
+    from placement_env import env_keywords
 
-    import gymnasium as gym
-
-    import placement_env  # noqa: F401 - registers the ids
-
-    entry = gym.spec(env_id).entry_point
-    if not isinstance(entry, str):
-        return
-    module, _, name = entry.partition(":")
-    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    takes = env_keywords(env_id)
+    if takes is None:
         return
     injected = ("self", "generator", "oracle_factory")  # the runner passes these itself
-    valid = sorted(k for k in params if k not in injected)
+    valid = sorted(k for k in takes if k not in injected)
     bad = sorted(str(k) for k in env_kwargs if k not in valid)
     if bad:
         raise ValueError(f"env.env_kwargs: {env_id} takes no option(s) {bad}; valid: {valid}")
@@ -216,8 +208,7 @@ def env_factory(
     """
     from placement_env import generators
 
-    spec = problem.spec
-    check_env_kwargs(spec.env_id, spec.env_kwargs)
+    spec = problem.spec  # its env_kwargs keys: checked by train() before any work
     kwargs = {**dict(env_defaults or {}), **dict(spec.env_kwargs)}
     if spec.generator == "fixed":
         gen = generators.fixed(problem.graph, problem.cluster)

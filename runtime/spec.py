@@ -199,13 +199,15 @@ def check_stages(plan: Any, graph: CompGraph, fwd: list[tuple[int, list[str]]]) 
     forward node (each rank found these after its launch, some 20 s later)."""
     stage = np.asarray(plan.stage)
     is_fwd = graph.kind == FWD
-    for a, b in zip(graph.src.tolist(), graph.dst.tolist()):
-        if is_fwd[a] and is_fwd[b] and stage[a] > stage[b]:
-            raise ValueError(
-                f"pipeline plan is not monotone: {graph.name[a]!r} (stage {int(stage[a])}) feeds "
-                f"{graph.name[b]!r} (stage {int(stage[b])}); every edge must go to the same or "
-                "a later stage"
-            )
+    src, dst = graph.src, graph.dst
+    back = np.flatnonzero(is_fwd[src] & is_fwd[dst] & (stage[src] > stage[dst]))
+    if len(back):
+        a, b = int(src[back[0]]), int(dst[back[0]])
+        raise ValueError(
+            f"pipeline plan is not monotone: {graph.name[a]!r} (stage {int(stage[a])}) feeds "
+            f"{graph.name[b]!r} (stage {int(stage[b])}); every edge must go to the same or "
+            "a later stage"
+        )
     held = {int(stage[i]) for i, names in fwd if names}
     empty = [k for k in range(len(plan.stage_device)) if k not in held]
     if empty:

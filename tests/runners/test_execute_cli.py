@@ -155,8 +155,8 @@ def test_a_plan_of_a_parametric_model_is_refused_naming_it() -> None:
         ("steps=2.5", "key 'steps' is 2.5; expected an integer >= 1"),  # ran 2 steps
         ("steps=0", "key 'steps' is 0; expected an integer >= 1"),  # named RunSpec
         ("+stpes=3", "unknown config key 'stpes'"),  # ignored
-        ("backend=mpi", "expected gloo, nccl or null"),
-        ("optimizer=lamb", "expected sgd, adam or null"),
+        ("backend=mpi", "expected one of ['gloo', 'nccl'] or null"),
+        ("optimizer=lamb", "expected one of ['sgd', 'adam'] or null"),
         ("timeout_s=-1", "key 'timeout_s' is -1"),
     ],
 )
