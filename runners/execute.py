@@ -1,4 +1,5 @@
-"""``python -m runners.execute plan=PATH``: run a plan with torchrun and record its measured step time."""
+"""``python -m runners.execute plan=PATH``: run a plan, one process per device, and record its
+measured step time."""
 
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
         out_dir=out,
         rehearse=bool(cfg.rehearse),
         echo=echo,
+        launcher=str(cfg.launcher),
     )
     per_rank = ", ".join(
         f"rank{r}: compute {c * 1e3:.1f} / comm {m * 1e3:.1f} / idle {i * 1e3:.1f} ms"

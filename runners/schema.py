@@ -194,7 +194,8 @@ class PlanConfig:
 
 @dataclass
 class ExecuteConfig:
-    """``python -m runners.execute plan=PATH``: run a plan with torchrun (``conf/execute``)."""
+    """``python -m runners.execute plan=PATH``: run a plan, one process per device
+    (``conf/execute``)."""
 
     plan: str = MISSING
     graph: str | None = None
@@ -207,6 +208,7 @@ class ExecuteConfig:
     optimizer: str | None = None
     timeout_s: float = 600.0
     rehearse: bool = False
+    launcher: str = "local"
     output_dir: str | None = None
 
 
@@ -393,6 +395,7 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (ExecuteConfig, "optimizer"): _one_of("sgd", "adam", none=True),
     (ExecuteConfig, "timeout_s"): _num(0),
     (ExecuteConfig, "rehearse"): _bool,
+    (ExecuteConfig, "launcher"): _one_of("local", "torchrun"),
 }
 
 

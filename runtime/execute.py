@@ -1,4 +1,5 @@
-"""runtime.execute: run a Plan with torchrun (one process per device) and measure it."""
+"""runtime.execute: run a Plan (one process per device, forked from a fork server or under
+torchrun) and measure it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from runtime.launch import (
     RankFailure,
     first_failure,
     read_error_files,
+    spawn,
     torchrun_failures,
     with_silent_exits,
 )
@@ -142,20 +144,61 @@ def torchrun_command(nproc: int, spec_path: Path, out_dir: Path) -> list[str]:
     ]
 
 
-def _launch(text: str, nproc: int, threads: int, folder: Path, timeout_s: float) -> list[Any]:
-    """Run ``runtime.worker`` on spec file text under torchrun; the per-rank JSON records.
+#: How plans are launched on this host: ``"local"`` (:func:`runtime.launch.spawn`: ranks
+#: forked from a server that imported torch once) or ``"torchrun"`` (``python -m
+#: torch.distributed.run``: a fresh interpreter per rank, 2-3 s of CPU each on this
+#: project's CPU machines). Both run :func:`runtime.worker.run_rank` per rank with the same
+#: environment variables and blame the same rank when one fails.
+LAUNCHERS = ("local", "torchrun")
+
+
+def _local_rank(spec_path: str, out_dir: str) -> None:
+    """One rank of a ``"local"`` launch (the body of ``python -m runtime.worker``)."""
+    from runtime.worker import main
+
+    main(["--spec", spec_path, "--out", out_dir])
+
+
+def _launch(
+    text: str, nproc: int, threads: int, folder: Path, timeout_s: float, launcher: str = "local"
+) -> list[Any]:
+    """Run ``runtime.worker`` on spec file text, one process per rank (``launcher``, one of
+    :data:`LAUNCHERS`); the per-rank JSON records (``folder/rank{r}.json``). Each rank's
+    output goes to ``folder/rank{r}.log`` (local) or ``folder/torchrun.log``.
 
     Raises :class:`RankFailure` with the first rank's root-cause error, or on timeout
-    (the whole process group is killed).
+    (every rank is killed).
     """
     if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < float("inf")):
         raise ValueError(f"timeout_s {timeout_s!r}: expected a finite number of seconds > 0")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher {launcher!r}: expected one of {list(LAUNCHERS)}")
     # an earlier run's records in the same folder (output_dir=...) would be read as this
     # run's: its error reported instead of this one's, its ranks counted as finished
-    for stale in [*folder.glob("error_rank*.json"), *folder.glob("rank*.json")]:
+    for stale in [
+        *folder.glob("error_rank*.json"), *folder.glob("rank*.json"),
+        *folder.glob("result_rank*.json"), *folder.glob("rank*.log"),
+    ]:  # fmt: skip
         stale.unlink(missing_ok=True)
     spec_path = folder / "spec.json"
     spec_path.write_text(text)
+    timeout = f"plan execution did not finish within {timeout_s} s"
+    if launcher == "local":
+        try:
+            spawn(
+                _local_rank, nproc, (str(spec_path), str(folder)), timeout_s=timeout_s,
+                env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(threads))},
+                folder=folder, logs=True,
+            )  # fmt: skip
+        except RankFailure as exc:
+            if exc.error_type == "timeout" and exc.rank == -1:
+                raise RankFailure(-1, "timeout", timeout, "", exc.exit_codes) from None
+            raise
+        for done in folder.glob(
+            "result_rank*.json"
+        ):  # spawn's markers: rank{r}.json hold the records
+            done.unlink(missing_ok=True)
+        return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(nproc)]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -173,9 +216,7 @@ def _launch(text: str, nproc: int, threads: int, folder: Path, timeout_s: float)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         log, _ = proc.communicate()
-        raise RankFailure(
-            -1, "timeout", f"plan execution did not finish within {timeout_s} s"
-        ) from None
+        raise RankFailure(-1, "timeout", timeout) from None
     (folder / "torchrun.log").write_text(log or "")
     if proc.returncode != 0:
         records = read_error_files(folder)
@@ -191,18 +232,25 @@ def _launch(text: str, nproc: int, threads: int, folder: Path, timeout_s: float)
 
 
 def run_spec(
-    spec: RunSpec, *, timeout_s: float = 600.0, out_dir: str | Path | None = None
+    spec: RunSpec,
+    *,
+    timeout_s: float = 600.0,
+    out_dir: str | Path | None = None,
+    launcher: str = "local",
 ) -> ExecResult:
-    """Launch ``spec`` with torchrun and collect the result; raises :class:`RankFailure` on error.
+    """Launch ``spec`` (one process per rank, see :data:`LAUNCHERS`) and collect the result;
+    raises :class:`RankFailure` on error.
 
-    If any rank fails, torchrun terminates the others; the first root-cause error
+    If any rank fails, the launcher terminates the others; the first root-cause error
     written by a rank is re-raised here. The whole job is killed after ``timeout_s``.
     """
     spec.validate()
     with tempfile.TemporaryDirectory(prefix="devplace_exec_") as tmp:
         folder = Path(out_dir) if out_dir else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        records = _launch(spec.to_json(), spec.world_size, spec.threads, folder, timeout_s)
+        records = _launch(
+            spec.to_json(), spec.world_size, spec.threads, folder, timeout_s, launcher
+        )
         result = ExecResult.from_ranks(spec, records)
         if out_dir:
             result.save(folder / "result.json")
@@ -210,9 +258,14 @@ def run_spec(
 
 
 def run_specs(
-    specs: list[RunSpec], *, timeout_s: float = 600.0, out_dir: str | Path | None = None
+    specs: list[RunSpec],
+    *,
+    timeout_s: float = 600.0,
+    out_dir: str | Path | None = None,
+    launcher: str = "local",
 ) -> list[ExecResult]:
-    """Run several specs of one world size and backend in one torchrun launch, in order.
+    """Run several specs of one world size and backend in one launch (see :data:`LAUNCHERS`),
+    in order.
 
     The processes start, import torch and form the process group once; each spec is
     then built (seeded) and run exactly as :func:`run_spec` would, one after another.
@@ -233,7 +286,7 @@ def run_specs(
         folder = Path(out_dir) if out_dir else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps([json.loads(s.to_json()) for s in specs])
-        per_rank = _launch(text, specs[0].world_size, specs[0].threads, folder, timeout_s)
+        per_rank = _launch(text, specs[0].world_size, specs[0].threads, folder, timeout_s, launcher)
         results = [
             ExecResult.from_ranks(spec, [rec["records"][i] for rec in per_rank])
             for i, spec in enumerate(specs)
@@ -338,6 +391,7 @@ def execute(
     out_dir: str | Path | None = None,
     rehearse: bool | None = None,
     echo: Callable[[str], None] | None = None,
+    launcher: str = "local",
     **options: Any,
 ) -> ExecResult:
     """Execute ``plan`` for ``graph`` on ``cluster``: ``warmup`` then ``steps`` timed steps.
@@ -346,10 +400,11 @@ def execute(
     cluster (hashes), device indices in range, tensor-parallel sizes divisible, and
     ``nproc`` (if given) equal to the number of processes the plan needs (one per
     device; a pipeline with ``tp_degree`` t needs stages x t). ``model`` defaults to
-    ``plan.meta["model"]``. The processes run under ``torchrun --standalone``; gloo
+    ``plan.meta["model"]``. The processes are started by ``launcher`` (:data:`LAUNCHERS`:
+    forked from a fork server that imported torch once, or ``torchrun --standalone``); gloo
     on CPU, nccl on CUDA. ``capture_grads=True`` puts the first step's gradients in
-    ``result.extra["grads"]``. With ``out_dir`` the spec, per-rank records, the torchrun log and
-    ``result.json`` are kept there. ``rehearse`` (True/False) first checks that this
+    ``result.extra["grads"]``. With ``out_dir`` the spec, per-rank records and logs
+    (``rank{r}.log``, or ``torchrun.log``) and ``result.json`` are kept there. ``rehearse`` (True/False) first checks that this
     machine can run the plan's devices (:func:`check_machine`; ``None`` skips the check);
     a rehearsal's note is in ``result.extra["note"]`` and is passed to ``echo`` (if given)
     before the launch.
@@ -380,7 +435,7 @@ def execute(
         spec = dataclasses.replace(spec, backend="gloo")
         if echo is not None:
             echo(note)
-    result = run_spec(spec, timeout_s=timeout_s, out_dir=out_dir)
+    result = run_spec(spec, timeout_s=timeout_s, out_dir=out_dir, launcher=launcher)
     if note is not None:
         result.extra["note"] = note
         if out_dir:
@@ -400,9 +455,11 @@ def execute_many(
     backend: str | None = None,
     timeout_s: float = 600.0,
     out_dir: str | Path | None = None,
+    launcher: str = "local",
     **options: Any,
 ) -> list[ExecResult]:
-    """Execute several plans, one torchrun launch per world size; results in the order of ``plans``.
+    """Execute several plans, one launch per world size (``launcher``: see :data:`LAUNCHERS`);
+    results in the order of ``plans``.
 
     Every plan is checked before anything is launched, as in :func:`execute`. Plans
     that need the same number of processes run one after another, in the given
@@ -426,7 +483,10 @@ def execute_many(
     for k, idx in groups.items():
         folder = Path(out_dir, f"world{k}") if out_dir else None
         for i, res in zip(
-            idx, run_specs([specs[i] for i in idx], timeout_s=timeout_s, out_dir=folder)
+            idx,
+            run_specs(
+                [specs[i] for i in idx], timeout_s=timeout_s, out_dir=folder, launcher=launcher
+            ),
         ):
             results[i] = res
     return [r for r in results if r is not None]

@@ -230,9 +230,9 @@ def _collective_worker(sizes: Sequence[int], repeats: int) -> dict[str, Any]:
                     if name == "all_reduce":
                         dist.all_reduce(full)
                     elif name == "all_gather":
-                        dist.all_gather_into_tensor(full, part)
+                        dist.all_gather_single(full, part)
                     elif name == "reduce_scatter":
-                        dist.reduce_scatter_tensor(part, full)
+                        dist.reduce_scatter_single(part, full)
                     elif info.rank == 0:
                         dist.send(full, 1)
                     else:

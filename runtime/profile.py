@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -16,7 +15,7 @@ import torch.distributed as dist
 from torch import fx
 
 from runtime.dist import init_distributed, teardown
-from runtime.launch import spawn
+from runtime.launch import rank_context, spawn
 
 
 def _best_time(fn: Callable[[], Any], repeats: int) -> float:
@@ -83,7 +82,7 @@ def measure_concurrent_speed(
     """
     if not counts or min(counts) < 1:
         raise ValueError(f"measure_concurrent_speed: counts must be >= 1, got {list(counts)}")
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()  # forked from the fork server: no interpreter start per process
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     rates: dict[int, float] = {}
     for k in sorted(set(int(c) for c in counts) | {1}):

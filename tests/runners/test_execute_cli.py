@@ -158,6 +158,7 @@ def test_a_plan_of_a_parametric_model_is_refused_naming_it() -> None:
         ("backend=mpi", "expected one of ['gloo', 'nccl'] or null"),
         ("optimizer=lamb", "expected one of ['sgd', 'adam'] or null"),
         ("timeout_s=-1", "key 'timeout_s' is -1"),
+        ("launcher=mpirun", "key 'launcher' is 'mpirun'; expected one of ['local', 'torchrun']"),
     ],
 )
 def test_execute_checks_its_keys_and_values_before_running(
@@ -207,9 +208,13 @@ def test_execute_names_a_missing_plan_key_a_folder_and_nccl_without_gpus(tmp_pat
             )
 
 
-def test_a_new_run_in_a_used_folder_reports_its_own_error(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("launcher", ["local", "torchrun"])
+def test_a_new_run_in_a_used_folder_reports_its_own_error(
+    tmp_path: Path, monkeypatch, launcher: str
+) -> None:
     """An earlier failed run's error_rank*.json in output_dir used to be read as this run's
-    (the earliest error wins): the wrong error was reported. The launcher clears them."""
+    (the earliest error wins): the wrong error was reported. The launcher clears them (and
+    the earlier run's per-rank records and logs)."""
     import json as _json
 
     rex = importlib.import_module("runtime.execute")  # the package exports a function of that name
@@ -220,6 +225,7 @@ def test_a_new_run_in_a_used_folder_reports_its_own_error(tmp_path: Path, monkey
         _json.dumps({"rank": 0, "message": "stages [1] hold no operations", "time": 1.0})
     )
     (folder / "rank1.json").write_text("{}")
+    (folder / "rank1.log").write_text("an earlier run's output")
     seen = {}
 
     class Proc:
@@ -231,9 +237,14 @@ def test_a_new_run_in_a_used_folder_reports_its_own_error(tmp_path: Path, monkey
         def communicate(self, timeout=None):
             return "", None
 
+    def fake_spawn(fn, nproc, args, **kw):
+        seen["files"] = sorted(p.name for p in folder.iterdir())
+        return [None] * nproc
+
     monkeypatch.setattr(rex.subprocess, "Popen", Proc)
+    monkeypatch.setattr(rex, "spawn", fake_spawn)
     with pytest.raises(FileNotFoundError):  # no rank wrote a record in this fake launch
-        rex._launch("{}", 2, 1, folder, 10.0)
+        rex._launch("{}", 2, 1, folder, 10.0, launcher)
     assert seen["files"] == ["spec.json"]
 
 

@@ -119,3 +119,17 @@ if __name__ == "__main__":
     import sys
 
     _torchrun_main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4])
+
+
+def environment(names: list[str]) -> dict:
+    """What a rank sees: the named environment variables, its start method, and whether
+    torch was already imported when this function's module was loaded (the fork server)."""
+    import multiprocessing as mp
+    import os
+    import sys
+
+    return {
+        "env": {k: os.environ.get(k) for k in names},
+        "method": mp.get_start_method(allow_none=True),
+        "sys_modules_has_runtime_worker": "runtime.worker" in sys.modules,
+    }

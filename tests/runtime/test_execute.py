@@ -133,9 +133,12 @@ def test_refuses_multiple_stages_per_device_without_interleaving(graph, cluster)
         make_run_spec(plan, graph, cluster)
 
 
-def test_execute_with_torchrun(graph, cluster, tmp_path):
+@pytest.mark.parametrize("launcher", ["local", "torchrun"])
+def test_execute_with_either_launcher(graph, cluster, tmp_path, launcher):
+    """The same 2-process plan under the local launcher (ranks forked from the fork server,
+    each with its own log) and under torchrun: the same reference loss and figures."""
     plan = ping_pong(graph, cluster, microbatches=2)
-    res = execute(plan, graph, cluster, steps=2, warmup=1, out_dir=tmp_path)
+    res = execute(plan, graph, cluster, steps=2, warmup=1, out_dir=tmp_path, launcher=launcher)
     assert isinstance(res, ExecResult)
     assert res.world_size == 2 and res.mode == "oplevel" and len(res.step_times) == 2
     assert res.step_time > 0 and all(c > 0 for c in res.compute) and all(c > 0 for c in res.comm)
@@ -154,6 +157,17 @@ def test_execute_with_torchrun(graph, cluster, tmp_path):
     assert res.loss == pytest.approx(ref, abs=1e-5)
     saved = json.loads((tmp_path / "result.json").read_text())
     assert saved["plan_hash"] == res.plan_hash and (tmp_path / "rank1.json").exists()
+    logs = {"local": ["rank0.log", "rank1.log"], "torchrun": ["torchrun.log"]}[launcher]
+    assert sorted(p.name for p in tmp_path.glob("*.log")) == logs
+    assert not list(tmp_path.glob("result_rank*.json"))  # the launcher's own markers are gone
+
+
+def test_refuses_an_unknown_launcher_before_launch(graph, cluster, tmp_path):
+    with pytest.raises(
+        ValueError, match=r"launcher 'mpirun': expected one of \['local', 'torchrun'\]"
+    ):
+        execute(ping_pong(graph, cluster), graph, cluster, out_dir=tmp_path, launcher="mpirun")
+    assert not list(tmp_path.glob("rank*"))
 
 
 def test_execute_many_runs_plans_in_order_one_launch_per_world_size(graph, cluster, tmp_path):

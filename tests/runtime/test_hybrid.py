@@ -309,3 +309,29 @@ def test_profiled_oracle_scores_hybrid_plans(tmp_path):
     assert res.step_time > 0 and (res.device_busy > 0).all()
     assert oracle.evaluate(plans[1]) is res and oracle.runs == 1  # cached
     assert (tmp_path / f"{plan_hash(plans[1])}.json").exists()
+
+
+def test_check_hybrid_exports_a_model_once_per_microbatch_size(monkeypatch):
+    """A calibration checks the same model's probe plans again and again; each export cost
+    about a second. The second check of a (model, microbatch size) reuses the program, and
+    its refusals stay: a global batch the model does not have, heads tp does not divide."""
+    import dataclasses
+
+    import runtime.hybrid as rh
+
+    calls = []
+    real = rh.export_with_loss
+    monkeypatch.setattr(rh, "_PROGRAMS", {})
+    monkeypatch.setattr(rh, "export_with_loss", lambda *a: calls.append(1) or real(*a))
+    model = gpt2(2)
+    rh.check_hybrid(model, layout(1, 2, 1))
+    rh.check_hybrid(model, layout(2, 1, 1))
+    assert len(calls) == 1
+    rh.check_hybrid(model, layout(1, 1, 2))
+    rh.check_hybrid(model, dataclasses.replace(layout(1, 1, 1), microbatch_size=2))
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="the model's batch is"):
+        rh.check_hybrid(model, dataclasses.replace(layout(1, 1, 1), global_batch=8))
+    with pytest.raises(ValueError, match="divisible|divide"):
+        rh.check_hybrid(model, layout(1, 8, 1))
+    assert len(calls) == 2

@@ -26,6 +26,39 @@ def test_one_of_four_ranks_raises_all_exit_with_its_error():
     assert elapsed < 50  # far below the 300 s process-group timeout the others would wait
 
 
+def test_ranks_see_the_launchers_environment_as_it_is_now(monkeypatch):
+    """Ranks fork from a fork server started with the environment of its first use; each
+    must still see the launcher's environment at launch time (variables set, changed and
+    removed since), plus the rank variables, with torch and the runtime already loaded."""
+    monkeypatch.setenv("DEVPLACE_PROBE", "first")
+    monkeypatch.setenv("DEVPLACE_GONE", "here")
+    names = ["DEVPLACE_PROBE", "DEVPLACE_GONE", "DEVPLACE_EXTRA", "RANK", "WORLD_SIZE"]
+    spawn(_workers.environment, 1, (names,), timeout_s=60)  # the fork server is running now
+    monkeypatch.setenv("DEVPLACE_PROBE", "second")
+    monkeypatch.delenv("DEVPLACE_GONE")
+    got = spawn(_workers.environment, 2, (names,), timeout_s=60, env={"DEVPLACE_EXTRA": "x"})
+    for r, seen in enumerate(got):
+        assert seen["env"] == {
+            "DEVPLACE_PROBE": "second", "DEVPLACE_GONE": None, "DEVPLACE_EXTRA": "x",
+            "RANK": str(r), "WORLD_SIZE": "2",
+        }  # fmt: skip
+        assert seen["sys_modules_has_runtime_worker"]  # preloaded by the fork server
+
+
+def test_start_method_can_be_forced_and_is_checked(monkeypatch):
+    from runtime.launch import rank_context
+
+    monkeypatch.setenv("DEVPLACE_START_METHOD", "spawn")
+    assert rank_context().get_start_method() == "spawn"
+    (seen,) = spawn(_workers.environment, 1, (["RANK"],), timeout_s=120)
+    assert seen["env"] == {"RANK": "0"} and not seen["sys_modules_has_runtime_worker"]
+    monkeypatch.setenv("DEVPLACE_START_METHOD", "fork")
+    with pytest.raises(ValueError, match="DEVPLACE_START_METHOD='fork': expected 'forkserver'"):
+        spawn(_workers.environment, 1, (["RANK"],))
+    monkeypatch.delenv("DEVPLACE_START_METHOD")
+    assert rank_context().get_start_method() == "forkserver"
+
+
 def test_spawn_rejects_zero_ranks():
     with pytest.raises(ValueError, match="world_size must be >= 1"):
         spawn(_workers.raise_on_rank, 0, (0,))
