@@ -394,6 +394,12 @@ def from_payload(d: Any, *, source: str = "policy") -> ExportedPolicy:
                 f"state_dict.{k}",
                 f"has shape {tuple(t.shape)}; expected {tuple(want[k].shape)} (from 'config')",
             )
+        if t.dtype != want[k].dtype:  # int weights were truncated copies, half ones rounded
+            raise f.fail(
+                f"state_dict.{k}",
+                f"has dtype {str(t.dtype).removeprefix('torch.')}; expected "
+                f"{str(want[k].dtype).removeprefix('torch.')} (what export_policy writes)",
+            )
     for k in want:
         if k not in d["state_dict"]:
             raise f.fail(

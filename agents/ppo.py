@@ -84,6 +84,10 @@ def make_vec_env(
             )
         fns = [lambda: Monitor(factory()) for _ in range(n_envs)]
         cls = VEC_ENVS[vec_env]
+        if cls is SubprocVecEnv:  # its workers and the runtime's ranks share one fork server
+            from runtime.launch import preload_fork_server
+
+            preload_fork_server()
     venv = cls(fns)
     venv.seed(seed)
     return venv

@@ -170,8 +170,14 @@ def from_dict(d: Any, *, source: str = "graph") -> CompGraph:
         length=n,
         what="0 (fwd), 1 (bwd) or 2 (opt)",
     )
-    for k in ("group", "layer"):
-        arrays[k] = f.array(nodes[k], f"nodes.{k}", f.integer, length=n, what="integers")
+    arrays["group"] = f.array(nodes["group"], "nodes.group", f.integer, length=n, what="integers")
+    arrays["layer"] = f.array(
+        nodes["layer"],
+        "nodes.layer",
+        lambda v, p: f.integer(v, p, lo=-1),
+        length=n,
+        what="layer indices >= 0, or -1 (no layer)",
+    )
     module = (
         f.array(nodes["module"], "nodes.module", f.text, length=n, what="strings")
         if "module" in nodes

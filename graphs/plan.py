@@ -78,6 +78,7 @@ class Plan:
                     f"Plan.placement must be a 1-D integer array, got shape {p.shape} dtype {p.dtype}"
                 )
         p = p.astype(np.int64, copy=True)
+        _no_negative(p, "Plan.placement", "device indices")
         p.flags.writeable = False
         object.__setattr__(self, "placement", p)
         if self.stage is not None:
@@ -87,6 +88,7 @@ class Plan:
             s = s.astype(np.int64, copy=True)
             if s.shape != p.shape:
                 raise ValueError(f"Plan.stage has shape {s.shape}, expected {p.shape}")
+            _no_negative(s, "Plan.stage", "stage ids")
             s.flags.writeable = False
             object.__setattr__(self, "stage", s)
         if self.stage_device is not None:
@@ -500,6 +502,14 @@ def hybrid_placement(graph: CompGraph, layout: HybridLayout) -> np.ndarray:
     sizes = np.array([d * t for d, t in layout.meshes], dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))  # layout.stage_offset(p)
     return offsets[rank]
+
+
+def _no_negative(a: np.ndarray, what: str, are: str) -> None:
+    """A negative entry of ``a`` is refused when the plan is made, naming its index (it
+    was accepted until :meth:`Plan.check`, and a plan file kept it)."""
+    if a.size and a.min() < 0:
+        i = int(np.flatnonzero(a < 0)[0])
+        raise ValueError(f"{what}[{i}] is {int(a[i])}; {are} are >= 0")
 
 
 def _jsonable(x: Any) -> Any:

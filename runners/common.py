@@ -57,6 +57,12 @@ def env_spec(cfg: Any) -> EnvSpec:
             "graph file name no model, so runners.execute cannot run them: add env.model=null "
             "to plan the file, or drop env.graph_file"
         )
+    if d.get("generator_options") and d.get("generator", "fixed") == "fixed":
+        raise ValueError(  # they were ignored: the fixed problem is the env's model / file
+            f"env {d.get('name')!r}: env.generator_options {d['generator_options']} set, but "
+            "env.generator is 'fixed' (one problem: the env's model or graph file), which "
+            "takes no options: set env.generator (e.g. synthetic) or drop the options"
+        )
     return EnvSpec(**d)
 
 

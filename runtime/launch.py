@@ -222,11 +222,21 @@ def rank_context() -> Any:
             f"{START_METHOD_VAR}={method!r}: expected 'forkserver' (the default where the "
             "platform has it) or 'spawn'"
         )
-    if method != "spawn" and "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(list(PRELOAD))
-        return ctx
+    if method != "spawn" and preload_fork_server():
+        return mp.get_context("forkserver")
     return mp.get_context("spawn")
+
+
+def preload_fork_server() -> bool:
+    """Ask the process's ``multiprocessing`` fork server to import :data:`PRELOAD` when it
+    starts; ``False`` where the platform has none. Only the first start counts: a server
+    that another library started first (stable-baselines3's ``SubprocVecEnv`` uses the
+    fork server too; :func:`agents.ppo.make_vec_env` calls this before it) forks ranks that
+    import torch themselves, as fresh interpreters do."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return False
+    mp.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
+    return True
 
 
 def _child(

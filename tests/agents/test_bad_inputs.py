@@ -165,6 +165,9 @@ TABLE = [
     Bad("out_of_range", put("env_options.max_episode_steps", 0), "env_options.max_episode_steps", 0),
     Bad("out_of_range", put("config.num_layers", -1), "config.num_layers", -1),
     Bad("out_of_range", with_weight(lambda t: torch.zeros(3)), W, (3,)),
+    # integer weights were truncated copies of the file's, half ones rounded: both loaded
+    Bad("wrong_type", with_weight(lambda t: t.to(torch.int64)), W, None),
+    Bad("wrong_type", with_weight(lambda t: t.half()), W, None),
     Bad("huge_int", put("config.hidden", 2**70), "config.hidden", 2**70),
     Bad("huge_int", put("env_options.max_episode_steps", 2**64), "env_options.max_episode_steps", 2**64),
     Bad("non_finite", NAN_W, W, float("nan")),

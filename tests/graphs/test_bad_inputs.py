@@ -261,6 +261,7 @@ def _graph_rows() -> list[Bad]:
         row(k, "duplicate", "nodes.name[1]", "a"),
         Bad(k, "duplicate", '{"format": "devplace.graph", "format": "x"}', "format", "x"),
         row(k, "out_of_range", "nodes.kind[0]", 3),
+        row(k, "out_of_range", "nodes.layer[2]", -2),  # -1 means no layer; -2 was read
         row(k, "out_of_range", "nodes.flops[0]", -1.0),
         row(k, "out_of_range", "nodes.act_bytes[3]", -1e-9),
         row(k, "out_of_range", "edges.dst[0]", 9),

@@ -121,6 +121,15 @@ def test_non_integer_placement(graph, cluster):
         Plan(np.array([0.5, 1.0]))
 
 
+def test_negative_devices_and_stages_are_refused_when_the_plan_is_made():
+    """Plan(np.array([-1, 0])) was accepted until Plan.check (and Plan.save wrote it)."""
+    with pytest.raises(ValueError, match=r"Plan.placement\[1\] is -1; device indices are >= 0"):
+        Plan(np.array([0, -1, 0]))
+    with pytest.raises(ValueError, match=r"Plan.stage\[2\] is -3; stage ids are >= 0"):
+        Plan(np.array([0, 0, 0]), stage=np.array([0, 0, -3]))
+    assert Plan(np.array([], np.int64)).placement.size == 0
+
+
 def test_colocation_violations(graph):
     assert Plan(np.array([0, 1, 1, 0])).colocation_violations(graph) == []
     # bwd:a (group 0) away from a

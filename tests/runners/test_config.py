@@ -200,3 +200,18 @@ def test_an_env_with_both_a_model_and_a_graph_file_is_refused(tmp_path) -> None:
         common.env_spec(cfg.env)
     ok = compose(["+env=rnnlm_k40_2", f"env.graph_file={tmp_path / 'g.json'}", "env.model=null"])
     assert common.env_spec(ok.env).model is None
+
+
+def test_generator_options_of_a_fixed_problem_are_refused() -> None:
+    """+env=gpt2_8gpu env.generator_options.num_nodes=50 was ignored without a word: the
+    fixed problem is the env's model. Refused; with a generator they are its options."""
+    from runners import common
+    from tests.runners.conftest import compose
+
+    cfg = compose(["+env=gpt2_8gpu", "+env.generator_options.num_nodes=50"])
+    with pytest.raises(
+        ValueError,
+        match=r"env.generator_options \{'num_nodes': 50\} set, but env.generator is 'fixed'",
+    ):
+        common.env_spec(cfg.env)
+    assert common.env_spec(compose(["+env=synthetic"]).env).generator_options

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +14,7 @@ from runtime.launch import RankFailure, first_failure, spawn, torchrun_failures,
 from tests.runtime import _workers
 
 pytestmark = pytest.mark.timeout(90)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_one_of_four_ranks_raises_all_exit_with_its_error():
@@ -42,7 +47,22 @@ def test_ranks_see_the_launchers_environment_as_it_is_now(monkeypatch):
             "DEVPLACE_PROBE": "second", "DEVPLACE_GONE": None, "DEVPLACE_EXTRA": "x",
             "RANK": str(r), "WORLD_SIZE": "2",
         }  # fmt: skip
-        assert seen["sys_modules_has_runtime_worker"]  # preloaded by the fork server
+
+
+def test_ranks_fork_from_a_server_that_imported_torch_and_the_runtime():
+    """In a fresh process (in this one another test's SubprocVecEnv may have started the
+    fork server first, without the preload): the ranks find runtime.worker imported."""
+    code = (
+        "import json; from runtime.launch import spawn; from tests.runtime import _workers; "
+        "print(json.dumps(spawn(_workers.environment, 2, (['RANK'],), timeout_s=120)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [g["env"]["RANK"] for g in got] == ["0", "1"]
+    assert all(g["sys_modules_has_runtime_worker"] for g in got)
 
 
 def test_start_method_can_be_forced_and_is_checked(monkeypatch):
