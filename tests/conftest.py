@@ -12,3 +12,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(1)
+
+# Ranks fork from the process's multiprocessing fork server (runtime.launch.rank_context).
+# Whoever starts it first decides what it imports: a test's SubprocVecEnv started it bare,
+# and every later rank in that worker imported torch again (seconds each under load).
+from runtime.launch import preload_fork_server  # noqa: E402
+
+preload_fork_server()

@@ -239,22 +239,6 @@ def test_ideal_dp_transfer_cut_keeps_the_optimum_on_training_graphs(seed, units,
     assert on["dp_objective"] == pytest.approx(_brute_force_contiguous(g, c), rel=1e-9)
 
 
-def test_ideal_dp_transfer_cut_prunes_a_transfer_bound_graph():
-    # bench_exact.py's series-parallel-s row (see the test below): the same proof with and
-    # without the transfer cut; with it, fewer stages are scored (measured 26.9 vs 30.3
-    # million, 26 Nov 2026)
-    g, c = _series_parallel_s()
-    on = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), time_limit=300)
-    off = B.get("ideal_dp")(
-        g, c, Simulator(g, c, objective="max_load"), time_limit=300, transfer_cut=False
-    )
-    for p in (on, off):
-        assert p.meta["status"] == "done" and p.meta["exact"] is True
-        assert p.meta["dp_objective"] == pytest.approx(0.0112776025, rel=1e-8)
-    assert on.meta["ideals"] == off.meta["ideals"] == 553_270
-    assert on.meta["stages_scored"] < 0.95 * off.meta["stages_scored"]
-
-
 def test_ideal_dp_drops_edge_free_nodes_and_proves_it_by_hand():
     # chain 0 -> 1 -> 2 (2 s each, 0.1 s per crossing) and an edge-free node 3 (0.5 s)
     g = CompGraph.build(4, [(0, 1), (1, 2)], flops=[2, 2, 2, 0.5], out_bytes=1.0)
@@ -390,7 +374,7 @@ def test_ideal_dp_honours_max_ideals_beyond_the_default_table(monkeypatch):
             run(max_ideals=bad)
 
 
-def test_ideal_dp_proves_a_branchy_series_parallel_graph_within_the_default_limit():
+def test_ideal_dp_proves_a_branchy_series_parallel_graph_and_its_transfer_cut_prunes():
     # bench_exact.py's series-parallel-s row: 283 nodes, 120 items, 4 accelerators holding
     # half the parameters each + a host CPU. Without the cuts of skipped branches the DP
     # scored 6.4e9 stages in 548.6 s (553,270 ideals) and proved the chain DP's 11.2776 ms
@@ -402,6 +386,15 @@ def test_ideal_dp_proves_a_branchy_series_parallel_graph_within_the_default_limi
     assert plan.meta["dp_objective"] == pytest.approx(0.0112776025, rel=1e-8)
     res = Simulator(g, c, objective="max_load").evaluate(plan)
     assert not res.oom and res.step_time == pytest.approx(plan.meta["dp_objective"], rel=1e-9)
+    # the transfer cut prunes this transfer-bound graph: the same proof without it scores
+    # more stages (measured 26.9 vs 30.3 million, 26 Nov 2026)
+    off = B.get("ideal_dp")(
+        g, c, Simulator(g, c, objective="max_load"), time_limit=300, transfer_cut=False
+    )
+    assert off.meta["status"] == "done" and off.meta["exact"] is True
+    assert off.meta["dp_objective"] == pytest.approx(0.0112776025, rel=1e-8)
+    assert plan.meta["ideals"] == off.meta["ideals"] == 553_270
+    assert plan.meta["stages_scored"] < 0.95 * off.meta["stages_scored"]
 
 
 @slow(30)
