@@ -9,7 +9,7 @@ CONSTRAINTS ?= constraints.txt
 PIP = $(VENV)/bin/python -m pip
 PY = $(VENV)/bin/python
 
-.PHONY: setup train test lint format bench clean constraints
+.PHONY: setup bytecode train test lint format bench clean constraints
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -22,13 +22,18 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 
 setup: $(VENV)/.installed
 
-train: setup
+# the package's own bytecode, written once: with PYTHONDONTWRITEBYTECODE set (as on the CI
+# machines) every process -- each CLI run, each rank's fork server -- compiled it again
+bytecode: setup
+	$(PY) -m compileall -q -j0 agents graphs placement_env runners runtime scripts tests > /dev/null
+
+train: bytecode
 	$(PY) -m runners.train +env=gpt2_8gpu $(ARGS)
 
 # pytest-xdist workers: one per core, at most 4 (TEST_WORKERS=0 runs the tests in one process)
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
-test: setup
+test: bytecode
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 lint: setup

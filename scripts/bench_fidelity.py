@@ -13,7 +13,7 @@ model in one process; makes baseline plans (agents.baselines, scored by the simu
 and random group-respecting placements with a spread of cut counts for each N;
 executes every plan (gloo, op-level, one process per device used) in --rounds
 shuffled interleaved rounds and takes the median -- in each round all plans with
-the same process count run one after another in one torchrun launch
+the same process count run one after another in one launch
 (runtime.execute_many), each with its own model build and warm-up steps; simulates each plan with
 placement_env.oracles.simulator under several inputs (the runtime's ``in_order``
 schedule and, for comparison, ``gpipe``); and writes Spearman rank correlation and
@@ -536,7 +536,8 @@ def write_markdown(path: Path, rows, stats_by, cal, args, seconds, load, rounds)
         "",
         "Measured step time (`runtime.execute_many`: one gloo process per device the plan "
         "uses, one torch thread each; in each round the plans with the same process count run "
-        "one after another in one torchrun launch, each with its own model build, "
+        "one after another in one launch (`runtime.execute`'s default launcher), each with "
+        "its own model build, "
         f"{args.steps} timed steps after 2 warm-up steps, median of "
         f"the slowest rank; each plan measured {rounds} times in shuffled, interleaved rounds "
         "and the median taken) versus the simulator's makespan "

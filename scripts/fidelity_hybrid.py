@@ -12,7 +12,7 @@ at 1, 4 and 8 processes, none of them a benchmark plan) to solve the runtime's o
 process count and measure the worker's memory base. Then, in each round: the gloo
 collectives are re-measured, the plans are shuffled, and for each process count (in
 shuffled order) the per-process speed with k processes is measured, the plans of that
-count run one after another in one torchrun launch (``runtime.execute.run_specs``: each
+count run one after another in one launch (``runtime.execute.run_specs``: each
 its own model build, 2 warm-up and ``--steps`` timed steps, Adam), and the speed is
 measured again. Each round's plans are predicted by ``Simulator(graph,
 cpu_cluster(k, calibration={"hybrid": that round's calibration})).evaluate(plan)``
