@@ -33,6 +33,8 @@ def calibration_path() -> Path:
 
 #: The top-level keys of a calibration file (what ``runners.profile`` writes, plus ``hybrid``).
 CALIBRATION_KEYS = ("device", "link", "measured", "concurrency", "runtime", "hybrid")
+#: What a ``hybrid`` section must hold for ``CpuHybridModel`` (each an object).
+HYBRID_CALIBRATION_KEYS = ("segments", "collectives", "speed", "optimizer", "memory")
 
 
 def load_calibration(path: str | Path) -> dict[str, Any]:
@@ -66,6 +68,17 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
         f.number(v, f"link.{k}", lo=0)
     for k in ("concurrency", "runtime", "hybrid"):
         f.obj(cal.get(k) or {}, k, free=True)
+    hy = cal.get("hybrid") or {}
+    for k in HYBRID_CALIBRATION_KEYS if hy else ():  # refused here, naming the file, not
+        if k not in hy:  # when a planner first builds the model from it
+            raise f.fail(
+                f"hybrid.{k}",
+                "is missing: a hybrid calibration holds "
+                f"{list(HYBRID_CALIBRATION_KEYS)} (python -m runners.profile hybrid.model=...)",
+            )
+        f.obj(hy[k], f"hybrid.{k}", free=True)
+    if hy and "model" in hy:
+        f.obj(hy["model"], "hybrid.model", required=("name",), free=True)
 
     def count(key: str, path: str, lo: int) -> None:  # a process count written as a key
         if not (key.isdigit() and not key.startswith("0") and int(key) >= lo):

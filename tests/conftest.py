@@ -19,15 +19,3 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 from runtime.launch import preload_fork_server  # noqa: E402
 
 preload_fork_server()
-
-
-def pytest_collection_modifyitems(config, items):
-    """Long tests first: the journeys (CLI chains) and the tests allowed 5 minutes or more
-    (multi-process runs). Under pytest-xdist's work stealing the short tests then fill the
-    gaps, instead of one long test running alone at the end while the other workers idle."""
-
-    def long(item) -> bool:
-        m = item.get_closest_marker("timeout")
-        return "tests/journeys/" in item.nodeid or bool(m and m.args and m.args[0] >= 300)
-
-    items.sort(key=lambda item: not long(item))  # stable: each group keeps its order

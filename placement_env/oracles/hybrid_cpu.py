@@ -62,6 +62,7 @@ import numpy as np
 
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
+from graphs.cpu_cluster import HYBRID_CALIBRATION_KEYS
 from graphs.layout import HybridLayout, model_dims
 from placement_env.oracles.hybrid import HybridResult
 from placement_env.oracles.pipeline import PIPELINE_SCHEDULES, simulate_pipeline
@@ -110,7 +111,7 @@ class CpuHybridModel:
         self.graph = graph
         self.cluster = cluster
         self.dims = model_dims(graph)
-        for key in ("segments", "collectives", "speed", "optimizer", "memory"):
+        for key in HYBRID_CALIBRATION_KEYS:
             if key not in calibration:
                 raise ValueError(
                     f"CpuHybridModel: the hybrid calibration has no {key!r}; measure it with "

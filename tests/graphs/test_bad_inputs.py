@@ -586,6 +586,20 @@ def test_bad_cpu_calibration_is_refused(tmp_path, text, field, value) -> None:
         ('{"segments": {}, "model": {}}', "model", "goes under the key 'hybrid'"),
         ("{}", "(top level)", "holds no figures"),
         ('{"measured": {"time": 1}}', "(top level)", "holds no figures"),
+        # a junk hybrid section was refused only when a planner built the model, unnamed
+        ('{"hybrid": {"junk": 1}}', "hybrid.segments", "is missing: a hybrid calibration"),
+        (
+            '{"hybrid": {"segments": [], "collectives": {}, "speed": {}, "optimizer": {},'
+            ' "memory": {}}}',
+            "hybrid.segments",
+            "expected an object",
+        ),
+        (
+            '{"hybrid": {"segments": {}, "collectives": {}, "speed": {}, "optimizer": {},'
+            ' "memory": {}, "model": {"config": {}}}}',
+            "hybrid.model.name",
+            "missing",
+        ),
     ],
 )
 def test_calibration_keys_are_checked(tmp_path, text, field, says) -> None:
