@@ -69,7 +69,10 @@ def check_config(cfg: DictConfig) -> Path:
             for k in ("tps", "micro_sizes", "recomputes", "worlds", "probe_worlds")
         }
         try:
-            check_hybrid_settings(**lists, repeats=hy.get("repeats"))
+            check_hybrid_settings(
+                **lists, repeats=hy.get("repeats"), probe_steps=hy.get("probe_steps"),
+                probe_launches=hy.get("probe_launches"),
+            )  # fmt: skip
         except ValueError as exc:
             raise ValueError(f"profile: hybrid.{exc}") from None
         model = hy.model
@@ -160,6 +163,8 @@ def run(cfg: DictConfig, out: Path, path: Path) -> None:
             worlds=[int(w) for w in hy.worlds],
             probe_worlds=[int(k) for k in hy.probe_worlds],
             repeats=int(hy.repeats),
+            probe_steps=int(hy.probe_steps),
+            probe_launches=int(hy.probe_launches),
             echo=lambda msg: print(f"hybrid: {msg}", flush=True),
         )
         runtime_fits = cal.get("runtime")

@@ -651,6 +651,8 @@ def calibrate_hybrid(
     parts: Sequence[str] = ("segments", "collectives", "speed", "optimizer", "runtime"),
     base: dict[str, Any] | None = None,
     probe_worlds: Sequence[int] = (),
+    probe_steps: int = 5,
+    probe_launches: int = 2,
 ) -> dict[str, Any]:
     """Measure what :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` needs (see the
     module docstring); ``parts`` picks what to measure (e.g. only ``("speed",
@@ -660,7 +662,8 @@ def calibrate_hybrid(
     ``probe_worlds``, on its k-process probes, and adds ``runtime`` (the overheads by process
     count) and ``memory.worker_base`` / ``memory.step_residue``. The k-process probes are
     off by default: solved under a per-process speed sampled while other jobs come and go,
-    their overheads made the fidelity benchmark worse (``docs/fidelity.md``). ``base``: an earlier calibration to add the measured parts to.
+    their overheads made the fidelity benchmark worse (``docs/fidelity.md``). ``base``: an earlier calibration to add the measured parts to. ``probe_steps`` timed steps per probe run
+    and ``probe_launches`` runs of each probe (median): fewer measure faster and noisier.
 
     The calibration the hybrid fidelity benchmark validated (``docs/fidelity.md``,
     ``--speed joint``) is this one with ``probe_worlds=(4, 8)`` passed through
@@ -691,7 +694,7 @@ def calibrate_hybrid(
         groups = sorted({g for k in ks for g in (2, 4, 8) if g <= k})
         if groups:
             now["collectives"] = {**cal.get("collectives", {}), **measure_collectives(groups)}
-        rt = measure_runtime_overhead(model, now, ks)
+        rt = measure_runtime_overhead(model, now, ks, steps=probe_steps, launches=probe_launches)
         cal["runtime_speed"] = now["speed"]
         cal["runtime_collectives"] = now["collectives"]
         cal["runtime"] = rt["overhead"]
@@ -708,6 +711,8 @@ def check_hybrid_settings(
     worlds: Sequence[Any],
     probe_worlds: Sequence[Any],
     repeats: Any,
+    probe_steps: Any = 5,
+    probe_launches: Any = 2,
 ) -> None:
     """The arguments of :func:`calibrate_hybrid_fitted` (also ``runners.profile``'s
     ``hybrid.*``), checked: ``ValueError`` naming the first bad one (``tps[] = 0; ...``)."""
@@ -730,8 +735,10 @@ def check_hybrid_settings(
     for v in recomputes:
         if v not in ("none", "full", "selective"):
             raise ValueError(f"recomputes[] = {v!r}; expected none, full or selective")
-    if not is_whole(repeats, 1):
-        raise ValueError(f"repeats = {repeats!r}; expected an integer >= 1")
+    for name, v in (("repeats", repeats), ("probe_steps", probe_steps),
+                    ("probe_launches", probe_launches)):  # fmt: skip
+        if not is_whole(v, 1):
+            raise ValueError(f"{name} = {v!r}; expected an integer >= 1")
 
 
 def check_probe_model(model: dict[str, Any], probe_worlds: Sequence[int]) -> tuple[Any, int]:
@@ -793,6 +800,8 @@ def calibrate_hybrid_fitted(
     probe_worlds: Sequence[int] = (4, 8),
     repeats: int = 3,
     echo: Callable[[str], None] | None = None,
+    probe_steps: int = 5,
+    probe_launches: int = 2,
 ) -> dict[str, Any]:
     """The hybrid calibration of ``model`` as the fidelity benchmark validated it
     (``docs/fidelity.md``, ``--speed joint``): segment times and memory for every ``(tp,
@@ -812,7 +821,8 @@ def calibrate_hybrid_fitted(
     try:
         check_hybrid_settings(
             tps=tps, micro_sizes=micro_sizes, recomputes=recomputes, worlds=worlds,
-            probe_worlds=probe_worlds, repeats=repeats,
+            probe_worlds=probe_worlds, repeats=repeats, probe_steps=probe_steps,
+            probe_launches=probe_launches,
         )  # fmt: skip
     except ValueError as exc:
         raise ValueError(f"calibrate_hybrid_fitted: {exc}") from None
@@ -832,8 +842,9 @@ def calibrate_hybrid_fitted(
     )  # fmt: skip
     say(f"runtime probes at 1 and {sorted(int(k) for k in probe_worlds)} processes")
     cal = calibrate_hybrid(
-        model, probe_worlds=tuple(int(k) for k in probe_worlds), parts=("runtime",), base=cal
-    )
+        model, probe_worlds=tuple(int(k) for k in probe_worlds), parts=("runtime",), base=cal,
+        probe_steps=int(probe_steps), probe_launches=int(probe_launches),
+    )  # fmt: skip
     say("fitting the per-microbatch overhead and per-process speeds to the probes")
     return fit_to_probes(graph, cal, global_batch=batch)
 

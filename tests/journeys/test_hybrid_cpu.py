@@ -33,13 +33,16 @@ def test_profile_plan_and_execute_a_hybrid_plan_with_its_prediction(tmp_path):
          "concurrency=null", "matmul_n=128", "copy_mb=8", "p2p_repeats=2",
          f"hybrid.model={{name: gpt2, config: {CONFIG}}}", "hybrid.tps=[1]",
          "hybrid.micro_sizes=[1]", "hybrid.recomputes=[none]", "hybrid.worlds=[2]",
-         "hybrid.probe_worlds=[2]", "hybrid.repeats=1"],
+         "hybrid.probe_worlds=[2]", "hybrid.repeats=1", "hybrid.probe_steps=2",
+         "hybrid.probe_launches=1"],
         timeout=400,
     )  # fmt: skip
     assert "hybrid calibration of gpt2" in prof.stdout
     hcal = json.loads(cal.read_text())["hybrid"]
     assert set(hcal["segments"]) == {"1", "2"}  # tp 1 asked, tp 2 for the probes
     assert set(hcal["probe_fit"]["probes"]) == {"1/microbatch", "2/p2p", "2/tp", "2/ddp", "2/fsdp"}
+    # one run of each probe (probe_launches=1) of 2 timed steps (probe_steps=2)
+    assert all(len(p["runs"]) == 1 for p in hcal["runtime_probes"].values())
 
     train = tmp_path / "train"
     tr = _run(

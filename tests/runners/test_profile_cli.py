@@ -60,6 +60,8 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
             "runtime.rounds = 0",
         ),
         ([f"hybrid.model={HYBRID}", "hybrid.probe_worlds=[3]"], "hybrid.probe_worlds[] = 3"),
+        ([f"hybrid.model={HYBRID}", "hybrid.probe_steps=0"], "hybrid.probe_steps = 0"),
+        ([f"hybrid.model={HYBRID}", "hybrid.probe_launches=1.5"], "hybrid.probe_launches = 1.5"),
         ([f"hybrid.model={HYBRID}", "hybrid.tps=[]"], "hybrid.tps is empty"),
         ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[some]"], "hybrid.recomputes[] = 'some'"),
         # a string model, a scalar list, a degree that splits heads, a microbatch over the
