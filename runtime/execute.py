@@ -194,9 +194,8 @@ def _launch(
             if exc.error_type == "timeout" and exc.rank == -1:
                 raise RankFailure(-1, "timeout", timeout, "", exc.exit_codes) from None
             raise
-        for done in folder.glob(
-            "result_rank*.json"
-        ):  # spawn's markers: rank{r}.json hold the records
+        # spawn's own markers (the records are rank{r}.json, as under torchrun)
+        for done in folder.glob("result_rank*.json"):
             done.unlink(missing_ok=True)
         return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(nproc)]
     env = dict(os.environ)
@@ -404,7 +403,8 @@ def execute(
     forked from a fork server that imported torch once, or ``torchrun --standalone``); gloo
     on CPU, nccl on CUDA. ``capture_grads=True`` puts the first step's gradients in
     ``result.extra["grads"]``. With ``out_dir`` the spec, per-rank records and logs
-    (``rank{r}.log``, or ``torchrun.log``) and ``result.json`` are kept there. ``rehearse`` (True/False) first checks that this
+    (``rank{r}.log``, or ``torchrun.log``) and ``result.json`` are kept there.
+    ``rehearse`` (True/False) first checks that this
     machine can run the plan's devices (:func:`check_machine`; ``None`` skips the check);
     a rehearsal's note is in ``result.extra["note"]`` and is passed to ``echo`` (if given)
     before the launch.

@@ -282,10 +282,10 @@ def spawn(
 
     Each process gets this process's environment plus ``env``, ``RANK``, ``LOCAL_RANK``,
     ``WORLD_SIZE``, ``MASTER_ADDR`` and a free ``MASTER_PORT``; ``fn`` must be importable
-    (a module-level function) and return a JSON-serialisable value. If a rank exits non-zero, the survivors get ``grace_s``
-    seconds, then are terminated (SIGTERM, then SIGKILL) and :class:`RankFailure` is
-    raised with the first failing rank's error (``error_rank{r}.json`` records, which
-    ``fn`` may write itself into ``folder``). If the job runs past ``timeout_s`` every
+    (a module-level function) and return a JSON-serialisable value. If a rank exits
+    non-zero, the survivors get ``grace_s`` seconds, then are terminated (SIGTERM, then
+    SIGKILL) and :class:`RankFailure` is raised with the first failing rank's error
+    (``error_rank{r}.json`` records, which ``fn`` may write itself into ``folder``). If the job runs past ``timeout_s`` every
     rank is killed and ``RankFailure`` (type ``"timeout"``) is raised. ``folder``: where
     the ranks' records go (default: a temporary folder); ``logs``: each rank's stdout and
     stderr go to ``folder/rank{r}.log`` instead of this process's.
