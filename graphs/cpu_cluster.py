@@ -69,16 +69,17 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
     for k in ("concurrency", "runtime", "hybrid"):
         f.obj(cal.get(k) or {}, k, free=True)
     hy = cal.get("hybrid") or {}
-    for k in HYBRID_CALIBRATION_KEYS if hy else ():  # refused here, naming the file, not
-        if k not in hy:  # when a planner first builds the model from it
-            raise f.fail(
-                f"hybrid.{k}",
-                "is missing: a hybrid calibration holds "
-                f"{list(HYBRID_CALIBRATION_KEYS)} (python -m runners.profile hybrid.model=...)",
-            )
-        f.obj(hy[k], f"hybrid.{k}", free=True)
-    if hy and "model" in hy:
-        f.obj(hy["model"], "hybrid.model", required=("name",), free=True)
+    if hy:  # refused here, naming the file, not when a planner first builds the model from it
+        for k in HYBRID_CALIBRATION_KEYS:
+            if k not in hy:
+                raise f.fail(
+                    f"hybrid.{k}",
+                    f"is missing: a hybrid calibration holds {list(HYBRID_CALIBRATION_KEYS)} "
+                    "(python -m runners.profile hybrid.model=...)",
+                )
+            f.obj(hy[k], f"hybrid.{k}", free=True)
+        if "model" in hy:
+            f.obj(hy["model"], "hybrid.model", required=("name",), free=True)
 
     def count(key: str, path: str, lo: int) -> None:  # a process count written as a key
         if not (key.isdigit() and not key.startswith("0") and int(key) >= lo):

@@ -283,39 +283,40 @@ def segment_of_nodes(gm: fx.GraphModule, blocks: str, n_layer: int) -> dict[str,
     return seg
 
 
-#: Programs :func:`check_hybrid` exported, by model spec and microbatch size (the export of
-#: a small GPT-2 costs about a second of CPU; a calibration checks the same model's probe
-#: plans again and again). At most :data:`_PROGRAMS_KEPT` are kept.
-_PROGRAMS: dict[str, tuple[int, list[str], int, fx.GraphModule]] = {}
-_PROGRAMS_KEPT = 8
-
-
 def _checked_program(
     model: Mapping[str, Any], microbatch_size: int
 ) -> tuple[int, list[str], int, fx.GraphModule]:
     """``(batch, blocks, n_layer, program)`` of ``model`` exported (on the meta device) for
-    one microbatch of ``microbatch_size`` samples; cached per spec while it is plain JSON."""
+    one microbatch of ``microbatch_size`` samples. Cached per plain-JSON spec (the export of
+    a small GPT-2 costs about a second of CPU; a calibration checks the same model's probe
+    plans again and again); a spec holding live objects is exported every time."""
     import json
 
+    try:
+        key = json.dumps([model, microbatch_size], sort_keys=True)
+    except (TypeError, ValueError):
+        return _export_program(model, microbatch_size)
+    return _exported(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _exported(key: str) -> tuple[int, list[str], int, fx.GraphModule]:
+    import json
+
+    return _export_program(*json.loads(key))
+
+
+def _export_program(
+    model: Mapping[str, Any], microbatch_size: int
+) -> tuple[int, list[str], int, fx.GraphModule]:
     from runtime.model import load_model
 
-    try:
-        key: str | None = json.dumps([model, microbatch_size], sort_keys=True)
-    except (TypeError, ValueError):
-        key = None  # a spec with live objects: exported every time
-    if key is not None and key in _PROGRAMS:
-        return _PROGRAMS[key]
     zm = load_model(model, device="meta")
     batch = int(zm.example_inputs[0].shape[0])
     mb = tuple(x[:microbatch_size] for x in zm.example_inputs)
     gm = export_with_loss(zm.module, mb, zm.loss_fn)
     blocks, n_layer = block_list(gm)
-    out = (batch, blocks, n_layer, gm)
-    if key is not None:
-        while len(_PROGRAMS) >= _PROGRAMS_KEPT:
-            _PROGRAMS.pop(next(iter(_PROGRAMS)))
-        _PROGRAMS[key] = out
-    return out
+    return batch, blocks, n_layer, gm
 
 
 def check_hybrid(model: Mapping[str, Any], layout: HybridSpec) -> None:

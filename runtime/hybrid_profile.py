@@ -662,8 +662,9 @@ def calibrate_hybrid(
     ``probe_worlds``, on its k-process probes, and adds ``runtime`` (the overheads by process
     count) and ``memory.worker_base`` / ``memory.step_residue``. The k-process probes are
     off by default: solved under a per-process speed sampled while other jobs come and go,
-    their overheads made the fidelity benchmark worse (``docs/fidelity.md``). ``base``: an earlier calibration to add the measured parts to. ``probe_steps`` timed steps per probe run
-    and ``probe_launches`` runs of each probe (median): fewer measure faster and noisier.
+    their overheads made the fidelity benchmark worse (``docs/fidelity.md``). ``base``: an
+    earlier calibration to add the measured parts to. ``probe_steps`` timed steps per probe
+    run and ``probe_launches`` runs of each probe (median): fewer measure faster, noisier.
 
     The calibration the hybrid fidelity benchmark validated (``docs/fidelity.md``,
     ``--speed joint``) is this one with ``probe_worlds=(4, 8)`` passed through

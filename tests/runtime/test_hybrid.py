@@ -321,7 +321,7 @@ def test_check_hybrid_exports_a_model_once_per_microbatch_size(monkeypatch):
 
     calls = []
     real = rh.export_with_loss
-    monkeypatch.setattr(rh, "_PROGRAMS", {})
+    rh._exported.cache_clear()
     monkeypatch.setattr(rh, "export_with_loss", lambda *a: calls.append(1) or real(*a))
     model = gpt2(2)
     rh.check_hybrid(model, layout(1, 2, 1))
