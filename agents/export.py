@@ -24,7 +24,7 @@ from agents.policies.sb3 import scores_to_logits
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
-from graphs.schema import Fields, is_whole, show
+from graphs.schema import Fields, check_path, is_whole, show
 from placement_env.oracles.base import Oracle
 
 POLICY_FORMAT = "devplace.policy"
@@ -128,7 +128,7 @@ def export_policy(model: Any, path: str | Path, *, meta: Mapping[str, Any] | Non
         meta: provenance to store (training instances, budgets, ...), JSON-like.
     """
     payload = policy_payload(model, meta=meta)
-    path = Path(path)
+    path = check_path(path, "export_policy: path")
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(payload, path)
     return path
@@ -181,7 +181,7 @@ def resolve_policy(path: str | Path) -> Path:
     unless a file of that name exists, else ``path`` itself."""
     from agents.generalist import shipped_path
 
-    p = Path(path)
+    p = check_path(path, "policy", "a shipped policy name or a file path")
     shipped = shipped_path(str(path))
     if shipped is not None and not p.exists():
         if not shipped.exists():
@@ -457,7 +457,7 @@ class ExportedPolicy:
             env_options=self.env_options,
             meta=self.meta,
         )
-        path = Path(path)
+        path = check_path(path, "ExportedPolicy.save: path")
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(payload, path)
         return path

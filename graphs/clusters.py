@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from graphs.cluster import Cluster
+from graphs.schema import check_path
 
 _CPU_RE = re.compile(r"^cpu_(\d+)(?:@(.+))?$")
 _NODES_RE = re.compile(r"^(.+)_x(\d+)$")
@@ -67,9 +68,10 @@ def load(name: str, *, nodes: int = 1) -> Cluster:
             f"clusters.load: nodes must be at most {MAX_NODES:,} (32,768 GPUs of 8-GPU nodes "
             f"load in about 4 s), got {nodes:,}"
         )
-    p = Path(name)
+    p = check_path(name, "clusters.load: name", "a preset name or a file path")
     if p.suffix in (".yaml", ".yml", ".json") and p.exists():
         return from_file(p, nodes=nodes)
+    name = os.fspath(name)
     m = _CPU_RE.match(name)
     if m:
         if nodes != 1:

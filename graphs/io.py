@@ -14,7 +14,7 @@ import numpy as np
 from graphs.cluster import Cluster, Device, Link
 from graphs.compgraph import BWD, FWD, CompGraph
 from graphs.layout import dims_from_mapping
-from graphs.schema import Fields, read_json
+from graphs.schema import Fields, check_path, read_json
 
 GRAPH_FORMAT = "devplace.graph"
 GRAPH_VERSION = 1
@@ -83,7 +83,7 @@ def _is_int(v: Any) -> bool:
 
 
 def _write_json(obj: Any, path: str | Path, indent: int | None) -> None:
-    path = Path(path)
+    path = check_path(path)
     text = json.dumps(obj, indent=indent, allow_nan=False)
     if path.suffix == ".gz":
         path.write_bytes(gzip.compress(text.encode("utf-8"), mtime=0))
@@ -347,7 +347,7 @@ def read_fiddle(path: str | Path) -> tuple[CompGraph, Cluster]:
     unknown id, or two different costs on edges out of one node (beyond
     ``FIDDLE_COST_TOL``, the reference code's tolerance).
     """
-    path = Path(path)
+    path = check_path(path, "read_fiddle: path")
     source = str(path)
     d = read_json(path)
     s = Fields(source)

@@ -14,7 +14,7 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import MAX_LAYOUT_MICROBATCHES, HybridLayout, balanced_stage_layers, model_dims
-from graphs.schema import Fields, read_json, show
+from graphs.schema import Fields, check_path, read_json, show
 
 PLAN_FORMAT = "devplace.plan"
 PLAN_VERSION = 1
@@ -422,11 +422,15 @@ class Plan:
             raise ValueError(f"{source}: {exc}") from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False))
+        check_path(path, "Plan.save: path").write_text(
+            json.dumps(self.to_dict(), indent=1, allow_nan=False)
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
-        """Read a plan file (see :meth:`from_dict`); ``ValueError`` naming the file and field."""
+        """Read a plan file (see :meth:`from_dict`); ``ValueError`` naming the file and field,
+        ``TypeError`` when ``path`` is not a file path."""
+        path = check_path(path, "Plan.load: path")
         return cls.from_dict(read_json(path), source=str(path))
 
     @property

@@ -14,6 +14,7 @@ import gzip
 import json
 import math
 import numbers
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -289,9 +290,21 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def check_path(path: Any, what: str = "path", expected: str = "a file path") -> Path:
+    """``path`` as a :class:`~pathlib.Path`; a value that is not a file path (``None``, a
+    number, bytes, ...) raises a ``TypeError`` naming ``what`` and the value, where
+    ``open(5)`` would read file descriptor 5 and ``Path(None)`` says only "expected str"."""
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"{what} is {show(path)} ({type(path).__name__}); expected {expected} "
+            "(str or os.PathLike)"
+        )
+    return Path(path)
+
+
 def read_bytes(path: str | Path) -> bytes:
     """The file's bytes, gunzipped when it ends in ``.gz``; ``ValueError`` naming the file."""
-    path = Path(path)
+    path = check_path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -384,4 +397,13 @@ def read_yaml(path: str | Path) -> Any:
     return data
 
 
-__all__ = ["MAX_DEPTH", "Fields", "read_bytes", "read_json", "read_text", "read_yaml", "show"]
+__all__ = [
+    "MAX_DEPTH",
+    "Fields",
+    "check_path",
+    "read_bytes",
+    "read_json",
+    "read_text",
+    "read_yaml",
+    "show",
+]

@@ -169,6 +169,14 @@ def test_load_policy_rejects_foreign_or_stale_files(tmp_path: Path):
         export_policy(object(), tmp_path / "x.pt")
 
 
+@pytest.mark.parametrize("value", [None, 0, 1.5, b"generalist"])
+def test_load_policy_refuses_a_value_that_is_no_name_or_path(value):
+    """``load_policy(None)`` said only "expected str, bytes or os.PathLike object"; the
+    refusal now names the argument, the value and what it should be."""
+    with pytest.raises(TypeError, match=r"policy is .*a shipped policy name or a file path"):
+        load_policy(value)
+
+
 @pytest.mark.parametrize("env_id,policy", CASES)
 def test_plans_keep_colocation_groups_together(tmp_path: Path, env_id, policy):
     # forward ops 0-2 with their backward ops 3-5: node i and i + 3 share a group

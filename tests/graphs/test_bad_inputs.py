@@ -634,3 +634,36 @@ def test_whole_and_number_predicates() -> None:
     assert not is_number(0, 0, lo_open=True) and not is_number(-1, 0)
     assert not is_number(True) and not is_number(float("nan")) and not is_number(float("inf"))
     assert not is_number("1")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("value", [None, 5, 2.5, True, b"plan.json", ["plan.json"]])
+def test_a_value_that_is_no_path_is_refused_naming_it(kind: str, value: Any) -> None:
+    """Every file reader refuses a value that is not a path with a ``TypeError`` that names
+    the value and its type (``Path(None)`` said only "expected str, bytes or os.PathLike").
+    ``True`` is refused although ``open(True)`` would read file descriptor 1."""
+    with pytest.raises(TypeError) as info:
+        read(kind, value)  # type: ignore[arg-type]
+    msg = str(info.value)
+    assert show(value) in msg and type(value).__name__ in msg and "file path" in msg, msg
+
+
+def test_writers_refuse_a_value_that_is_no_path() -> None:
+    g = CompGraph.build(2, [(0, 1)], flops=1.0, out_bytes=8.0)
+    plan = Plan.for_graph(np.zeros(2, dtype=np.int64), g, clusters.load("cpu_2"))
+    for write_one, what in ((plan.save, "Plan.save: path"), (lambda p: gio.save(g, p), "path")):
+        with pytest.raises(TypeError, match=f"{what} is None"):
+            write_one(None)
+
+
+@pytest.mark.parametrize("value", [None, 8, True])
+def test_clusters_load_refuses_a_value_that_is_no_name(value: Any) -> None:
+    with pytest.raises(TypeError, match=r"clusters.load: name is .*preset name or a file path"):
+        clusters.load(value)
+
+
+def test_clusters_load_takes_a_path_object_as_a_name_or_a_file(tmp_path: Path) -> None:
+    assert clusters.load(Path("dgx1_v100_8")).num_devices == 8
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(clusters.load("dgx1_v100_8").to_dict()))
+    assert clusters.load(path).num_devices == 8
