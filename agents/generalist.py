@@ -403,12 +403,19 @@ def teacher_plan(
     anneal_calls: int = 300,
     seed: int = 0,
     teacher_seconds: float | None = None,
+    student: Any = None,
+    student_samples: int = 1024,
 ) -> tuple[np.ndarray, float, str]:
     """The label of ``problem``: the fastest feasible teacher plan, then annealed.
 
     ``teacher_seconds``: the ``time_limit`` given to the exact planners among the teachers
     (:data:`TIMED_TEACHERS`; ``None``: their own default, 60 s). Stopped early they return
     their best plan so far, which still competes as a label.
+
+    ``student``: an :class:`~agents.export.ExportedPolicy` whose zero-shot plan
+    (``student_samples`` chain samples, ``seed``) competes as one more teacher, named
+    ``"student"`` -- one round of expert iteration: the label is the policy's own plan
+    wherever that beats the classic teachers, improved by the same annealing.
 
     Returns ``(unit placement (U,), step time s, teacher name)``; ``name`` gets
     ``+anneal`` when annealing improved it. ``InfeasiblePlanError`` when no teacher finds a
@@ -432,6 +439,16 @@ def teacher_plan(
         t = float(p.meta["step_time"])
         if best is None or t < best[0]:
             best = (t, np.asarray(p.placement), name)
+    if student is not None:
+        try:  # the fastest memory-feasible placement of its samples
+            p = student.plan(
+                problem.graph, problem.cluster, microbatches=problem.microbatches,
+                schedule=problem.schedule, samples=student_samples, oracle=oracle, seed=seed,
+            )  # fmt: skip
+        except baselines.InfeasiblePlanError:
+            p = None
+        if p is not None and (best is None or float(p.meta["step_time"]) < best[0]):
+            best = (float(p.meta["step_time"]), np.asarray(p.placement), "student")
     if best is None:
         raise baselines.InfeasiblePlanError(f"no teacher found a feasible plan of {problem.name}")
     t, placement, name = best
@@ -459,6 +476,7 @@ def label_corpus(
     anneal_calls: int = 300,
     log: Any = None,
     teacher_seconds: float | None = None,
+    student: Any = None,
 ) -> list[dict[str, Any]]:
     """Teacher labels of ``problems``, read from / appended to the JSON-lines file ``cache``
     (so an interrupted run resumes). Problems no teacher can place are skipped."""
@@ -477,7 +495,7 @@ def label_corpus(
                 try:
                     units, t, who = teacher_plan(
                         pb, teachers, anneal_calls=anneal_calls, seed=i,
-                        teacher_seconds=teacher_seconds,
+                        teacher_seconds=teacher_seconds, student=student,
                     )  # fmt: skip
                 except Exception as exc:  # infeasible or a planner refusing the instance
                     done[pb.name] = {"name": pb.name, "error": str(exc)}

@@ -99,6 +99,11 @@ def main(argv: list[str] | None = None) -> None:
         help="time limit of the exact planners among the teachers (ideal_dp, ilp); "
         "default: their own (60 s)",
     )  # fmt: skip
+    ap.add_argument(
+        "--student", default=None, metavar="POLICY",
+        help="a policy (file or shipped name) whose zero-shot plan (1024 chain samples) "
+        "competes with the teachers for each label: one round of expert iteration",
+    )  # fmt: skip
     ap.add_argument("--max-minutes", type=float, default=None, help="stop training early")
     ap.add_argument("--stages", nargs="+", default=["label", "train", "export"])
     ap.add_argument(
@@ -130,6 +135,11 @@ def main(argv: list[str] | None = None) -> None:
     def log(msg: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
 
+    student = None
+    if args.student is not None:
+        from agents import load_policy
+
+        student = load_policy(args.student)
     t0 = time.perf_counter()
     problems: list[G.Problem] = []
     labels: list[dict] = []
@@ -140,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         cache = args.work / ("labels.jsonl" if cs == 0 else f"labels.seed{cs}.jsonl")
         labels += G.label_corpus(
             draw, cache, teachers=args.teachers, anneal_calls=args.anneal_calls, log=log,
-            teacher_seconds=args.teacher_seconds,
+            teacher_seconds=args.teacher_seconds, student=student,
         )  # fmt: skip
         problems += draw
     label_seconds = time.perf_counter() - t0
@@ -193,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         "teachers": args.teachers,
         "anneal_calls": args.anneal_calls,
         "teacher_seconds": args.teacher_seconds,
+        "student": args.student,
         "teacher_labels": teachers_used,
         "canonical_labels": args.canonical_labels,
         "labels_renamed": renamed,

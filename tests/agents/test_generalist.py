@@ -13,7 +13,7 @@ import torch
 from agents import generalist as G
 from agents.export import _encoding_spec, load_policy
 from graphs import synthetic
-from graphs.plan import check_placement
+from graphs.plan import Plan, check_placement
 from placement_env.encoding import unit_graph
 
 SHIPPED = G.PRETRAINED_DIR / "generalist.pt"
@@ -179,6 +179,34 @@ def test_teacher_plan_is_no_slower_than_its_best_teacher() -> None:
     )
     assert t <= ref + 1e-12 and who.split("+")[0] in ("expert", "metis")
     assert units.shape == (unit_graph(g).num_units,)
+
+
+def test_a_student_competes_with_the_teachers_for_the_label() -> None:
+    """Expert iteration (``student=``): the policy's own zero-shot plan is one more
+    teacher. On the first problem the student (the shipped generalist, 64 samples) beats
+    the teachers, so the label is its plan (annealing off), as the oracle scores it; on the
+    second ``pipedream_dp`` beats its 4 samples and keeps the label."""
+    student = load_policy("generalist")
+    g, c = _problem(4, 40, "pcie", 3)
+    pb = G.Problem("p", g, c, 4, "gpipe", "train")
+    own = student.plan(g, c, microbatches=4, schedule="gpipe", samples=64, oracle=pb.oracle())
+    teachers = ("single", "metis", "pipedream_dp")
+    alone = G.teacher_plan(pb, teachers, anneal_calls=0)
+    assert float(own.meta["step_time"]) < alone[1]
+    units, t, who = G.teacher_plan(
+        pb, teachers, anneal_calls=0, student=student, student_samples=64
+    )
+    assert who == "student" and t == pytest.approx(float(own.meta["step_time"]))
+    placement = units[unit_graph(g).node_unit]
+    assert pb.oracle().evaluate(Plan.for_graph(placement, g, c)).step_time == pytest.approx(t)
+
+    g, c = _problem(5, 30, "pcie", 2)
+    pb = G.Problem("q", g, c, 4, "gpipe", "train")
+    own = student.plan(g, c, microbatches=4, schedule="gpipe", samples=4, oracle=pb.oracle())
+    alone = G.teacher_plan(pb, teachers, anneal_calls=0)
+    assert alone[1] < float(own.meta["step_time"]) and alone[2] == "pipedream_dp"
+    units, t, who = G.teacher_plan(pb, teachers, anneal_calls=0, student=student, student_samples=4)
+    assert who == "pipedream_dp" and t == alone[1] and np.array_equal(units, alone[0])
 
 
 def test_teacher_plan_passes_its_time_limit_to_the_exact_teachers(monkeypatch) -> None:
