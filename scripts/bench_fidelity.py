@@ -4,7 +4,7 @@ Hybrid plans (dp x tp x pp, ZeRO, recomputation): ``--hybrid``, see scripts/fide
 
 Usage: python scripts/bench_fidelity.py [--devices 2] [--random 14] [--rounds 2]
        [--microbatches 4] [--nice -10] [--seed 0] [--json RAW.json] [--resimulate RAW.json]
-       [--out docs/fidelity.md]
+       [--out docs/fidelity.md] [--plot docs/fidelity.png] [--plot-from RAW.json]
 
 Calibrates cpu_N with runtime.profile (device roofline figures, per-op overhead, gloo
 p2p, hand-off latency, per-transfer endpoint cost, per-process speed with k processes
@@ -21,6 +21,8 @@ MAPE per cluster and input to a markdown file (rewritten after every round; text
 after the ANALYSIS marker is kept). The hand-off latency and the endpoint cost are
 re-measured before every round, under that moment's load, and their means used.
 --resimulate reuses the measured runs (and per-node times) of an earlier --json file.
+Each run also draws predicted against measured step times (--plot, default beside --out);
+--plot-from RAW.json redraws that plot from an earlier --json file without measuring.
 """
 
 from __future__ import annotations
@@ -222,7 +224,22 @@ def main() -> None:
         default=None,
         help="JSON of an earlier run: reuse its measured runs, recompute only the simulated columns",
     )
+    ap.add_argument(
+        "--plot", default=None,
+        help="the predicted-vs-measured plot (PNG); default: --out with the suffix .png",
+    )  # fmt: skip
+    ap.add_argument(
+        "--plot-from", default=None, metavar="RAW.json",
+        help="only draw the plot of an earlier --json file (no measurement) to --plot",
+    )  # fmt: skip
     args = ap.parse_args()
+    if args.plot_from:
+        old = json.loads(Path(args.plot_from).read_text())
+        rounds = min(len(r["runs"]) for r in old["rows"])
+        out = plot_fidelity(old["rows"], Path(args.plot or Path(args.plot_from).with_suffix(".png")),
+                            f"{rounds} round(s), from {Path(args.plot_from).name}")  # fmt: skip
+        print(f"wrote {out}")
+        return
     if args.nice:
         os.nice(args.nice)
 
@@ -465,9 +482,57 @@ def report(
             )
         )
     write_markdown(Path(args.out), rows, stats_by, cal, args, seconds, load, rounds)
+    plot_fidelity(rows, Path(args.plot or Path(args.out).with_suffix(".png")),
+                  f"{rounds} round(s), {args.microbatches} microbatches")  # fmt: skip
     for cl, st in stats_by.items():
         for key, (rho, mape) in st.items():
             print(f"{cl} {key}: Spearman {rho:.3f}, MAPE {mape:.1f} %", flush=True)
+
+
+#: The inputs drawn in the plot: the method fixed in advance, and the same without the
+#: runtime's compute factor (what the factor corrects).
+PLOT_COLUMNS = ("calibrated", "in_order")
+
+
+def plot_fidelity(rows: list[dict], path: Path, title: str = "") -> Path:
+    """Predicted against measured step time, one point per plan and input of
+    :data:`PLOT_COLUMNS` (bars: the measured runs' interquartile range), the diagonal and
+    a +-15 % band (the MAPE target); Spearman and MAPE of each input in its legend entry.
+    Written as a PNG to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.get("measured") is not None and r.get("runs")]
+    fig, axes = plt.subplots(1, len({r["cluster"] for r in ok}) or 1, squeeze=False,
+                             figsize=(5.5, 5))  # fmt: skip
+    for ax, cl in zip(axes[0], dict.fromkeys(r["cluster"] for r in ok)):
+        rs = [r for r in ok if r["cluster"] == cl]
+        meas = np.array([r["measured"] for r in rs]) * 1e3
+        q1 = np.array([np.percentile(r["runs"], 25) for r in rs]) * 1e3
+        q3 = np.array([np.percentile(r["runs"], 75) for r in rs]) * 1e3
+        for key, marker in zip(PLOT_COLUMNS, ("o", "x")):
+            sim = np.array([r[key] for r in rs]) * 1e3
+            rho, mape = summarize(rs, key)
+            ax.errorbar(meas, sim, xerr=[meas - q1, q3 - meas], fmt=marker, ms=5, capsize=2,
+                        elinewidth=0.7, label=f"{key}: Spearman {rho:.3f}, MAPE {mape:.1f} %")  # fmt: skip
+        lo = 0.8 * min(meas.min(), min(min(r[k] for k in PLOT_COLUMNS) for r in rs) * 1e3)
+        hi = 1.1 * max(meas.max(), max(max(r[k] for k in PLOT_COLUMNS) for r in rs) * 1e3)
+        xs = np.array([lo, hi])
+        ax.plot(xs, xs, "k-", lw=0.8)
+        ax.fill_between(xs, 0.85 * xs, 1.15 * xs, color="0.85", zorder=0, label="within 15 %")
+        ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step (ms, median of rounds)",
+               ylabel="simulated step (ms)", title=f"{cl}: {len(rs)} plans")  # fmt: skip
+        ax.legend(fontsize=7, loc="upper left")
+    if title:
+        fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def summarize(rows: list[dict], key: str) -> tuple[float, float]:
