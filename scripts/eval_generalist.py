@@ -194,6 +194,61 @@ def table(rows: list[dict[str, Any]], split: str) -> str:
     return "\n".join(lines)
 
 
+#: The issue's held-out targets, drawn on the plot: geo-mean and worst pair.
+TARGET_GEOMEAN, TARGET_WORST = 1.10, 1.25
+
+
+def plot_rows(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
+    """Zero-shot / per-model search per row (bars from 1, one colour per split; a hatched bar
+    to the worst-pair target where the plan is out of memory or missing) beside its planning
+    time, with the geo-mean and worst-pair targets as lines. Written as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rs = list(reversed(rows))  # the first row on top
+    y = np.arange(len(rs))
+    fig, (ax, at) = plt.subplots(1, 2, figsize=(10, 0.28 * len(rs) + 1.6), sharey=True,
+                                 gridspec_kw={"width_ratios": [3, 1]})  # fmt: skip
+    colours = {"heldout": "tab:red", "train": "tab:blue"}
+    for split in dict.fromkeys(r["split"] for r in rs):
+        idx = [i for i, r in enumerate(rs) if r["split"] == split]
+        ratios = [rs[i].get("ratio") for i in idx]
+        ok = [r for r in ratios if r is not None]
+        geo = math.exp(np.mean(np.log(ok))) if ok else float("nan")
+        worst = max(ok, default=float("nan"))
+        ax.barh([y[i] for i in idx], [(r if r is not None else 1.0) - 1.0 for r in ratios],
+                left=1.0, color=colours.get(split, "tab:grey"),
+                label=f"{split}: geo-mean {geo:.3f}, worst {worst:.3f}")  # fmt: skip
+        for i, r in zip(idx, ratios):
+            if r is None:  # out of memory or no plan
+                ax.barh(y[i], TARGET_WORST - 1.0, left=1.0, color="white", edgecolor="k",
+                        hatch="//")  # fmt: skip
+        at.barh([y[i] for i in idx], [rs[i]["plan_seconds"] for i in idx],
+                color=colours.get(split, "tab:grey"))  # fmt: skip
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.axvline(
+        TARGET_GEOMEAN, color="k", ls="--", lw=0.8, label=f"target geo-mean {TARGET_GEOMEAN}"
+    )
+    ax.axvline(TARGET_WORST, color="k", ls=":", lw=0.8, label=f"target worst pair {TARGET_WORST}")
+    ok = [r["ratio"] for r in rs if r.get("ratio") is not None] or [1.0]
+    ax.set_xlim(min(0.95, min(ok) - 0.02), max(TARGET_WORST, max(ok)) + 0.05)
+    ax.set_yticks(y, [r["name"] for r in rs], fontsize=7)
+    ax.set_xlabel("zero-shot step time / per-model search")
+    ax.legend(fontsize=7, loc="upper right", framealpha=0.9)
+    at.axvline(2.0, color="k", ls=":", lw=0.8)
+    at.set_xlabel("planning time (s; target 2)")
+    if title:
+        fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="generalist")
@@ -208,6 +263,10 @@ def main(argv: list[str] | None = None) -> None:
     add_reference_argument(ap)
     ap.add_argument("--json", type=Path, default=Path("runs/generalist/eval.json"))
     ap.add_argument("--out", type=Path, default=Path("runs/generalist/eval.md"))
+    ap.add_argument(
+        "--plot", type=Path, default=None,
+        help="bar chart of the ratios and planning times (PNG; default: --out with .png)",
+    )  # fmt: skip
     ap.add_argument("--splits", nargs="+", default=["heldout", "train"])
     ap.add_argument(
         "--search-cache", type=Path, default=Path("runs/generalist/search.json"),
@@ -306,6 +365,8 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(md))
     print("\n".join(md))
+    plot = plot_rows(rows, args.plot or args.out.with_suffix(".png"), md[0])
+    print(f"wrote {plot}")
 
 
 if __name__ == "__main__":

@@ -79,3 +79,36 @@ def test_annealing_from_each_plan_is_never_worse_than_from_the_best_one(ev):
         a = baselines.get("anneal")(pb.graph, pb.cluster, pb.oracle(), calls, init=p.placement)
         runs.append(min(float(p.meta["step_time"]), float(a.meta["step_time"])))
     assert each["search_ms"] == pytest.approx(1e3 * min(runs), rel=1e-12)
+
+
+def test_the_plot_shows_every_row_and_a_missing_plan(ev, tmp_path, monkeypatch):
+    """``plot_rows`` draws one bar per row (an out-of-memory row hatched to the worst-pair
+    target) and the planning times beside them, and writes a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    rows = [
+        dict(name=f"m{i}", split="heldout" if i < 3 else "train",
+             ratio=None if i == 1 else 1 + 0.05 * i, plan_seconds=0.1 * (i + 1))
+        for i in range(5)
+    ]  # fmt: skip
+    drawn = []
+    real = plt.Figure.savefig
+
+    def keep(fig, *a, **k):
+        drawn.append(fig)
+        return real(fig, *a, **k)
+
+    monkeypatch.setattr(plt.Figure, "savefig", keep)
+    out = ev.plot_rows(rows, tmp_path / "gen.png", "title")
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    ax, at = drawn[0].axes
+    ratios = sorted(round(p.get_x() + p.get_width(), 6) for p in ax.patches)
+    # a bar from 1 per row (the missing row's of zero width), then its hatched one to 1.25
+    assert ratios == [1.0, 1.0, 1.1, 1.15, 1.2, 1.25]
+    assert sorted(round(p.get_width(), 6) for p in at.patches) == [0.1, 0.2, 0.3, 0.4, 0.5]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    geo = math.exp(np.mean(np.log([1.0, 1.1])))
+    assert f"heldout: geo-mean {geo:.3f}, worst 1.100" in labels
