@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,7 @@ def plot_rows(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
 
     rs = list(reversed(rows))  # the first row on top
     y = np.arange(len(rs))
-    fig, (ax, at) = plt.subplots(1, 2, figsize=(10, 0.28 * len(rs) + 1.6), sharey=True,
+    fig, (ax, at) = plt.subplots(1, 2, figsize=(13, 0.28 * len(rs) + 1.6), sharey=True,
                                  gridspec_kw={"width_ratios": [3, 1]})  # fmt: skip
     colours = {"heldout": "tab:red", "train": "tab:blue"}
     for split in dict.fromkeys(r["split"] for r in rs):
@@ -236,11 +237,11 @@ def plot_rows(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
     ax.set_xlim(min(0.95, min(ok) - 0.02), max(TARGET_WORST, max(ok)) + 0.05)
     ax.set_yticks(y, [r["name"] for r in rs], fontsize=7)
     ax.set_xlabel("zero-shot step time / per-model search")
-    ax.legend(fontsize=7, loc="upper right", framealpha=0.9)
+    ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
     at.axvline(2.0, color="k", ls=":", lw=0.8)
-    at.set_xlabel("planning time (s; target 2)")
+    at.set_xlabel("planning (s), target 2")
     if title:
-        fig.suptitle(title, fontsize=8)
+        fig.suptitle(textwrap.fill(title, 160), fontsize=8)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
