@@ -591,6 +591,21 @@ def write_json(path: str | Path, data: Any) -> None:
     write_bytes_atomic(Path(path), json.dumps(_finite(data), indent=1).encode())
 
 
+def save_figure(fig: Any, path: str | Path, *, dpi: int = 100, title: str | None = None) -> Path:
+    """Write a matplotlib figure as a PNG (``title`` as its small suptitle; folders
+    created) and close it; the path written."""
+    import matplotlib.pyplot as plt
+
+    if title:
+        fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so a reader sees the old or the new file, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -258,10 +258,7 @@ def plot_bars(rows: Sequence[dict[str, Any]], path: Path) -> None:
         ax.set_xticks(x, [a["agent"] for a in cells], rotation=45, ha="right", fontsize=8)
         ax.set_title(env)
         ax.set_ylabel("step time (ms)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path, dpi=110)
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="evaluate")

@@ -44,6 +44,7 @@ from graphs import zoo  # noqa: E402
 from graphs.cpu_cluster import concurrency_factor, cpu_cluster  # noqa: E402
 from graphs.plan import Plan  # noqa: E402
 from placement_env.oracles.simulator import Simulator  # noqa: E402
+from runners.common import save_figure  # noqa: E402
 from runtime.execute import execute_many  # noqa: E402
 from runtime.profile import calibration_groups, calibration_placements, node_owner  # noqa: E402
 
@@ -525,14 +526,7 @@ def plot_fidelity(rows: list[dict], path: Path, title: str = "") -> Path:
         ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step (ms, median of rounds)",
                ylabel="simulated step (ms)", title=f"{cl}: {len(rs)} plans")  # fmt: skip
         ax.legend(fontsize=7, loc="upper left")
-    if title:
-        fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110, title=title)
 
 
 def summarize(rows: list[dict], key: str) -> tuple[float, float]:

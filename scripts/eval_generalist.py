@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from agents import generalist as G
+from runners.common import save_figure
 
 #: One-call baselines of the ``best`` reference (the figures before 27 Nov 2026): the
 #: heuristics only (``random`` and ``anneal`` are searches).
@@ -240,14 +241,7 @@ def plot_rows(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
     ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
     at.axvline(2.0, color="k", ls=":", lw=0.8)
     at.set_xlabel("planning (s), target 2")
-    if title:
-        fig.suptitle(textwrap.fill(title, 160), fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title=textwrap.fill(title, 160))
 
 
 def main(argv: list[str] | None = None) -> None:
