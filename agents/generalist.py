@@ -468,6 +468,38 @@ def teacher_plan(
     return units, t, name
 
 
+def policy_fingerprint(policy: Any) -> str:
+    """A short SHA-256 of a policy's network weights (names, shapes, dtypes and bytes of its
+    ``state_dict``, in order): equal for the same weights wherever they were loaded from."""
+    import hashlib
+
+    h = hashlib.sha256()
+    net = getattr(policy, "net", policy)
+    for name, t in net.state_dict().items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def label_settings(
+    teachers: Sequence[str],
+    anneal_calls: int,
+    teacher_seconds: float | None,
+    student: Any = None,
+    student_samples: int = 1024,
+) -> dict[str, Any]:
+    """What a label of :func:`teacher_plan` depends on besides its problem: stored with each
+    cached label, so a cache is reused only by a run that would compute the same labels."""
+    return {
+        "teachers": list(teachers),
+        "anneal_calls": int(anneal_calls),
+        "teacher_seconds": None if teacher_seconds is None else float(teacher_seconds),
+        "student": None if student is None else policy_fingerprint(student),
+        "student_samples": None if student is None else int(student_samples),
+    }
+
+
 def label_corpus(
     problems: Sequence[Problem],
     cache: Path,
@@ -477,15 +509,34 @@ def label_corpus(
     log: Any = None,
     teacher_seconds: float | None = None,
     student: Any = None,
+    student_samples: int = 1024,
 ) -> list[dict[str, Any]]:
     """Teacher labels of ``problems``, read from / appended to the JSON-lines file ``cache``
-    (so an interrupted run resumes). Problems no teacher can place are skipped."""
+    (so an interrupted run resumes). Problems no teacher can place are skipped.
+
+    Each line records the settings it was made with (:func:`label_settings`: teachers,
+    annealing calls, the exact teachers' time limit, the student's weights); a cached label
+    is reused only when they equal this call's, else the problem is labelled again (and
+    ``log`` says how many were). Lines written before settings were recorded are never
+    reused."""
+    settings = label_settings(teachers, anneal_calls, teacher_seconds, student, student_samples)
     done: dict[str, dict[str, Any]] = {}
+    other: set[str] = set()
     if cache.exists():
         for line in cache.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                done[r["name"]] = r
+                if r.get("settings") == settings:
+                    done[r["name"]] = r
+                else:
+                    other.add(r["name"])
+    wanted = {pb.name for pb in problems}
+    stale = (other - set(done)) & wanted
+    if stale and log:
+        log(
+            f"{cache}: {len(stale)} cached label(s) were made with other settings than "
+            f"{settings}; labelling them again"
+        )
     cache.parent.mkdir(parents=True, exist_ok=True)
     out = []
     with cache.open("a") as f:
@@ -496,6 +547,7 @@ def label_corpus(
                     units, t, who = teacher_plan(
                         pb, teachers, anneal_calls=anneal_calls, seed=i,
                         teacher_seconds=teacher_seconds, student=student,
+                        student_samples=student_samples,
                     )  # fmt: skip
                 except Exception as exc:  # infeasible or a planner refusing the instance
                     done[pb.name] = {"name": pb.name, "error": str(exc)}
@@ -507,6 +559,7 @@ def label_corpus(
                         "teacher": who,
                         "seconds": time.perf_counter() - t0,
                     }
+                done[pb.name]["settings"] = settings
                 f.write(json.dumps(done[pb.name]) + "\n")
                 f.flush()
                 if log:

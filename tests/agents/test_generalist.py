@@ -209,6 +209,48 @@ def test_a_student_competes_with_the_teachers_for_the_label() -> None:
     assert who == "pipedream_dp" and t == alone[1] and np.array_equal(units, alone[0])
 
 
+def test_label_corpus_reuses_a_cached_label_only_with_the_same_settings(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The label cache resumes a run, but a run with other teachers, annealing calls, time
+    limit or student labels its problems again instead of reading another run's labels."""
+    g, c = _problem(4, 30, "pcie", 3)
+    pbs = [G.Problem("p", g, c, 4, "gpipe", "train"), G.Problem("q", g, c, 2, "1f1b", "train")]
+    cache = tmp_path / "labels.jsonl"
+    calls: list[tuple] = []
+    real = G.teacher_plan
+
+    def spy(pb, teachers, **kw):
+        calls.append((pb.name, tuple(teachers), kw["anneal_calls"]))
+        return real(pb, teachers, **kw)
+
+    monkeypatch.setattr(G, "teacher_plan", spy)
+    first = G.label_corpus(pbs, cache, teachers=("single",), anneal_calls=0)
+    assert [r["teacher"] for r in first] == ["single", "single"] and len(calls) == 2
+    again = G.label_corpus(pbs, cache, teachers=("single",), anneal_calls=0)
+    assert again == first and len(calls) == 2  # resumed: nothing relabelled
+    msgs: list[str] = []
+    other = G.label_corpus(pbs, cache, teachers=("pipedream_dp",), anneal_calls=0, log=msgs.append)
+    assert [r["teacher"] for r in other] == ["pipedream_dp", "pipedream_dp"]
+    assert calls[2:] == [("p", ("pipedream_dp",), 0), ("q", ("pipedream_dp",), 0)]
+    assert "2 cached label(s) were made with other settings" in msgs[0]
+    G.label_corpus(pbs, cache, teachers=("pipedream_dp",), anneal_calls=3)
+    assert len(calls) == 6  # other annealing calls: labelled again
+    assert G.label_corpus(pbs, cache, teachers=("single",), anneal_calls=0) == first
+    assert len(calls) == 6  # the first settings' lines are still there
+    student = load_policy("generalist")
+    G.label_corpus(pbs[:1], cache, teachers=("single",), anneal_calls=0, student=student,
+                   student_samples=2)  # fmt: skip
+    assert len(calls) == 7
+    rows = [json.loads(x) for x in cache.read_text().splitlines()]
+    assert rows[-1]["settings"]["student"] == G.policy_fingerprint(load_policy("generalist"))
+    assert rows[-1]["settings"]["student_samples"] == 2
+    # lines from before settings were recorded are not trusted
+    cache.write_text(json.dumps({k: v for k, v in rows[0].items() if k != "settings"}) + "\n")
+    G.label_corpus(pbs[:1], cache, teachers=("single",), anneal_calls=0)
+    assert len(calls) == 8
+
+
 def test_teacher_plan_passes_its_time_limit_to_the_exact_teachers(monkeypatch) -> None:
     from agents import baselines
 
