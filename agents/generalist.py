@@ -500,6 +500,17 @@ def label_settings(
     }
 
 
+def problem_key(problem: Problem) -> str:
+    """A label cache's key of ``problem``: its name, microbatches, schedule and the content
+    hashes of its graph and cluster. Names alone are not unique: a draw of the corpus can
+    hold two problems of one name (cluster names give kind, size and device types, not the
+    links; the name gives neither microbatches nor schedule)."""
+    return (
+        f"{problem.name} | M={problem.microbatches} {problem.schedule} | "
+        f"graph={problem.graph.content_hash()} | cluster={problem.cluster.content_hash()}"
+    )
+
+
 def label_corpus(
     problems: Sequence[Problem],
     cache: Path,
@@ -514,11 +525,11 @@ def label_corpus(
     """Teacher labels of ``problems``, read from / appended to the JSON-lines file ``cache``
     (so an interrupted run resumes). Problems no teacher can place are skipped.
 
-    Each line records the settings it was made with (:func:`label_settings`: teachers,
-    annealing calls, the exact teachers' time limit, the student's weights); a cached label
-    is reused only when they equal this call's, else the problem is labelled again (and
-    ``log`` says how many were). Lines written before settings were recorded are never
-    reused."""
+    Each line records its problem's :func:`problem_key` and the settings it was made with
+    (:func:`label_settings`: teachers, annealing calls, the exact teachers' time limit, the
+    student's weights); a cached label is reused only for the same key and settings, else
+    the problem is labelled again (and ``log`` says how many were). Lines written before
+    keys and settings were recorded (28 Nov 2026) are never reused."""
     settings = label_settings(teachers, anneal_calls, teacher_seconds, student, student_samples)
     done: dict[str, dict[str, Any]] = {}
     other: set[str] = set()
@@ -526,22 +537,22 @@ def label_corpus(
         for line in cache.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                if r.get("settings") == settings:
-                    done[r["name"]] = r
-                else:
-                    other.add(r["name"])
-    wanted = {pb.name for pb in problems}
-    stale = (other - set(done)) & wanted
+                if "key" in r and r.get("settings") == settings:
+                    done[r["key"]] = r
+                else:  # other settings, or a line from before keys (its name only)
+                    other.add(r.get("key", r["name"]))
+    keys = [problem_key(pb) for pb in problems]
+    stale = sum(k not in done and (k in other or pb.name in other) for pb, k in zip(problems, keys))
     if stale and log:
         log(
-            f"{cache}: {len(stale)} cached label(s) were made with other settings than "
+            f"{cache}: {stale} cached label(s) were made with other settings than "
             f"{settings}; labelling them again"
         )
     cache.parent.mkdir(parents=True, exist_ok=True)
     out = []
     with cache.open("a") as f:
-        for i, pb in enumerate(problems):
-            if pb.name not in done:
+        for i, (pb, key) in enumerate(zip(problems, keys)):
+            if key not in done:
                 t0 = time.perf_counter()
                 try:
                     units, t, who = teacher_plan(
@@ -550,22 +561,22 @@ def label_corpus(
                         student_samples=student_samples,
                     )  # fmt: skip
                 except Exception as exc:  # infeasible or a planner refusing the instance
-                    done[pb.name] = {"name": pb.name, "error": str(exc)}
+                    done[key] = {"name": pb.name, "error": str(exc)}
                 else:
-                    done[pb.name] = {
+                    done[key] = {
                         "name": pb.name,
                         "units": units.tolist(),
                         "step_time": t,
                         "teacher": who,
                         "seconds": time.perf_counter() - t0,
                     }
-                done[pb.name]["settings"] = settings
-                f.write(json.dumps(done[pb.name]) + "\n")
+                done[key].update(key=key, settings=settings)
+                f.write(json.dumps(done[key]) + "\n")
                 f.flush()
                 if log:
-                    r = done[pb.name]
+                    r = done[key]
                     log(f"[{i + 1}/{len(problems)}] {pb.name}: {r.get('teacher', r.get('error'))}")
-            out.append(done[pb.name])
+            out.append(done[key])
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -245,10 +246,40 @@ def test_label_corpus_reuses_a_cached_label_only_with_the_same_settings(
     rows = [json.loads(x) for x in cache.read_text().splitlines()]
     assert rows[-1]["settings"]["student"] == G.policy_fingerprint(load_policy("generalist"))
     assert rows[-1]["settings"]["student_samples"] == 2
-    # lines from before settings were recorded are not trusted
-    cache.write_text(json.dumps({k: v for k, v in rows[0].items() if k != "settings"}) + "\n")
-    G.label_corpus(pbs[:1], cache, teachers=("single",), anneal_calls=0)
-    assert len(calls) == 8
+    # lines from before keys and settings were recorded are not trusted
+    old = {k: v for k, v in rows[0].items() if k not in ("settings", "key")}
+    cache.write_text(json.dumps(old) + "\n")
+    msgs.clear()
+    G.label_corpus(pbs[:1], cache, teachers=("single",), anneal_calls=0, log=msgs.append)
+    assert len(calls) == 8 and "1 cached label(s)" in msgs[0]
+
+
+def test_label_corpus_labels_problems_that_share_a_name_apart(tmp_path: Path) -> None:
+    """Corpus draws hold problems of one name on other clusters, microbatches or schedules
+    (draw 0 of the shipped corpus: two pairs); each gets its own label, as the oracle of
+    that problem scores it, and a second call reads each one back."""
+    g, c = _problem(4, 30, "pcie", 3)
+    g2, c2 = _problem(4, 30, "pcie", 3)
+    slow = dataclasses.replace(
+        c2, links=tuple(dataclasses.replace(lk, bandwidth=lk.bandwidth / 50) for lk in c2.links)
+    )
+    pbs = [
+        G.Problem("same", g, c, 4, "gpipe", "train"),
+        G.Problem("same", g2, slow, 4, "gpipe", "train"),
+        G.Problem("same", g, c, 1, "1f1b", "train"),
+    ]
+    assert len({G.problem_key(pb) for pb in pbs}) == 3
+    cache = tmp_path / "labels.jsonl"
+    labels = G.label_corpus(pbs, cache, teachers=("metis", "pipedream_dp"), anneal_calls=0)
+    assert len(cache.read_text().splitlines()) == 3
+    for pb, r in zip(pbs, labels):
+        units = np.asarray(r["units"])
+        placement = units[unit_graph(pb.graph).node_unit]
+        plan = Plan.for_graph(placement, pb.graph, pb.cluster)
+        assert pb.oracle().evaluate(plan).step_time == pytest.approx(r["step_time"])
+    assert len({r["step_time"] for r in labels}) == 3
+    assert G.label_corpus(pbs, cache, teachers=("metis", "pipedream_dp"), anneal_calls=0) == labels
+    assert len(cache.read_text().splitlines()) == 3
 
 
 def test_teacher_plan_passes_its_time_limit_to_the_exact_teachers(monkeypatch) -> None:
