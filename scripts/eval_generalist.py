@@ -81,6 +81,20 @@ def search_key(pb: G.Problem, anneal_calls: int, reference: str = "each") -> str
     return key if reference == "best" else f"{key} | reference=each"
 
 
+def check_cache_keys(problems: list[G.Problem], keys: list[str]) -> None:
+    """A ``ValueError`` naming them when two different problems (other graph, cluster,
+    microbatches or schedule: :func:`agents.generalist.problem_key`) share a search cache key,
+    which would give the second the first's per-model search."""
+    seen: dict[str, str] = {}
+    for pb, key in zip(problems, keys, strict=True):
+        prev = seen.setdefault(key, G.problem_key(pb))
+        if prev != G.problem_key(pb):
+            raise ValueError(
+                f"two different problems share the search cache key {key!r}: {prev!r} and "
+                f"{G.problem_key(pb)!r}"
+            )
+
+
 def per_model_search(
     pb: G.Problem, names: list[str], anneal_calls: int, *, reference: str = "each"
 ) -> dict[str, Any]:
@@ -305,10 +319,11 @@ def main(argv: list[str] | None = None) -> None:
         cache = json.loads(args.search_cache.read_text())
     from placement_env.encoding import unit_graph
 
-    for pb in problems:
-        key = search_key(pb, args.anneal_calls, args.reference)
-        if args.baselines != default_baselines(args.reference):
-            key += " | baselines=" + ",".join(args.baselines)
+    keys = [search_key(pb, args.anneal_calls, args.reference) for pb in problems]
+    if args.baselines != default_baselines(args.reference):
+        keys = [key + " | baselines=" + ",".join(args.baselines) for key in keys]
+    check_cache_keys(problems, keys)
+    for pb, key in zip(problems, keys, strict=True):
         if key not in cache:
             cache[key] = per_model_search(
                 pb, args.baselines, args.anneal_calls, reference=args.reference

@@ -199,7 +199,12 @@ def main(argv: list[str] | None = None) -> None:
     from agents import baselines
     from agents.finetune import chain_finetune
     from placement_env.encoding import unit_graph
-    from scripts.eval_generalist import default_baselines, per_model_search, search_key
+    from scripts.eval_generalist import (
+        check_cache_keys,
+        default_baselines,
+        per_model_search,
+        search_key,
+    )
 
     policy = agents.load_policy("generalist")
     if args.samples is None:
@@ -210,6 +215,10 @@ def main(argv: list[str] | None = None) -> None:
         heldout = G.validation_instances(args.val_rows)
     cache = json.loads(args.search_cache.read_text()) if args.search_cache.exists() else {}
     rows: list[dict[str, Any]] = []
+    check_cache_keys(
+        [heldout[i] for i in args.rows],
+        [search_key(heldout[i], args.search_anneal_calls, args.reference) for i in args.rows],
+    )
     for idx in args.rows:
         pb = heldout[idx]
         key = search_key(pb, args.search_anneal_calls, args.reference)

@@ -29,6 +29,7 @@ import torch
 from agents import generalist as G
 from scripts.eval_generalist import (
     add_reference_argument,
+    check_cache_keys,
     default_baselines,
     per_model_search,
     search_key,
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     keys = [
         pb.name if args.reference == "best" else search_key(pb, args.anneal_calls) for pb in probs
     ]
+    check_cache_keys(probs, keys)
     for pb, key in zip(probs, keys, strict=True):
         if key not in cache:
             cache[key] = per_model_search(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -32,6 +33,26 @@ def test_search_keys_keep_the_earlier_caches_readable_and_name_the_reference(ev)
         ev.search_key(pb, 2000, "all")
     with pytest.raises(ValueError, match="reference must be one of"):
         ev.per_model_search(pb, ["metis"], 10, reference="all")
+
+
+def test_two_problems_sharing_a_cache_key_are_refused_by_name(ev):
+    """Search caches are keyed by name, microbatches and schedule: two rows of one key on
+    other clusters would read one per-model search for both, so that is an error; the same
+    problem twice is not."""
+    pb = _row()
+    other = G.Problem("row", pb.graph, G.sample_cluster(np.random.default_rng(9), "pcie", 3, hetero=True),
+                      4, "1f1b", "heldout")  # fmt: skip
+    keys = [ev.search_key(p, 2000) for p in (pb, other)]
+    assert keys[0] == keys[1]
+    with pytest.raises(ValueError, match="two different problems share the search cache key"):
+        ev.check_cache_keys([pb, other], keys)
+    ev.check_cache_keys([pb, _row()], keys)  # equal problems: fine
+    assert G.problem_key(pb) == G.problem_key(_row()) != G.problem_key(other)
+    for seed in (0, 1, 2):  # the draws the scripts use have no such pair
+        rows = G.corpus_instances(dataclasses.replace(G.CORPUS, seed=seed), split="heldout")
+        ev.check_cache_keys(rows, [ev.search_key(p, 2000) for p in rows])
+    val = G.validation_instances(24)
+    ev.check_cache_keys(val, [p.name for p in val])  # the "best" reference's validation keys
 
 
 def test_the_default_reference_includes_the_exact_planners(ev):
