@@ -87,11 +87,11 @@ def check_cache_keys(problems: list[G.Problem], keys: list[str]) -> None:
     which would give the second the first's per-model search."""
     seen: dict[str, str] = {}
     for pb, key in zip(problems, keys, strict=True):
-        prev = seen.setdefault(key, G.problem_key(pb))
-        if prev != G.problem_key(pb):
+        mine = G.problem_key(pb)
+        prev = seen.setdefault(key, mine)
+        if prev != mine:
             raise ValueError(
-                f"two different problems share the search cache key {key!r}: {prev!r} and "
-                f"{G.problem_key(pb)!r}"
+                f"two different problems share the search cache key {key!r}: {prev!r} and {mine!r}"
             )
 
 

@@ -215,13 +215,10 @@ def main(argv: list[str] | None = None) -> None:
         heldout = G.validation_instances(args.val_rows)
     cache = json.loads(args.search_cache.read_text()) if args.search_cache.exists() else {}
     rows: list[dict[str, Any]] = []
-    check_cache_keys(
-        [heldout[i] for i in args.rows],
-        [search_key(heldout[i], args.search_anneal_calls, args.reference) for i in args.rows],
-    )
-    for idx in args.rows:
+    keys = [search_key(heldout[i], args.search_anneal_calls, args.reference) for i in args.rows]
+    check_cache_keys([heldout[i] for i in args.rows], keys)
+    for idx, key in zip(args.rows, keys, strict=True):
         pb = heldout[idx]
-        key = search_key(pb, args.search_anneal_calls, args.reference)
         if key not in cache:
             cache[key] = per_model_search(
                 pb, default_baselines(args.reference), args.search_anneal_calls,
