@@ -60,21 +60,16 @@ def resolve(
 
 def _check_buildable(model: Any) -> None:
     """Refuse, naming it, a parametric model of ``graphs.zoo.build`` (``gpt`` by dimension,
-    ``llama`` with dimension keywords): hybrid envs plan them from analytic costs, but the
-    runtime builds PyTorch modules of the zoo's extracted models and of factories only."""
-    from graphs import zoo
-    from graphs.zoo.parametric import is_parametric
+    ``llama`` with dimension keywords) that no PyTorch module of the zoo computes
+    (:func:`graphs.zoo.parametric.module_spec`: a ``gpt`` whose ``ffn`` is not 4 x hidden, a
+    tied ``llama``). The others run on the zoo's GPT-2 / LLaMA module of their dimensions."""
+    from graphs.zoo.parametric import is_parametric, module_spec
 
     if not isinstance(model, dict) or "factory" in model:
         return
     name, config = model.get("name"), dict(model.get("config") or {})
     if is_parametric(str(name), config):
-        raise ValueError(
-            f"the plan's model is the parametric {name!r} of graphs.zoo.build (dimensions "
-            f"{config}), which hybrid envs score from analytic costs; the runtime has no PyTorch "
-            f"module for it. runners.execute runs plans of the zoo models {zoo.names()} (e.g. "
-            "+env=gpt2_8gpu_hybrid) or of a factory (model: pkg.mod:fn)"
-        )
+        module_spec(str(name), config)
 
 
 @hydra.main(version_base=None, config_path="../conf/execute", config_name="config")

@@ -62,7 +62,11 @@ def load_model(
                 built = fn(**config)
     elif "name" in spec:
         from graphs import zoo
+        from graphs.zoo.parametric import is_parametric, module_spec
 
+        if is_parametric(str(spec["name"]), config):  # gpt / llama by dimension
+            mapped = module_spec(str(spec["name"]), config)
+            spec, config = mapped, dict(mapped["config"])
         extra = {} if device is None else {"device": device}
         built = zoo.build_module(str(spec["name"]), **extra, **config)
     else:

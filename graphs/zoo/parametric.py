@@ -205,6 +205,44 @@ def build_named(name: str, **kw: Any) -> CompGraph:
     return build_parametric(dims_from_kwargs(name, kw), grad_bytes_from_kwargs(name, kw))
 
 
+def module_spec(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The zoo model whose PyTorch module computes the parametric ``name`` of ``config``:
+    ``{"name": "gpt2" | "llama", "config": {...}}`` for :func:`graphs.zoo.build_module`.
+
+    ``gpt`` -> ``gpt2`` (pre-LN, learned positions, GeLU MLP of ``4 hidden``, tied head:
+    the architecture the parametric GPT's costs are counted for); ``llama`` -> the zoo's
+    ``llama`` (RMSNorm, rotary positions, SwiGLU of ``ffn``, ``kv_heads`` grouped-query
+    heads, untied head). The module has one transformer block per ``layers`` (``h.<l>`` /
+    ``layers.<l>``), the batch ``batch`` and the sequence ``seq``, so a hybrid plan of the
+    parametric graph (stage layer ranges, TP over heads, the global batch) runs on it with
+    :mod:`runtime.hybrid`. Dropout is off in the module (it changes the values, not the
+    plan). Shapes no zoo module has are refused by name: a ``gpt`` whose ``ffn`` is not
+    ``4 hidden``, a ``tied`` ``llama``. ``ValueError`` names the key.
+    """
+    kw = dict(config)
+    dims = dims_from_kwargs(name, kw)  # the same checks as zoo.build
+    if name == "gpt":
+        if dims.ffn != 4 * dims.hidden:
+            raise ValueError(
+                f"graphs.zoo: parametric 'gpt' with ffn = {dims.ffn} has no PyTorch module here: "
+                f"the runtime's GPT-2 module has an MLP of 4 x hidden = {4 * dims.hidden}"
+            )
+        cfg = {"n_layer": dims.layers, "d_model": dims.hidden, "n_head": dims.heads,
+               "vocab": dims.vocab, "n_ctx": dims.seq}  # fmt: skip
+        zoo_name = "gpt2"
+    else:
+        if dims.tied:
+            raise ValueError(
+                "graphs.zoo: parametric 'llama' with tied = true has no PyTorch module here: "
+                "the runtime's LLaMA module has an untied output head"
+            )
+        cfg = {"n_layer": dims.layers, "d_model": dims.hidden, "n_head": dims.heads,
+               "n_kv_head": dims.kv_heads, "d_ff": dims.ffn, "vocab": dims.vocab,
+               "n_ctx": dims.seq}  # fmt: skip
+        zoo_name = "llama"
+    return {"name": zoo_name, "config": dict(cfg, batch=dims.batch, seq=dims.seq)}
+
+
 __all__ = [
     "PARAMETRIC",
     "build_named",
@@ -212,4 +250,5 @@ __all__ = [
     "dims_from_kwargs",
     "grad_bytes_from_kwargs",
     "layer_act_split",
+    "module_spec",
 ]

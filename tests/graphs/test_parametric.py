@@ -107,3 +107,52 @@ def test_dropout_and_grad_bytes_keywords_are_checked_and_round_trip():
     assert d.dropout and g.meta["grad_bytes_per_param"] == 4.0
     assert dims_from_mapping(d.to_dict()) == d
     assert model_dims(zoo.build("gpt", **base)).dropout
+
+
+# ---------------------------------------------------------------------------- PyTorch modules
+@pytest.mark.parametrize(
+    "name, cfg",
+    [
+        ("gpt", dict(hidden=64, layers=4, heads=4, vocab=512, seq=32, batch=8)),
+        ("gpt", dict(hidden=1024, layers=3, heads=16, vocab=51200, seq=1024, batch=16,
+                     flash_attention=True, grad_bytes=4)),  # memory-only keys are ignored
+        ("llama", dict(hidden=64, layers=4, heads=4, kv_heads=2, ffn=96, vocab=512, seq=32)),
+        ("llama", dict(hidden=96, layers=2, heads=6, ffn=256, vocab=1000, seq=16, batch=4)),
+    ],
+)  # fmt: skip
+def test_module_spec_builds_the_module_the_parametric_graph_counts(name, cfg):
+    """A parametric model runs on the zoo's GPT-2 / LLaMA module of its dimensions: the same
+    parameters (count and per-layer split), one block per layer, the batch and sequence of
+    the graph (``runners.execute`` runs hybrid plans of it)."""
+    from graphs.zoo.parametric import dims_from_kwargs, module_spec
+    from runtime.hybrid import block_list
+    from runtime.model import load_model
+    from runtime.program import export_with_loss
+
+    dims = dims_from_kwargs(name, dict(cfg))
+    spec = module_spec(name, cfg)
+    assert spec["name"] == {"gpt": "gpt2", "llama": "llama"}[name]
+    zm = load_model({"name": name, "config": cfg}, device="meta")
+    assert type(zm.module).__name__ == {"gpt": "GPT2", "llama": "Llama"}[name]
+    params = dict(zm.module.named_parameters())
+    assert sum(p.numel() for p in params.values()) == dims.num_params()
+    assert zoo.build(name, **cfg).num_params == pytest.approx(dims.num_params(), rel=1e-12)
+    blocks = "h" if name == "gpt" else "layers"
+    per_layer = sum(p.numel() for n, p in params.items() if n.startswith(f"{blocks}.0."))
+    assert per_layer == dims.layer_params()
+    assert tuple(zm.example_inputs[0].shape) == (dims.batch, dims.seq)
+    mb = tuple(x[:1] for x in zm.example_inputs)
+    assert block_list(export_with_loss(zm.module, mb, zm.loss_fn)) == (blocks, dims.layers)
+
+
+def test_module_spec_refuses_shapes_no_module_has_naming_the_key():
+    from graphs.zoo.parametric import module_spec
+
+    base = dict(hidden=64, layers=2, heads=4, vocab=512, seq=32)
+    with pytest.raises(ValueError, match=r"'gpt' with ffn = 100 .* 4 x hidden = 256"):
+        module_spec("gpt", dict(base, ffn=100))
+    with pytest.raises(ValueError, match="'llama' with tied = true"):
+        module_spec("llama", dict(base, tied=True))
+    with pytest.raises(ValueError, match=r"needs \['seq'\]"):  # zoo.build's own checks
+        module_spec("gpt", {k: v for k, v in base.items() if k != "seq"})
+    assert module_spec("gpt", dict(base, ffn=256))["config"]["n_layer"] == 2

@@ -137,18 +137,59 @@ def test_execute_runs_a_plan_whose_stages_have_their_own_submeshes(tmp_path: Pat
     assert res["loss"] == pytest.approx(reference(TINY_GPT2)[0], abs=1e-5)
 
 
-def test_a_plan_of_a_parametric_model_is_refused_naming_it() -> None:
+def test_only_parametric_shapes_without_a_module_are_refused_naming_them() -> None:
     """Hybrid envs plan parametric models (``gpt`` by dimension, ``llama`` with dimension
-    keywords) from analytic costs; ``runners.execute`` refuses their plans before building
-    anything, naming the model and what it runs instead. The extracted ``llama`` passes."""
+    keywords); ``runners.execute`` runs them on the zoo's GPT-2 / LLaMA module of their
+    dimensions and refuses, before building anything, only shapes no module has: a ``gpt``
+    whose MLP is not 4 x hidden, a tied ``llama``. Extracted zoo models and factories pass."""
     from runners.execute import _check_buildable
 
-    for model in ({"name": "gpt", "config": {"hidden": 64, "layers": 2}},
-                  {"name": "llama", "config": {"hidden": 64, "kv_heads": 2}}):  # fmt: skip
-        with pytest.raises(ValueError, match=f"parametric '{model['name']}'.*gpt2_8gpu_hybrid"):
-            _check_buildable(model)
+    dims = {"hidden": 64, "layers": 2, "heads": 4, "vocab": 512, "seq": 32}
+    with pytest.raises(ValueError, match="parametric 'gpt' with ffn = 128 has no PyTorch module"):
+        _check_buildable({"name": "gpt", "config": dict(dims, ffn=128)})
+    with pytest.raises(ValueError, match="parametric 'llama' with tied = true"):
+        _check_buildable({"name": "llama", "config": dict(dims, kv_heads=2, tied=True)})
+    with pytest.raises(ValueError, match=r"parametric 'gpt' needs \['vocab', 'seq'\]"):
+        _check_buildable({"name": "gpt", "config": {"hidden": 64, "layers": 2, "heads": 4}})
+    _check_buildable({"name": "gpt", "config": dims})
+    _check_buildable({"name": "llama", "config": dict(dims, kv_heads=2, ffn=96)})
     _check_buildable({"name": "llama", "config": {"n_layer": 2, "d_model": 16}})
     _check_buildable({"factory": "pkg.mod:fn", "config": {"hidden": 4}})
+
+
+@pytest.mark.timeout(600)
+def test_journey_plan_a_parametric_gpt_with_megatron_grid_then_execute_it(tmp_path: Path) -> None:
+    """Journey: ``runners.train`` of a hybrid env's parametric GPT, shrunk to run here (4
+    layers, h 64, on ``cpu_4``), with ``agent=megatron_grid``; ``runners.execute`` runs its
+    ``best_plan.json`` on 4 processes (it used to refuse parametric models) with the loss of
+    one full-batch process of the same module."""
+    import json
+
+    from tests.runtime._reference import reference
+
+    model = {"hidden": 64, "layers": 4, "heads": 4, "vocab": 512, "seq": 32, "batch": 8}
+    flow = "{" + ", ".join(f"{k}: {v}" for k, v in model.items()) + "}"
+    train = subprocess.run(
+        [sys.executable, "-m", "runners.train", "+env=gpt3_175b_a100_1024",
+         f"env.model_config={flow}", "env.cluster=cpu_4", "env.baselines=[]",
+         "agent=megatron_grid", "logger=none", "train.progress=false",
+         f"output_dir={tmp_path / 'train'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert train.returncode == 0, train.stderr[-3000:]
+    plan = Plan.load(tmp_path / "train" / "best_plan.json")
+    assert plan.meta["model"] == {"name": "gpt", "config": model}
+    assert plan.layout.world_size == 4
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.execute", f"plan={tmp_path / 'train' / 'best_plan.json'}",
+         f"output_dir={tmp_path / 'ex'}", "steps=1", "warmup=0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "hybrid plan on 4 processes" in proc.stdout
+    res = json.loads((tmp_path / "ex" / "result.json").read_text())
+    assert res["mode"] == "hybrid" and res["step_time"] > 0
+    assert res["loss"] == pytest.approx(reference({"name": "gpt", "config": model})[0], abs=1e-4)
 
 
 @pytest.mark.parametrize(

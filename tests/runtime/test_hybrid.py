@@ -335,3 +335,34 @@ def test_check_hybrid_exports_a_model_once_per_microbatch_size(monkeypatch):
     with pytest.raises(ValueError, match="divisible|divide"):
         rh.check_hybrid(model, layout(1, 8, 1))
     assert len(calls) == 2
+
+
+#: Parametric models (``zoo.build("gpt" | "llama", hidden=...)``, what the hybrid envs plan),
+#: small enough for 4 CPU processes.
+PARAM_GPT = {"name": "gpt", "config": {"hidden": 16, "layers": 2, "heads": 4, "vocab": 32,
+                                       "seq": 8, "batch": 4}}  # fmt: skip
+PARAM_LLAMA = {"name": "llama", "config": {"hidden": 16, "layers": 2, "heads": 4, "kv_heads": 2,
+                                           "ffn": 24, "vocab": 32, "seq": 8, "batch": 4}}  # fmt: skip
+
+
+@pytest.mark.timeout(600)
+def test_plans_of_parametric_models_run_and_equal_one_process():
+    """A hybrid plan of a parametric model (planned from analytic costs) runs on the zoo's
+    GPT-2 / LLaMA module of its dimensions: 4 gloo ranks, one launch, GPT as TP 2 x PP 2
+    and LLaMA (grouped-query heads) as DP 2 x TP 2 with ZeRO-3 and sequence parallelism;
+    the loss and every gradient of the first step equal one full-batch process within 1e-5."""
+    cluster = cpu_cluster(4, calibration={})
+    cases = [(PARAM_GPT, dict(dp=1, tp=2, pp=2, microbatch_size=1)),
+             (PARAM_LLAMA, dict(dp=2, tp=2, pp=1, microbatch_size=1, zero=3,
+                                sequence_parallel=True))]  # fmt: skip
+    specs = []
+    for model, kw in cases:
+        graph = graph_for_model(model)
+        assert graph.meta["model_dims"]["arch"] == model["name"]  # the parametric graph
+        plan = Plan.hybrid(graph, cluster, global_batch=4, meta={"model": model}, **kw)
+        specs.append(make_run_spec(plan, graph, cluster, steps=1, warmup=0, capture_grads=True,
+                                   timeout_s=300))  # fmt: skip
+    results = run_specs(specs, timeout_s=580)
+    for (model, _), res in zip(cases, results):
+        assert (res.mode, res.world_size) == ("hybrid", 4)
+        check_grads([res.extra["grads"]], model, res.loss)
