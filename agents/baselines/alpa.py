@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import bisect
+import copy
 import heapq
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -115,6 +117,7 @@ class _MeshOptions:
         cap: float,
         recomputes: Sequence[str] | None = None,
         zeros: Sequence[int] | None = None,
+        costs: Any = None,
     ) -> None:
         d = model.dims
         g = template.dp * template.microbatch_size  # samples per pipeline microbatch
@@ -130,12 +133,21 @@ class _MeshOptions:
                 t.update(recompute=rc, zero=z)
                 tmpls.append((rc, z, HybridLayout.from_dict(t)))
         opts = []
+        self.queries = 0  # calibrated cost lookups answered (each counted as an oracle call)
         for size in sizes:
             n = size * unit
             for tp in submesh_tps(n, g, heads=d.heads, kv_heads=d.kv_heads, max_tp=max_tp):
                 dp = n // tp
                 for rc, z, tm in tmpls:
-                    opts.append((size, dp, tp, model.stage_profile(tm, dp, tp, g // dp), rc, z))
+                    prof = model.stage_profile(tm, dp, tp, g // dp)
+                    if costs is not None:  # seconds from the calibrated segments
+                        c = costs.segment_costs(tp, g // dp, rc)
+                        if c is None:  # a shape the calibration lacks: not an option, no call
+                            continue
+                        self.queries += 1
+                        prof = copy.copy(prof)
+                        prof.layer, prof.first, prof.last = c["layer"], c["first"], c["last"]
+                    opts.append((size, dp, tp, prof, rc, z))
         self.opts = opts
         self.n = np.array([o[0] for o in opts], dtype=np.int64)
         self.layer = np.array([o[3].layer for o in opts])
@@ -259,6 +271,8 @@ def submesh_layouts(
     keep: int = 2,
     recomputes: Sequence[str] | None = None,
     zeros: Sequence[int] | None = None,
+    costs: Any = None,
+    counter: list[int] | None = None,
 ) -> list[tuple[float, HybridLayout]]:
     """Alpa's inter-op pass with a submesh per stage, for the intra-op setting of
     ``template`` (its microbatch of ``dp * microbatch_size`` samples, recomputation, SP,
@@ -272,13 +286,20 @@ def submesh_layouts(
     the least such ``T`` per ``P`` is bracketed on a geometric grid and bisected (10 steps)
     for the four most promising depths, whose layouts get Alpa's estimate ``sum_i t_i +
     (m - 1) max_i t_i`` (eq. 2). Returns the ``keep`` best ``(estimate, layout)`` pairs,
-    best first."""
+    best first.
+
+    ``costs``: a model with ``segment_costs(tp, microbatch_size, recompute)`` (the
+    calibrated :class:`~placement_env.oracles.hybrid_cpu.CpuHybridModel`) whose per-stage
+    seconds replace the roofline's (memory stays ``model``'s); options it has no figures
+    for are left out, and each lookup it answers is added to ``counter[0]``."""
     cl = model.cluster
     D = cl.num_devices
     unit, sizes = submesh_sizes(D, gpus_per_node)
     U = D // unit
     cap = float(model.device.memory)
-    mo = _MeshOptions(model, template, unit, sizes, max_tp, cap, recomputes, zeros)
+    mo = _MeshOptions(model, template, unit, sizes, max_tp, cap, recomputes, zeros, costs)
+    if counter is not None:
+        counter[0] += mo.queries
     L, m = mo.L, mo.m
     P_max = min(L, U)
     if not mo.opts or P_max < 2:
@@ -410,10 +431,11 @@ def alpa(
     t0 = time.perf_counter()
     score = LayoutScorer(oracle)
     model = HybridModel(graph, cluster)
-    # pass 1's per-layer costs from the oracle's own step model where it has one (the
-    # calibrated CPU model on a hybrid-calibrated cpu_N); pass 2's submesh DP keeps the GPU
-    # roofline's stage profiles
+    # the per-layer costs of both passes from the oracle's own step model where it has one
+    # (the calibrated CPU model on a hybrid-calibrated cpu_N); pass 2's memory per stage
+    # from the roofline model's closed form
     costs = oracle.hybrid_model() if hasattr(oracle, "hybrid_model") else model
+    calibrated = costs if hasattr(costs, "segment_costs") else None
     gb, budget = hybrid_arguments("alpa", graph, global_batch, budget)
     if (
         not isinstance(submesh_settings, int)
@@ -498,9 +520,13 @@ def alpa(
         rcs = tuple(recompute) if stage_recompute else None
         zs = tuple(zero) if stage_zero else None
         for _, template in ranked[:submesh_settings]:
-            for _, cand in submesh_layouts(
-                model, template, max_tp=mtp, gpus_per_node=gpn, recomputes=rcs, zeros=zs
-            ):
+            lookups = [0]
+            found = submesh_layouts(
+                model, template, max_tp=mtp, gpus_per_node=gpn, recomputes=rcs, zeros=zs,
+                costs=calibrated, counter=lookups,
+            )  # fmt: skip
+            calls += lookups[0]
+            for _, cand in found:
                 if budget is not None and calls >= budget:
                     break
                 hetero += bool(cand.stage_meshes)

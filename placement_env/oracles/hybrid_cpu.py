@@ -203,7 +203,22 @@ class CpuHybridModel:
         :meth:`placement_env.oracles.hybrid.HybridModel.stage_costs` gives on GPUs;
         :class:`UncalibratedLayoutError` for a shape the calibration lacks."""
         seg = self.segments(layout, layout.recomputes[0])
-        t = seg["fwd"] + seg["bwd"]
+        return self._split(seg["fwd"] + seg["bwd"])
+
+    def segment_costs(
+        self, tp: int, microbatch_size: int, recompute: str
+    ) -> dict[str, float] | None:
+        """:meth:`stage_costs` of a stage on ``tp`` processes per tensor-parallel group with
+        microbatches of ``microbatch_size`` samples per data-parallel rank and ``recompute``,
+        or ``None`` when the calibration did not measure that shape (what the Alpa-style
+        planner's submesh DP weighs per stage option)."""
+        s = self._entry(tp, microbatch_size, recompute)
+        if s is None:
+            return None
+        return self._split(np.asarray(s["fwd"], np.float64) + np.asarray(s["bwd"], np.float64))
+
+    @staticmethod
+    def _split(t: np.ndarray) -> dict[str, float]:
         return {"layer": float(t[1:-1].mean()), "first": float(t[0]), "last": float(t[-1])}
 
     def missing(self, layout: HybridLayout) -> str | None:

@@ -8,6 +8,7 @@ import pytest
 
 from graphs.cpu_cluster import cpu_cluster
 from graphs.plan import Plan
+from placement_env.oracles.hybrid import HybridModel
 from placement_env.oracles.hybrid_cpu import CpuHybridModel, collective_cost, speed_at
 from placement_env.oracles.simulator import Simulator
 from runtime.model import graph_for_model
@@ -343,15 +344,25 @@ def test_hybrid_planners_skip_layouts_the_calibration_cannot_score(graph, name, 
         answered.append(lay)
         return out
 
+    seg_orig = CpuHybridModel.segment_costs
+    seg_answered, seg_refused = [], []
+
+    def segment_costs(self, *shape):
+        out = seg_orig(self, *shape)
+        (seg_refused if out is None else seg_answered).append(shape)
+        return out
+
     monkeypatch.setattr(CpuHybridModel, "stage_costs", stage_costs)
+    monkeypatch.setattr(CpuHybridModel, "segment_costs", segment_costs)
     cl, sim = _calibrated_oracle()
     plan = baselines.get(name)(graph, cl, sim, 200 if name == "hybrid_anneal" else None)
     assert isinstance(sim._hybrid, CpuHybridModel)
     assert plan.meta["uncalibrated_skipped"] > 0
     if name == "alpa":  # alpa also counts the stage-cost queries the model answers as
-        # calls; the refused ones are no call (they used to be counted)
-        assert answered and refused
-        assert plan.meta["oracle_calls"] == sim.calls + len(answered)
+        # calls, in pass 1 (stage_costs) and in pass 2's submesh DP (segment_costs); the
+        # refused ones are no call (they used to be counted)
+        assert answered and refused and seg_answered and seg_refused
+        assert plan.meta["oracle_calls"] == sim.calls + len(answered) + len(seg_answered)
     else:
         assert plan.meta["oracle_calls"] == sim.calls
     assert _calibrated(plan.layout)
@@ -480,6 +491,40 @@ def test_alpa_weighs_its_inter_op_split_with_the_calibrated_segments(graph, monk
     )
     plan = baselines.get("alpa")(graph, cl, sim, None)
     assert seen and all(x.pp > 1 for x in seen) and _calibrated(plan.layout)
+
+
+def test_alpa_submesh_dp_weighs_stages_with_the_calibrated_segments(graph):
+    """Pass 2 (the submesh DP) on a calibrated cluster: each stage option's seconds are the
+    calibrated segment figures of its ``(tp, samples per DP rank, recompute)`` -- the
+    roofline's before 28 Nov 2026 --, its memory the roofline's closed form, and options the
+    calibration lacks are not offered at all."""
+    from agents.baselines.alpa import _MeshOptions, submesh_layouts
+
+    cl, sim = _calibrated_oracle()
+    model = sim.hybrid_model()
+    assert model.segment_costs(1, 2, "none") == pytest.approx(
+        {"layer": 0.010 + 0.020, "first": 0.001 + 0.001, "last": 0.006}
+    )
+    assert model.segment_costs(2, 2, "none") is None
+    roof = HybridModel(graph, cl)
+    tpl = Plan.hybrid(graph, cl, dp=2, tp=1, pp=2, microbatch_size=2, global_batch=8).layout
+    mo = _MeshOptions(roof, tpl, 1, (1, 2), 2, float("inf"), ("none", "full"), None, model)
+    assert mo.opts and mo.queries == len(mo.opts)
+    plain = _MeshOptions(roof, tpl, 1, (1, 2), 2, float("inf"), ("none", "full"))
+    assert len(plain.opts) > len(mo.opts)  # tp 2 and the 1-sample microbatches: uncalibrated
+    for size, dp, tp, prof, rc, z in mo.opts:
+        want = model.segment_costs(tp, 4 // dp, rc)
+        assert (prof.layer, prof.first, prof.last) == pytest.approx(
+            (want["layer"], want["first"], want["last"])
+        )
+        twin = next(o[3] for o in plain.opts if o[:3] == (size, dp, tp) and o[4:] == (rc, z))
+        assert prof.memory(1, 0, 2, 2) == twin.memory(1, 0, 2, 2)
+        assert twin.layer != prof.layer  # the roofline's seconds are other
+    counter = [0]
+    found = submesh_layouts(roof, tpl, max_tp=2, gpus_per_node=4, recomputes=("none", "full"),
+                            costs=model, counter=counter)  # fmt: skip
+    assert counter[0] > 0
+    assert all(_calibrated(lay) for _, lay in found)
 
 
 def test_execute_predicts_only_what_the_model_counts(graph, tmp_path):
