@@ -201,8 +201,12 @@ def layer_act_split(dims: ModelDims) -> tuple[float, float]:
 
 
 def build_named(name: str, **kw: Any) -> CompGraph:
-    """``zoo.build("gpt" | "llama", hidden=..., layers=..., heads=..., vocab=..., seq=...)``."""
-    return build_parametric(dims_from_kwargs(name, kw), grad_bytes_from_kwargs(name, kw))
+    """``zoo.build("gpt" | "llama", hidden=..., layers=..., heads=..., vocab=..., seq=...)``.
+    ``meta["config"]`` keeps the keywords as given (what a hybrid calibration of the model,
+    ``runners.profile hybrid.model={name: gpt, config: ...}``, is checked against)."""
+    g = build_parametric(dims_from_kwargs(name, kw), grad_bytes_from_kwargs(name, kw))
+    g.meta["config"] = dict(kw)
+    return g
 
 
 def module_spec(name: str, config: Mapping[str, Any]) -> dict[str, Any]:

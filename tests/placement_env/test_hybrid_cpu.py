@@ -418,6 +418,24 @@ def test_a_calibration_of_another_model_is_refused_naming_both(graph):
     assert CpuHybridModel(graph, cpu_cluster(2), same).dims.layers == 2
 
 
+def test_a_calibration_of_a_parametric_model_is_checked_against_its_keywords():
+    """``runners.profile hybrid.model={name: gpt, config: {hidden: ...}}`` calibrates a
+    parametric model (its module is the zoo's GPT-2 of those dimensions); the parametric
+    graph keeps its keywords in ``meta["config"]``, so the calibration is accepted for that
+    graph and refused, naming the key, for another size (it was refused for every graph:
+    the parametric graph had no config to compare)."""
+    from graphs import zoo
+
+    kw = dict(hidden=32, layers=2, heads=2, vocab=64, seq=16, batch=8)
+    g = zoo.build("gpt", **kw)
+    assert g.meta["config"] == kw
+    ok = dict(calibration(), model={"name": "gpt", "config": kw})
+    assert CpuHybridModel(g, cpu_cluster(2), ok).dims.layers == 2
+    other = zoo.build("gpt", **dict(kw, hidden=64))
+    with pytest.raises(ValueError, match=r"differs in \{'hidden': \(32, 64\)\}"):
+        CpuHybridModel(other, cpu_cluster(2), ok)
+
+
 def test_predicted_run_gives_each_rank_its_stages_figures(graph):
     """dp 2 x pp 2 on a calibrated cpu_4: ranks 0-1 hold stage 0, ranks 2-3 stage 1."""
     from placement_env.oracles.hybrid_cpu import predicted_run
