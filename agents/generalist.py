@@ -396,6 +396,72 @@ def validation_instances(rows: int, seed: int = 1, corpus: Corpus = CORPUS) -> l
 TIMED_TEACHERS: tuple[str, ...] = ("ideal_dp", "ilp")
 
 
+def _teacher_placements(
+    problem: Problem,
+    teachers: Sequence[str],
+    oracle: Any,
+    *,
+    seed: int,
+    teacher_seconds: float | None,
+    student: Any,
+    student_samples: int,
+) -> list[tuple[float, np.ndarray, str]]:
+    """``(step time, node placement, name)`` of every teacher that finds a feasible plan, in
+    ``teachers`` order, then the student's (see :func:`teacher_plan`)."""
+    from agents import baselines
+
+    if teacher_seconds is not None and not teacher_seconds > 0:
+        raise ValueError(f"teacher_seconds must be > 0, got {teacher_seconds}")
+    out = []
+    for name in teachers:
+        opts = {}
+        if teacher_seconds is not None and name in TIMED_TEACHERS:
+            opts["time_limit"] = float(teacher_seconds)
+        try:
+            p = baselines.get(name)(problem.graph, problem.cluster, oracle, **opts)
+        except baselines.InfeasiblePlanError:
+            continue
+        out.append((float(p.meta["step_time"]), np.asarray(p.placement), name))
+    if student is not None:
+        try:  # the fastest memory-feasible placement of its samples
+            p = student.plan(
+                problem.graph, problem.cluster, microbatches=problem.microbatches,
+                schedule=problem.schedule, samples=student_samples, oracle=oracle, seed=seed,
+            )  # fmt: skip
+        except baselines.InfeasiblePlanError:
+            p = None
+        if p is not None:
+            out.append((float(p.meta["step_time"]), np.asarray(p.placement), "student"))
+    if not out:
+        raise baselines.InfeasiblePlanError(f"no teacher found a feasible plan of {problem.name}")
+    return out
+
+
+def _annealed(
+    problem: Problem, oracle: Any, t: float, placement: np.ndarray, name: str, calls: int, seed: int
+) -> tuple[float, np.ndarray, str]:
+    """``anneal`` for ``calls`` calls from a teacher's placement; the better of the two
+    (``name + "+anneal"`` when annealing improved it)."""
+    from agents import baselines
+
+    if calls > 0:
+        p = baselines.get("anneal")(
+            problem.graph, problem.cluster, oracle, calls, init=placement, seed=seed
+        )
+        if float(p.meta["step_time"]) < t:
+            return float(p.meta["step_time"]), np.asarray(p.placement), name + "+anneal"
+    return t, placement, name
+
+
+def _units(problem: Problem, placement: np.ndarray) -> np.ndarray:
+    from placement_env.encoding import unit_graph
+
+    ug = unit_graph(problem.graph)
+    units = np.zeros(ug.num_units, dtype=np.int64)
+    units[ug.node_unit] = placement
+    return units
+
+
 def teacher_plan(
     problem: Problem,
     teachers: Sequence[str] = DEFAULT_TEACHERS,
@@ -421,51 +487,49 @@ def teacher_plan(
     ``+anneal`` when annealing improved it. ``InfeasiblePlanError`` when no teacher finds a
     feasible plan.
     """
-    from agents import baselines
-    from placement_env.encoding import unit_graph
-
     oracle = problem.oracle()
-    best: tuple[float, np.ndarray, str] | None = None
-    if teacher_seconds is not None and not teacher_seconds > 0:
-        raise ValueError(f"teacher_seconds must be > 0, got {teacher_seconds}")
-    for name in teachers:
-        opts = {}
-        if teacher_seconds is not None and name in TIMED_TEACHERS:
-            opts["time_limit"] = float(teacher_seconds)
-        try:
-            p = baselines.get(name)(problem.graph, problem.cluster, oracle, **opts)
-        except baselines.InfeasiblePlanError:
+    found = _teacher_placements(
+        problem, teachers, oracle, seed=seed, teacher_seconds=teacher_seconds, student=student,
+        student_samples=student_samples,
+    )  # fmt: skip
+    best = found[0]
+    for cand in found[1:]:  # the first of the fastest
+        if cand[0] < best[0]:
+            best = cand
+    t, placement, name = _annealed(problem, oracle, *best, anneal_calls, seed)
+    return _units(problem, placement), t, name
+
+
+def teacher_candidates(
+    problem: Problem,
+    teachers: Sequence[str] = DEFAULT_TEACHERS,
+    *,
+    anneal_calls: int = 300,
+    seed: int = 0,
+    teacher_seconds: float | None = None,
+    student: Any = None,
+    student_samples: int = 1024,
+) -> list[tuple[np.ndarray, float, str]]:
+    """Every distinct teacher plan of ``problem`` (the arguments of :func:`teacher_plan`),
+    each annealed ``anneal_calls`` calls from itself (``seed``), fastest first (ties in
+    teacher order): ``[(unit placement, step time, name), ...]``. :func:`teacher_plan`
+    anneals only the teacher that was fastest *before* annealing; here a slower teacher whose
+    plan anneals further can win (``label_corpus(mode="each" | "near")``)."""
+    oracle = problem.oracle()
+    found = _teacher_placements(
+        problem, teachers, oracle, seed=seed, teacher_seconds=teacher_seconds, student=student,
+        student_samples=student_samples,
+    )  # fmt: skip
+    out, seen = [], set()
+    for t, placement, name in found:
+        key = placement.tobytes()
+        if key in seen:  # the same placement from another teacher: annealed once
             continue
-        t = float(p.meta["step_time"])
-        if best is None or t < best[0]:
-            best = (t, np.asarray(p.placement), name)
-    if student is not None:
-        try:  # the fastest memory-feasible placement of its samples
-            p = student.plan(
-                problem.graph, problem.cluster, microbatches=problem.microbatches,
-                schedule=problem.schedule, samples=student_samples, oracle=oracle, seed=seed,
-            )  # fmt: skip
-        except baselines.InfeasiblePlanError:
-            p = None
-        if p is not None and (best is None or float(p.meta["step_time"]) < best[0]):
-            best = (float(p.meta["step_time"]), np.asarray(p.placement), "student")
-    if best is None:
-        raise baselines.InfeasiblePlanError(f"no teacher found a feasible plan of {problem.name}")
-    t, placement, name = best
-    if anneal_calls > 0:
-        p = baselines.get("anneal")(
-            problem.graph, problem.cluster, oracle, anneal_calls, init=placement, seed=seed
-        )
-        if float(p.meta["step_time"]) < t:
-            t, placement, name = (
-                float(p.meta["step_time"]),
-                np.asarray(p.placement),
-                name + "+anneal",
-            )
-    ug = unit_graph(problem.graph)
-    units = np.zeros(ug.num_units, dtype=np.int64)
-    units[ug.node_unit] = placement
-    return units, t, name
+        seen.add(key)
+        ta, pa, na = _annealed(problem, oracle, t, placement, name, anneal_calls, seed)
+        out.append((_units(problem, pa), ta, na))
+    out.sort(key=lambda x: x[1])  # stable: teacher order among equal times
+    return out
 
 
 def policy_fingerprint(policy: Any) -> str:
@@ -482,22 +546,51 @@ def policy_fingerprint(policy: Any) -> str:
     return h.hexdigest()[:16]
 
 
+#: How :func:`label_corpus` labels a problem: ``"best"`` (the shipped recipe,
+#: :func:`teacher_plan`: the teacher fastest before annealing, annealed), ``"each"`` (the
+#: fastest of :func:`teacher_candidates`: every teacher's plan annealed), ``"near"`` (every
+#: candidate within ``tolerance`` of that fastest: one training sample each).
+LABEL_MODES: tuple[str, ...] = ("best", "each", "near")
+
+
 def label_settings(
     teachers: Sequence[str],
     anneal_calls: int,
     teacher_seconds: float | None,
     student: Any = None,
     student_samples: int = 1024,
+    mode: str = "best",
+    tolerance: float = 0.05,
 ) -> dict[str, Any]:
     """What a label of :func:`teacher_plan` depends on besides its problem: stored with each
-    cached label, so a cache is reused only by a run that would compute the same labels."""
-    return {
+    cached label, so a cache is reused only by a run that would compute the same labels.
+    ``mode`` and ``tolerance`` (:data:`LABEL_MODES`) are recorded only when the mode is not
+    ``"best"``, so caches written before the modes existed stay valid."""
+    out = {
         "teachers": list(teachers),
         "anneal_calls": int(anneal_calls),
         "teacher_seconds": None if teacher_seconds is None else float(teacher_seconds),
         "student": None if student is None else policy_fingerprint(student),
         "student_samples": None if student is None else int(student_samples),
     }
+    if mode != "best":
+        out["mode"] = mode
+        if mode == "near":
+            out["tolerance"] = float(tolerance)
+    return out
+
+
+def check_label_mode(mode: str, tolerance: float) -> None:
+    """``ValueError`` naming a mode not in :data:`LABEL_MODES` or a tolerance that is not a
+    number >= 0."""
+    if mode not in LABEL_MODES:
+        raise ValueError(f"label mode {mode!r}: expected one of {list(LABEL_MODES)}")
+    if (
+        isinstance(tolerance, bool)
+        or not isinstance(tolerance, (int, float))
+        or not (tolerance >= 0 and math.isfinite(tolerance))
+    ):
+        raise ValueError(f"label tolerance {tolerance!r}: expected a finite number >= 0")
 
 
 def problem_key(problem: Problem) -> str:
@@ -521,16 +614,28 @@ def label_corpus(
     teacher_seconds: float | None = None,
     student: Any = None,
     student_samples: int = 1024,
+    mode: str = "best",
+    tolerance: float = 0.05,
 ) -> list[dict[str, Any]]:
     """Teacher labels of ``problems``, read from / appended to the JSON-lines file ``cache``
     (so an interrupted run resumes). Problems no teacher can place are skipped.
+
+    ``mode`` (:data:`LABEL_MODES`): ``"best"`` labels with :func:`teacher_plan`; ``"each"``
+    with the fastest of :func:`teacher_candidates`; ``"near"`` likewise, and adds under
+    ``"extra"`` every other candidate within ``tolerance`` (relative) of it whose placement
+    differs from the label's and from the extras before it
+    (``units``, ``step_time``, ``teacher`` each), which :func:`label_pairs` turns into
+    samples of their own.
 
     Each line records its problem's :func:`problem_key` and the settings it was made with
     (:func:`label_settings`: teachers, annealing calls, the exact teachers' time limit, the
     student's weights); a cached label is reused only for the same key and settings, else
     the problem is labelled again (and ``log`` says how many were). Lines written before
     keys and settings were recorded (28 Nov 2026) are never reused."""
-    settings = label_settings(teachers, anneal_calls, teacher_seconds, student, student_samples)
+    check_label_mode(mode, tolerance)
+    settings = label_settings(
+        teachers, anneal_calls, teacher_seconds, student, student_samples, mode, tolerance
+    )
     done: dict[str, dict[str, Any]] = {}
     other: set[str] = set()
     if cache.exists():
@@ -554,12 +659,23 @@ def label_corpus(
         for i, (pb, key) in enumerate(zip(problems, keys)):
             if key not in done:
                 t0 = time.perf_counter()
+                kw = dict(
+                    anneal_calls=anneal_calls, seed=i, teacher_seconds=teacher_seconds,
+                    student=student, student_samples=student_samples,
+                )  # fmt: skip
+                extra: list[tuple[np.ndarray, float, str]] = []
                 try:
-                    units, t, who = teacher_plan(
-                        pb, teachers, anneal_calls=anneal_calls, seed=i,
-                        teacher_seconds=teacher_seconds, student=student,
-                        student_samples=student_samples,
-                    )  # fmt: skip
+                    if mode == "best":
+                        units, t, who = teacher_plan(pb, teachers, **kw)
+                    else:
+                        cands = teacher_candidates(pb, teachers, **kw)
+                        units, t, who = cands[0]
+                        if mode == "near":  # distinct placements (two starts may anneal
+                            seen = {units.tobytes()}  # to one)
+                            for c in cands[1:]:
+                                if c[1] <= t * (1 + tolerance) and c[0].tobytes() not in seen:
+                                    seen.add(c[0].tobytes())
+                                    extra.append(c)
                 except Exception as exc:  # infeasible or a planner refusing the instance
                     done[key] = {"name": pb.name, "error": str(exc)}
                 else:
@@ -570,6 +686,11 @@ def label_corpus(
                         "teacher": who,
                         "seconds": time.perf_counter() - t0,
                     }
+                    if mode == "near":
+                        done[key]["extra"] = [
+                            {"units": u.tolist(), "step_time": tt, "teacher": w}
+                            for u, tt, w in extra
+                        ]
                 done[key].update(key=key, settings=settings)
                 f.write(json.dumps(done[key]) + "\n")
                 f.flush()
@@ -577,6 +698,20 @@ def label_corpus(
                     r = done[key]
                     log(f"[{i + 1}/{len(problems)}] {pb.name}: {r.get('teacher', r.get('error'))}")
             out.append(done[key])
+    return out
+
+
+def label_pairs(
+    problems: Sequence[Problem], labels: Sequence[Mapping[str, Any]]
+) -> list[tuple[Problem, np.ndarray]]:
+    """``(problem, unit placement)`` training pairs of :func:`label_corpus`'s labels: one per
+    labelled problem, plus one per ``"extra"`` label (``mode="near"``); problems no teacher
+    could place are left out."""
+    out = []
+    for pb, r in zip(problems, labels, strict=True):
+        if "units" in r:
+            out.append((pb, np.asarray(r["units"])))
+            out += [(pb, np.asarray(x["units"])) for x in r.get("extra", ())]
     return out
 
 

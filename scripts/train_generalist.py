@@ -24,7 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from agents import generalist as G
@@ -104,6 +103,16 @@ def main(argv: list[str] | None = None) -> None:
         help="a policy (file or shipped name) whose zero-shot plan (1024 chain samples) "
         "competes with the teachers for each label: one round of expert iteration",
     )  # fmt: skip
+    ap.add_argument(
+        "--labels", default="best", choices=list(G.LABEL_MODES),
+        help="best: the teacher fastest before annealing, annealed (as shipped); each: every "
+        "teacher's plan annealed, the fastest; near: also every other annealed plan within "
+        "--label-tolerance of it, one sample each",
+    )  # fmt: skip
+    ap.add_argument(
+        "--label-tolerance", type=float, default=0.05,
+        help="--labels near: relative step-time tolerance (default 0.05)",
+    )  # fmt: skip
     ap.add_argument("--max-minutes", type=float, default=None, help="stop training early")
     ap.add_argument("--stages", nargs="+", default=["label", "train", "export"])
     ap.add_argument(
@@ -127,6 +136,10 @@ def main(argv: list[str] | None = None) -> None:
         "step time within 1 + TOLERANCE (default 1e-9; agents.generalist.canonical_units)",
     )  # fmt: skip
     args = ap.parse_args(argv)
+    try:
+        G.check_label_mode(args.labels, args.label_tolerance)
+    except ValueError as e:
+        raise SystemExit(f"--label-tolerance: {e}") from None
     net_config = parse_net(args.net)
     torch.set_num_threads(1)
     base = G.corpus_named(args.corpus)
@@ -150,13 +163,14 @@ def main(argv: list[str] | None = None) -> None:
         cache = args.work / ("labels.jsonl" if cs == 0 else f"labels.seed{cs}.jsonl")
         labels += G.label_corpus(
             draw, cache, teachers=args.teachers, anneal_calls=args.anneal_calls, log=log,
-            teacher_seconds=args.teacher_seconds, student=student,
+            teacher_seconds=args.teacher_seconds, student=student, mode=args.labels,
+            tolerance=args.label_tolerance,
         )  # fmt: skip
         problems += draw
     label_seconds = time.perf_counter() - t0
     if "train" not in args.stages:
         return
-    pairs = [(pb, np.asarray(r["units"])) for pb, r in zip(problems, labels) if "units" in r]
+    pairs = G.label_pairs(problems, labels)
     renamed = 0
     if args.canonical_labels is not None:
         for i, (pb, units) in enumerate(pairs):
@@ -165,7 +179,10 @@ def main(argv: list[str] | None = None) -> None:
             renamed += changed
         log(f"canonical labels: {renamed} of {len(pairs)} renamed")
     samples = [G.make_sample(pb, units) for pb, units in pairs]
-    log(f"{len(samples)} labelled samples ({label_seconds:.0f} s to build and label)")
+    log(
+        f"{len(samples)} labelled samples of {sum('units' in r for r in labels)} problems "
+        f"({label_seconds:.0f} s to build and label)"
+    )
     if len(set(args.seed)) != len(args.seed):
         raise SystemExit(f"--seed {args.seed}: each seed once")
     nets, runs = [], []
@@ -197,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         "corpus": base.to_dict(),
         "corpus_name": args.corpus,
         "corpus_seeds": list(args.corpus_seeds),
-        "problems": len(samples),
+        "problems": sum("units" in r for r in labels),
+        "samples": len(samples),
         "max_units": max(int(s.obs["node_mask"].sum()) for s in samples),
         "max_devices": max(int(s.obs["device_mask"].sum()) for s in samples),
         "teachers": args.teachers,
@@ -205,6 +223,8 @@ def main(argv: list[str] | None = None) -> None:
         "teacher_seconds": args.teacher_seconds,
         "student": args.student,
         "teacher_labels": teachers_used,
+        "label_mode": args.labels,
+        "label_tolerance": args.label_tolerance if args.labels == "near" else None,
         "canonical_labels": args.canonical_labels,
         "labels_renamed": renamed,
         "net_config": {**G.NET_CONFIG, **net_config},
