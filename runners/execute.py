@@ -35,7 +35,7 @@ def resolve(
         )
     common.check_model_meta(model, source or "the plan")
     try:
-        _check_buildable(model)
+        _check_buildable(model, hybrid=plan.layout is not None)
     except ValueError as exc:
         raise ValueError(f"{at}{exc}") from None
     if graph_path:
@@ -58,11 +58,13 @@ def resolve(
         raise ValueError(f"{at}{where}{exc}") from None
 
 
-def _check_buildable(model: Any) -> None:
+def _check_buildable(model: Any, *, hybrid: bool = True) -> None:
     """Refuse, naming it, a parametric model of ``graphs.zoo.build`` (``gpt`` by dimension,
     ``llama`` with dimension keywords) that no PyTorch module of the zoo computes
     (:func:`graphs.zoo.parametric.module_spec`: a ``gpt`` whose ``ffn`` is not 4 x hidden, a
-    tied ``llama``). The others run on the zoo's GPT-2 / LLaMA module of their dimensions."""
+    tied ``llama``), or in a plan that is not a hybrid layout (``hybrid=False``: its
+    operator-level graph of ``embed`` / ``h.<l>.attn`` / ... nodes names none of the module's
+    operators). The others run on the zoo's GPT-2 / LLaMA module of their dimensions."""
     from graphs.zoo.parametric import is_parametric, module_spec
 
     if not isinstance(model, dict) or "factory" in model:
@@ -70,6 +72,13 @@ def _check_buildable(model: Any) -> None:
     name, config = model.get("name"), dict(model.get("config") or {})
     if is_parametric(str(name), config):
         module_spec(str(name), config)
+        if not hybrid:
+            raise ValueError(
+                f"the plan places the operators of the parametric {name!r} of graphs.zoo.build, "
+                "whose graph has one node per layer half, not the module's operators: "
+                "runners.execute runs hybrid plans (dp x tp x pp layouts) of it, or operator "
+                f"placements of the extracted zoo models (e.g. model: gpt2 with its config)"
+            )
 
 
 @hydra.main(version_base=None, config_path="../conf/execute", config_name="config")

@@ -140,8 +140,9 @@ def test_execute_runs_a_plan_whose_stages_have_their_own_submeshes(tmp_path: Pat
 def test_only_parametric_shapes_without_a_module_are_refused_naming_them() -> None:
     """Hybrid envs plan parametric models (``gpt`` by dimension, ``llama`` with dimension
     keywords); ``runners.execute`` runs them on the zoo's GPT-2 / LLaMA module of their
-    dimensions and refuses, before building anything, only shapes no module has: a ``gpt``
-    whose MLP is not 4 x hidden, a tied ``llama``. Extracted zoo models and factories pass."""
+    dimensions and refuses, before building anything, only shapes no module has (a ``gpt``
+    whose MLP is not 4 x hidden, a tied ``llama``) and operator placements of them.
+    Extracted zoo models and factories pass."""
     from runners.execute import _check_buildable
 
     dims = {"hidden": 64, "layers": 2, "heads": 4, "vocab": 512, "seq": 32}
@@ -153,6 +154,10 @@ def test_only_parametric_shapes_without_a_module_are_refused_naming_them() -> No
         _check_buildable({"name": "gpt", "config": {"hidden": 64, "layers": 2, "heads": 4}})
     _check_buildable({"name": "gpt", "config": dims})
     _check_buildable({"name": "llama", "config": dict(dims, kv_heads=2, ffn=96)})
+    # an operator placement of the parametric graph: its nodes are not the module's operators
+    with pytest.raises(ValueError, match="places the operators of the parametric 'gpt'"):
+        _check_buildable({"name": "gpt", "config": dims}, hybrid=False)
+    _check_buildable({"name": "gpt2", "config": {"n_layer": 2}}, hybrid=False)
     _check_buildable({"name": "llama", "config": {"n_layer": 2, "d_model": 16}})
     _check_buildable({"factory": "pkg.mod:fn", "config": {"hidden": 4}})
 
