@@ -512,7 +512,8 @@ def teacher_candidates(
 ) -> list[tuple[np.ndarray, float, str]]:
     """Every distinct teacher plan of ``problem`` (the arguments of :func:`teacher_plan`),
     each annealed ``anneal_calls`` calls from itself (``seed``), fastest first (ties in
-    teacher order): ``[(unit placement, step time, name), ...]``. :func:`teacher_plan`
+    teacher order), each resulting placement once (two starts may anneal to one):
+    ``[(unit placement, step time, name), ...]``. :func:`teacher_plan`
     anneals only the teacher that was fastest *before* annealing; here a slower teacher whose
     plan anneals further can win (``label_corpus(mode="each" | "near")``)."""
     oracle = problem.oracle()
@@ -520,16 +521,17 @@ def teacher_candidates(
         problem, teachers, oracle, seed=seed, teacher_seconds=teacher_seconds, student=student,
         student_samples=student_samples,
     )  # fmt: skip
-    out, seen = [], set()
+    starts: dict[bytes, tuple] = {}  # a placement two teachers give is annealed once
     for t, placement, name in found:
-        key = placement.tobytes()
-        if key in seen:  # the same placement from another teacher: annealed once
-            continue
-        seen.add(key)
-        ta, pa, na = _annealed(problem, oracle, t, placement, name, anneal_calls, seed)
-        out.append((_units(problem, pa), ta, na))
-    out.sort(key=lambda x: x[1])  # stable: teacher order among equal times
-    return out
+        starts.setdefault(placement.tobytes(), (t, placement, name))
+    annealed = sorted(  # stable: teacher order among equal times
+        (_annealed(problem, oracle, *x, anneal_calls, seed) for x in starts.values()),
+        key=lambda x: x[0],
+    )
+    ends: dict[bytes, tuple] = {}
+    for t, placement, name in annealed:
+        ends.setdefault(placement.tobytes(), (_units(problem, placement), t, name))
+    return list(ends.values())
 
 
 def policy_fingerprint(policy: Any) -> str:
@@ -670,12 +672,8 @@ def label_corpus(
                     else:
                         cands = teacher_candidates(pb, teachers, **kw)
                         units, t, who = cands[0]
-                        if mode == "near":  # distinct placements (two starts may anneal
-                            seen = {units.tobytes()}  # to one)
-                            for c in cands[1:]:
-                                if c[1] <= t * (1 + tolerance) and c[0].tobytes() not in seen:
-                                    seen.add(c[0].tobytes())
-                                    extra.append(c)
+                        if mode == "near":
+                            extra = [c for c in cands[1:] if c[1] <= t * (1 + tolerance)]
                 except Exception as exc:  # infeasible or a planner refusing the instance
                     done[key] = {"name": pb.name, "error": str(exc)}
                 else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import copy
 import heapq
 import time
 from collections.abc import Sequence
@@ -139,13 +138,12 @@ class _MeshOptions:
             for tp in submesh_tps(n, g, heads=d.heads, kv_heads=d.kv_heads, max_tp=max_tp):
                 dp = n // tp
                 for rc, z, tm in tmpls:
+                    c = None if costs is None else costs.segment_costs(tp, g // dp, rc)
+                    if costs is not None and c is None:  # uncalibrated: no option, no call
+                        continue
                     prof = model.stage_profile(tm, dp, tp, g // dp)
-                    if costs is not None:  # seconds from the calibrated segments
-                        c = costs.segment_costs(tp, g // dp, rc)
-                        if c is None:  # a shape the calibration lacks: not an option, no call
-                            continue
+                    if c is not None:  # seconds from the calibrated segments
                         self.queries += 1
-                        prof = copy.copy(prof)
                         prof.layer, prof.first, prof.last = c["layer"], c["first"], c["last"]
                     opts.append((size, dp, tp, prof, rc, z))
         self.opts = opts
