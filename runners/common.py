@@ -672,18 +672,26 @@ def reported_errors(run_dir: Path | None, app: str) -> Iterator[None]:
     traceback. Either way the run folder is left with ``error.txt`` saying why (the
     message, then the traceback), and the message goes to the run's log file.
     """
-    from runtime.launch import RankFailure
-
     try:
         yield
-    except (*USER_ERRORS, RankFailure) as exc:
+    except Exception as exc:
+        if not _user_error(exc):
+            _record_failure(run_dir, app, f"{type(exc).__name__}: {exc}")
+            raise
         msg = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         _record_failure(run_dir, app, f"{type(exc).__name__}: {msg}")
         sys.stderr.write(f"error: {msg}\n")
         raise SystemExit(2) from None
-    except Exception as exc:
-        _record_failure(run_dir, app, f"{type(exc).__name__}: {exc}")
-        raise
+
+
+def _user_error(exc: BaseException) -> bool:
+    """A :data:`USER_ERRORS` or a failed rank. ``runtime.launch`` (which imports torch, seconds)
+    is looked up, not imported: a rank can only have failed where it was loaded, and a bad
+    setting is reported before torch is imported."""
+    launch = sys.modules.get("runtime.launch")
+    return isinstance(exc, USER_ERRORS) or (
+        launch is not None and isinstance(exc, launch.RankFailure)
+    )
 
 
 def _record_failure(run_dir: Path | None, app: str, message: str) -> None:

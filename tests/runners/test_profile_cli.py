@@ -101,6 +101,34 @@ def test_profile_refuses_a_calibration_path_it_cannot_write(tmp_path):
     assert proc.returncode == 2 and "cannot be written" in proc.stderr, proc.stderr[-2000:]
 
 
+def test_a_bad_setting_is_refused_before_torch_is_imported(tmp_path):
+    """Reporting the error used to import torch (``runtime.launch``, for the failed-rank
+    error type): two more seconds before a one-line refusal. A failed rank is still a
+    one-line error (exit 2); an unexpected error keeps its traceback."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['profile', 'threads=0', 'output_dir={tmp_path}']\n"
+        "try:\n"
+        "    runpy.run_module('runners.profile', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    print('exit', e.code, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.split() == ["exit", "2", "False"], proc.stdout + proc.stderr[-2000:]
+    assert "error: profile: threads = 0" in proc.stderr
+
+    from runners.common import reported_errors
+    from runtime.launch import RankFailure
+
+    with pytest.raises(SystemExit) as stop, reported_errors(None, "profile"):
+        raise RankFailure(1, "ValueError", "Number of microbatches (1) must be >= 2")
+    assert stop.value.code == 2
+    with pytest.raises(ZeroDivisionError), reported_errors(None, "profile"):
+        raise ZeroDivisionError("not a user error")
+
+
 def test_fitted_calibration_always_measures_what_its_probes_need(monkeypatch):
     """The runtime probes run without recomputation: hybrid.recomputes=[full] used to pass
     the checks and fail after minutes of measuring, in the fit, on the missing 'none'."""
