@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = "{n_layer: 4, d_model: 32, n_head: 4, vocab: 64, seq: 16, n_ctx: 16, batch: 8}"
+CONFIG = "{n_layer: 2, d_model: 32, n_head: 4, vocab: 64, seq: 16, n_ctx: 16, batch: 8}"
 
 
 def _run(args: list[str], timeout: int) -> subprocess.CompletedProcess:
