@@ -20,14 +20,3 @@ from runtime.launch import preload_fork_server  # noqa: E402
 
 preload_fork_server()
 
-
-def pytest_collection_modifyitems(session, config, items) -> None:
-    """The tests listed in ``tests/slow_tests.txt`` first, slowest first (the longest-job-first
-    rule): ``--dist worksteal`` hands each worker a contiguous share and idle workers steal
-    from the ends of the others' queues, so the last tests to run are short ones and the
-    workers finish together instead of one waiting on a long test that started last."""
-    from pathlib import Path
-
-    listed = Path(__file__).with_name("slow_tests.txt").read_text().splitlines()
-    rank = {nodeid: i for i, nodeid in enumerate(x for x in listed if x and x[0] != "#")}
-    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # stable: the rest keep order

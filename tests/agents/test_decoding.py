@@ -256,14 +256,14 @@ def test_resample_window_changes_one_window_only(case, seed: int, window: int, t
 
 
 def test_resample_window_follows_the_conditional_chain() -> None:
-    """Per drawn window, the frequencies of 60,000 redraws against the chain model (window
+    """Per drawn window, the frequencies of 20,000 redraws against the chain model (window
     log-probabilities / temperature, device changes penalised at the window's edges too)
     conditioned on the units outside it, enumerated by brute force."""
     rng = np.random.default_rng(5)
     logp = decoding.masked_log_probs(rng.normal(0, 1.5, size=(4, 3)))
     base = np.array([0, 2, 2, 1])
     penalty, temp = 0.8, 2.0
-    n = 60_000
+    n = 20_000
     draws: dict[tuple[int, int], list[tuple[int, ...]]] = {}
     gen = np.random.default_rng(0)
     for _ in range(n):

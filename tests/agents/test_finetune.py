@@ -165,7 +165,7 @@ def test_local_redraws_change_one_window_of_an_elite_plan() -> None:
         orc = Counting(sim(g, c))
         ft = chain_finetune(
             load_policy("generalist"), g, c, oracle=orc, first_samples=16, samples=16,
-            calls=200, local=local, window=3, seed=1,
+            calls=80, local=local, window=3, seed=1,
         )  # fmt: skip
         assert ft.oracle_calls == len(orc.seen)
         return ft.zero_shot_calls, [
@@ -198,12 +198,12 @@ def test_sequential_redraws_start_from_the_best_plan_scored_so_far() -> None:
         orc = Counting(sim(g, c))
         ft = chain_finetune(
             load_policy("generalist"), g, c, oracle=orc, first_samples=16, samples=16,
-            calls=160, local=1.0, window=3, elite=1, sequential=True, seed=2,
+            calls=64, local=1.0, window=3, elite=1, sequential=True, seed=2,
         )  # fmt: skip
         return ft, orc.seen
 
     ft, seen = run()
-    assert ft.oracle_calls == len(seen) <= 160
+    assert ft.oracle_calls == len(seen) <= 64
     times = []
     for key in seen:
         r = ref.evaluate(np.frombuffer(key, dtype=np.int64))

@@ -70,7 +70,7 @@ def test_own_model_train_execute_plan_elsewhere_execute_evaluate(tmp_path: Path)
 
     # 2. execute the best plan on this machine's CPU processes
     p = cli("runners.execute", f"plan={train_dir / 'best_plan.json'}", f"output_dir={tmp_path / 'ex1'}",
-            "steps=2", "warmup=1")  # fmt: skip
+            "steps=1", "warmup=0")  # fmt: skip
     measured = json.loads((tmp_path / "ex1" / "result.json").read_text())
     assert measured["step_time"] > 0 and measured["world_size"] == best.num_devices_used
 
@@ -87,7 +87,7 @@ def test_own_model_train_execute_plan_elsewhere_execute_evaluate(tmp_path: Path)
 
     # 4. execute the zero-shot plan
     cli("runners.execute", f"plan={plan_dir / 'plan.json'}", f"output_dir={tmp_path / 'ex2'}",
-        "steps=2", "warmup=1")  # fmt: skip
+        "steps=1", "warmup=0")  # fmt: skip
     measured = json.loads((tmp_path / "ex2" / "result.json").read_text())
     assert measured["step_time"] > 0 and measured["world_size"] == plan.num_devices_used
 
@@ -216,7 +216,7 @@ def test_exact_planner_reports_its_proof_then_its_plan_executes(tmp_path: Path) 
     assert best.meta["model"]["factory"] == "examples.my_model:build"
     assert result["best_step_time"] <= result["baselines"]["single"] + 1e-12
     cli("runners.execute", f"plan={train_dir / 'best_plan.json'}", f"output_dir={tmp_path / 'ex'}",
-        "steps=2", "warmup=1")  # fmt: skip
+        "steps=1", "warmup=0")  # fmt: skip
     measured = json.loads((tmp_path / "ex" / "result.json").read_text())
     assert measured["step_time"] > 0 and measured["world_size"] == best.num_devices_used
 
@@ -232,6 +232,6 @@ def test_planning_for_the_op_level_runtimes_order_then_executing(tmp_path: Path)
     best = Plan.load(tmp_path / "tr" / "best_plan.json")
     assert best.schedule == "in_order" and best.num_devices_used >= 2
     cli("runners.execute", f"plan={tmp_path / 'tr' / 'best_plan.json'}",
-        f"output_dir={tmp_path / 'ex'}", "steps=2", "warmup=1")  # fmt: skip
+        f"output_dir={tmp_path / 'ex'}", "steps=1", "warmup=0")  # fmt: skip
     measured = json.loads((tmp_path / "ex" / "result.json").read_text())
     assert measured["mode"] == "oplevel" and measured["world_size"] == best.num_devices_used
