@@ -19,4 +19,3 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 from runtime.launch import preload_fork_server  # noqa: E402
 
 preload_fork_server()
-
