@@ -23,12 +23,9 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 setup: $(VENV)/.installed
 
 # the package's own bytecode, written once: with PYTHONDONTWRITEBYTECODE set (as on the CI
-# machines) every process -- each CLI run, each rank's fork server -- compiled it again; and
-# its numba kernels, compiled once into numba's cache (about 35 s on 2 cores the first time,
-# 3 s after): the test workers and the CLI runs they start each compiled them otherwise
+# machines) every process -- each CLI run, each rank's fork server -- compiled it again
 bytecode: setup
 	$(PY) -m compileall -q -j0 agents graphs placement_env runners runtime scripts tests > /dev/null
-	$(PY) -m agents.compile_kernels
 
 train: bytecode
 	$(PY) -m runners.train +env=gpt2_8gpu $(ARGS)
