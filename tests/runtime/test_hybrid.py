@@ -226,8 +226,8 @@ def test_dp2_pp2_tp2_zero_0_and_3_with_and_without_recompute_equal_one_process(g
     """8 gloo ranks, one torchrun launch, dp x pp x tp = 2 x 2 x 2: ZeRO 0 without and ZeRO 3
     with full recomputation (2 blocks, 1F1B; ZeRO 0 with full recomputation and ZeRO 3
     without it come in the per-stage cases below), then ZeRO 2 with selective
-    recomputation and sequence parallelism on the interleaved schedule (4 blocks, 2 chunks per pipeline rank), then a
-    recomputation mode per stage (full on the first, selective on the second), then a ZeRO
+    recomputation and sequence parallelism on the interleaved schedule (4 blocks, 2 chunks
+    per pipeline rank), then a recomputation mode per stage (full on the first, selective on the second), then a ZeRO
     stage per stage (3 on the first, 1 on the second; then 3 and 0, where the tied
     embedding's gradient is sharded on one stage and whole on the other). The loss and every
     gradient of the first step equal one full-batch process within 1e-5."""
