@@ -37,6 +37,23 @@ VEC_ENVS: dict[str, type[VecEnv]] = {"dummy": DummyVecEnv, "subproc": SubprocVec
 EnvLike = gym.Env | VecEnv | str | Callable[[], gym.Env]
 
 
+def quiet_logger(model: Any) -> Any:
+    """Give ``model`` SB3's logger without its temporary folder: an SB3 model with neither a
+    logger of its own nor ``tensorboard_log`` makes an empty ``$TMPDIR/SB3-<date>`` folder on
+    every ``learn()`` (``stable_baselines3.common.logger.configure``), and nothing is ever
+    written there. Prints SB3's table to stdout when ``model.verbose >= 1``, as SB3 does; a
+    model with ``tensorboard_log`` keeps SB3's own logger (it writes into that folder).
+    Returns ``model``. Call it again after ``load()``, which drops a custom logger."""
+    if getattr(model, "tensorboard_log", None) is None:
+        import sys
+
+        from stable_baselines3.common.logger import HumanOutputFormat, Logger
+
+        formats = [HumanOutputFormat(sys.stdout)] if int(model.verbose or 0) >= 1 else []
+        model.set_logger(Logger(folder=None, output_formats=formats))
+    return model
+
+
 def make_vec_env(
     env: EnvLike,
     *,
@@ -128,7 +145,7 @@ def make_ppo(
         **dict(net_kwargs or {}),
     }
     algo: type[MaskablePPO] | type[PPO] = MaskablePPO if is_masking_supported(venv) else PPO
-    return algo(policy_cls, venv, seed=seed, policy_kwargs=policy_kwargs, **kw)
+    return quiet_logger(algo(policy_cls, venv, seed=seed, policy_kwargs=policy_kwargs, **kw))
 
 
 #: PPO settings of ``Hybrid-v0`` (64-step episodes of layout moves): as :data:`PPO_DEFAULTS`
@@ -165,4 +182,4 @@ def make_hybrid_ppo(
         raise ValueError("make_hybrid_ppo: the env has no action_masks(); is it Hybrid-v0?")
     kw = {**HYBRID_PPO_DEFAULTS, **ppo_kwargs}
     kw["batch_size"] = min(int(kw["batch_size"]), int(kw["n_steps"]) * venv.num_envs)
-    return MaskablePPO("MultiInputPolicy", venv, seed=seed, **kw)
+    return quiet_logger(MaskablePPO("MultiInputPolicy", venv, seed=seed, **kw))

@@ -261,6 +261,9 @@ def restore(state: Mapping[str, Any], callbacks: Sequence[Any] = ()) -> Any:
     """Rebuild the model on its saved envs, then restore RNGs and callback state."""
     algo = state["algo"]
     model = algo.load(io.BytesIO(state["model"]), env=state["env"], device="cpu", force_reset=False)
+    from agents.ppo import quiet_logger
+
+    quiet_logger(model)  # load() drops the logger make_ppo set
     for cb, cb_state in zip(callbacks, state["callbacks"], strict=False):
         vars(cb).update(cb_state)
     # load() reseeds the global generators; put back the ones of the killed run.

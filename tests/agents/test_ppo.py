@@ -14,7 +14,7 @@ from stable_baselines3.common.logger import Logger
 
 import placement_env  # noqa: F401  (registers the env ids)
 from agents.callbacks import BestPlanTracker
-from agents.ppo import make_ppo, make_vec_env
+from agents.ppo import make_hybrid_ppo, make_ppo, make_vec_env
 from graphs.clusters import load
 from graphs.compgraph import CompGraph
 from placement_env.generators import fixed
@@ -84,6 +84,26 @@ def test_make_ppo_uses_plain_ppo_without_masks_and_caps_the_batch():
     assert model.batch_size == 8
     model.learn(16)
     assert model.num_timesteps >= 16
+
+
+def test_learning_leaves_no_sb3_folder_in_the_temp_dir(tmp_path, monkeypatch, capsys):
+    """SB3 without a logger of its own makes an empty $TMPDIR/SB3-<date> folder per learn()."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    quiet = make_ppo("placement_env/OneShot-v0", "placeto", env_kwargs=_kwargs(), n_steps=8,
+                     net_kwargs={"hidden": 8})  # fmt: skip
+    quiet.learn(16)
+    assert not capsys.readouterr().out
+    loud = make_ppo("placement_env/OneShot-v0", "placeto", env_kwargs=_kwargs(), n_steps=8,
+                    net_kwargs={"hidden": 8}, verbose=1)  # fmt: skip
+    loud.learn(16)
+    assert "total_timesteps" in capsys.readouterr().out  # verbose=1 still prints SB3's table
+    assert list(tmp_path.iterdir()) == []
+    hybrid = make_hybrid_ppo("placement_env/Hybrid-v0", n_steps=8)  # its own small default
+    hybrid.learn(8)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_make_ppo_errors_name_the_bad_input():
