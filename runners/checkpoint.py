@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from graphs.schema import show
 from runners.common import write_bytes_atomic
@@ -61,6 +60,8 @@ _LIVE_ATTRS = frozenset(
 
 def rng_state() -> dict[str, Any]:
     """The global python, numpy and torch RNG states."""
+    import torch  # here, not at the top: a bad setting is refused before torch is imported
+
     return {
         "python": random.getstate(),
         "numpy": np.random.get_state(),  # noqa: NPY002 - SB3 uses the global RNG
@@ -70,6 +71,8 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
     """Restore what :func:`rng_state` returned."""
+    import torch
+
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])  # noqa: NPY002
     torch.set_rng_state(state["torch"])

@@ -336,3 +336,28 @@ def test_resume_refuses_overrides_it_would_ignore_and_keeps_a_finished_run(
         again == json.loads((run / "result.json").read_text()) and again["agent"] == first["agent"]
     )
     assert "finished already" in lines[0] and lines[-1] == summary_line(first, run)
+
+
+@pytest.mark.parametrize(
+    "module,args,message",
+    [
+        ("runners.train", ["+env=gpt2_8gpu", "train.timesteps=-1"], "expected an integer >= 1"),
+        ("runners.evaluate", ["seeds=[-1]"], "seeds"),
+    ],
+)
+def test_a_bad_setting_is_refused_before_torch_is_imported(module, args, message, tmp_path):
+    """``runners.checkpoint`` imported torch at the top (for the RNG states): every train or
+    evaluate run, a refused one included, paid about two seconds for it first."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{module!r}, *{args!r}, 'output_dir={tmp_path}']\n"
+        "try:\n"
+        f"    runpy.run_module({module!r}, run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    print('exit', e.code, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.split() == ["exit", "2", "False"], proc.stdout + proc.stderr[-2000:]
+    assert message in proc.stderr
