@@ -98,8 +98,6 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
     """Execute ``cfg.plan``; the measured result goes to ``out/result.json``."""
     from omegaconf import OmegaConf
 
-    from runtime.execute import execute
-
     if OmegaConf.is_missing(cfg, "plan"):
         raise ValueError(
             "plan=PATH is required: a plan JSON from runners.* (e.g. "
@@ -117,6 +115,8 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
     plan = Plan.load(cfg.plan)
     graph, cluster = resolve(plan, cfg.graph, cfg.cluster, source=str(cfg.plan))
     optimizer = cfg.optimizer or default_optimizer(plan, cluster)
+    from runtime.execute import execute  # torch: only once the plan and its settings are checked
+
     result = execute(
         plan,
         graph,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -76,3 +78,26 @@ def compose(overrides: Sequence[str], config: str = "train") -> DictConfig:
     schema.register()
     with initialize_config_dir(config_dir=str(common.CONF_DIR), version_base=None):
         return hydra_compose(config_name=config, overrides=list(overrides))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli_module(module: str, args: Sequence[str]) -> tuple[int | None, bool, str]:
+    """Run ``python -m MODULE ARGS`` in a fresh interpreter (from the repository root) up to
+    its ``SystemExit``; returns the exit code, whether torch was imported by then, and
+    stderr."""
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{module!r}, *{list(args)!r}]\n"
+        "try:\n"
+        f"    runpy.run_module({module!r}, run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    print('exit', e.code, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    words = proc.stdout.split()
+    assert words[:1] == ["exit"] and len(words) == 3, proc.stdout + proc.stderr[-2000:]
+    return (None if words[1] == "None" else int(words[1])), words[2] == "True", proc.stderr

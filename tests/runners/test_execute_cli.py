@@ -15,6 +15,7 @@ from graphs.compgraph import CompGraph
 from graphs.io import save
 from graphs.plan import Plan
 from runners.execute import resolve
+from tests.runners.conftest import run_cli_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -388,3 +389,25 @@ def test_tp_degree_naming_a_group_the_graph_lacks_is_named() -> None:
     plan = Plan.for_graph(np.array([0, 0, 0]), g, cl, tp_degree={99999: 2})
     with pytest.raises(ValueError, match=r"Plan.tp_degree names group\(s\) \[99999\] that graph"):
         make_run_spec(plan, g, cl, {"name": "gpt2"})
+
+
+@pytest.mark.parametrize(
+    "what,message",
+    [
+        ("missing", "no such file"),
+        ("folder", "is a folder; give the plan file in it"),
+        ("not_a_plan", "not a devplace plan"),
+    ],
+)
+def test_a_bad_plan_is_refused_before_torch_is_imported(what, message, tmp_path):
+    """``runners.execute`` imported the runtime (torch, about two seconds) before it looked
+    at the plan file."""
+    plan = {"missing": tmp_path / "none.json", "folder": tmp_path}.get(what)
+    if plan is None:
+        plan = tmp_path / "bad.json"
+        plan.write_text('{"bad": 1}')
+    code, torch_imported, err = run_cli_module(
+        "runners.execute", [f"plan={plan}", f"output_dir={tmp_path / 'out'}"]
+    )
+    assert (code, torch_imported) == (2, False), err[-2000:]
+    assert message in err

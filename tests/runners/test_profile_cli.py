@@ -11,6 +11,7 @@ import pytest
 
 from graphs import clusters
 from graphs.cpu_cluster import concurrency_factor, cpu_cluster
+from tests.runners.conftest import run_cli_module
 
 ROOT = Path(__file__).resolve().parents[2]
 HYBRID = "{name: gpt2, config: {n_layer: 4, d_model: 32, n_head: 4, vocab: 64, seq: 16, batch: 8}}"
@@ -105,19 +106,11 @@ def test_a_bad_setting_is_refused_before_torch_is_imported(tmp_path):
     """Reporting the error used to import torch (``runtime.launch``, for the failed-rank
     error type): two more seconds before a one-line refusal. A failed rank is still a
     one-line error (exit 2); an unexpected error keeps its traceback."""
-    code = (
-        "import runpy, sys\n"
-        f"sys.argv = ['profile', 'threads=0', 'output_dir={tmp_path}']\n"
-        "try:\n"
-        "    runpy.run_module('runners.profile', run_name='__main__')\n"
-        "except SystemExit as e:\n"
-        "    print('exit', e.code, 'torch' in sys.modules)\n"
+    code, torch_imported, err = run_cli_module(
+        "runners.profile", ["threads=0", f"output_dir={tmp_path}"]
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert proc.stdout.split() == ["exit", "2", "False"], proc.stdout + proc.stderr[-2000:]
-    assert "error: profile: threads = 0" in proc.stderr
+    assert (code, torch_imported) == (2, False), err[-2000:]
+    assert "error: profile: threads = 0" in err
 
     from runners.common import reported_errors
     from runtime.launch import RankFailure

@@ -14,7 +14,7 @@ import torch
 
 from runners import checkpoint
 from runners.train import CrashForTest, summary_line, train
-from tests.runners.conftest import compose, small_env
+from tests.runners.conftest import compose, run_cli_module, small_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -348,16 +348,6 @@ def test_resume_refuses_overrides_it_would_ignore_and_keeps_a_finished_run(
 def test_a_bad_setting_is_refused_before_torch_is_imported(module, args, message, tmp_path):
     """``runners.checkpoint`` imported torch at the top (for the RNG states): every train or
     evaluate run, a refused one included, paid about two seconds for it first."""
-    code = (
-        "import runpy, sys\n"
-        f"sys.argv = [{module!r}, *{args!r}, 'output_dir={tmp_path}']\n"
-        "try:\n"
-        f"    runpy.run_module({module!r}, run_name='__main__')\n"
-        "except SystemExit as e:\n"
-        "    print('exit', e.code, 'torch' in sys.modules)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert proc.stdout.split() == ["exit", "2", "False"], proc.stdout + proc.stderr[-2000:]
-    assert message in proc.stderr
+    code, torch_imported, err = run_cli_module(module, [*args, f"output_dir={tmp_path}"])
+    assert (code, torch_imported) == (2, False), err[-2000:]
+    assert message in err
