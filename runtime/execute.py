@@ -202,20 +202,24 @@ def _launch(
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("OMP_NUM_THREADS", str(threads))
-    proc = subprocess.Popen(
-        torchrun_command(nproc, spec_path, folder),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        text=True,
-    )
-    try:
-        log, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        raise RankFailure(-1, "timeout", timeout) from None
+    # torchrun's own log folder (--log-dir, read from PET_LOG_DIR): without one it makes a
+    # $TMPDIR/torchelastic_* folder per launch and leaves it; its output is torchrun.log here
+    with tempfile.TemporaryDirectory(prefix="devplace_torchrun_") as elastic_logs:
+        env.setdefault("PET_LOG_DIR", elastic_logs)
+        proc = subprocess.Popen(
+            torchrun_command(nproc, spec_path, folder),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
+        )
+        try:
+            log, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            log, _ = proc.communicate()
+            raise RankFailure(-1, "timeout", timeout) from None
     (folder / "torchrun.log").write_text(log or "")
     if proc.returncode != 0:
         records = read_error_files(folder)

@@ -134,9 +134,14 @@ def test_refuses_multiple_stages_per_device_without_interleaving(graph, cluster)
 
 
 @pytest.mark.parametrize("launcher", ["local", "torchrun"])
-def test_execute_with_either_launcher(graph, cluster, tmp_path, launcher):
+def test_execute_with_either_launcher(graph, cluster, tmp_path, launcher, monkeypatch):
     """The same 2-process plan under the local launcher (ranks forked from the fork server,
-    each with its own log) and under torchrun: the same reference loss and figures."""
+    each with its own log) and under torchrun: the same reference loss and figures. Neither
+    leaves a folder in $TMPDIR (torchrun made a torchelastic_* folder per launch)."""
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmpdir))  # the launched processes' temporary folder
+    monkeypatch.delenv("PET_LOG_DIR", raising=False)
     plan = ping_pong(graph, cluster, microbatches=2)
     res = execute(plan, graph, cluster, steps=2, warmup=1, out_dir=tmp_path, launcher=launcher)
     assert isinstance(res, ExecResult)
@@ -160,6 +165,7 @@ def test_execute_with_either_launcher(graph, cluster, tmp_path, launcher):
     logs = {"local": ["rank0.log", "rank1.log"], "torchrun": ["torchrun.log"]}[launcher]
     assert sorted(p.name for p in tmp_path.glob("*.log")) == logs
     assert not list(tmp_path.glob("result_rank*.json"))  # the launcher's own markers are gone
+    assert not list(tmpdir.iterdir())
 
 
 def test_refuses_an_unknown_launcher_before_launch(graph, cluster, tmp_path):
