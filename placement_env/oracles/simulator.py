@@ -237,7 +237,7 @@ class Simulator:
         # notifications per run: M from a per-microbatch producer into an opt consumer
         w = np.where(self._permb[usrc] & ~self._permb[udst], M, 1)
         self._pend0 = np.bincount(udst, weights=w, minlength=n).astype(np.int64)
-        self._topo = np.ascontiguousarray(g.topo_order, dtype=np.int64)
+        self._topo = np.require(g.topo_order, np.int64, ["C", "W"])
         self._topo_pos = np.empty(n, np.int64)
         self._topo_pos[self._topo] = np.arange(n)
         # run tables of the makespan kernel (placement-independent)
@@ -271,8 +271,10 @@ class Simulator:
 
         # ---- memory terms per node
         self._transient = np.ascontiguousarray(g.out_bytes / s)
-        self._param_bytes = np.ascontiguousarray(g.param_bytes, dtype=np.float64)
-        self._act_bytes = np.ascontiguousarray(g.act_bytes, dtype=np.float64)
+        # writeable copies where the graph's arrays are read-only: numba compiles a kernel once
+        # per signature, and a read-only array is another signature (another 3-17 s compile)
+        self._param_bytes = np.require(g.param_bytes, np.float64, ["C", "W"])
+        self._act_bytes = np.require(g.act_bytes, np.float64, ["C", "W"])
         self._has_inf = bool(np.isinf(dur).any())
         self._lower_bound = self._compute_lower_bound()
 
@@ -390,9 +392,10 @@ class Simulator:
         if isinstance(placement_or_plan, Plan):
             _refuse_unmodelled(placement_or_plan)
             placement_or_plan.check(self.graph, self.cluster)
-            return np.ascontiguousarray(placement_or_plan.placement, dtype=np.int64)
-        return np.ascontiguousarray(
-            check_placement(placement_or_plan, self.graph, self.cluster), dtype=np.int64
+            return np.require(placement_or_plan.placement, np.int64, ["C", "W"])
+        # writeable: a read-only placement would compile every kernel again (see __init__)
+        return np.require(
+            check_placement(placement_or_plan, self.graph, self.cluster), np.int64, ["C", "W"]
         )
 
     def _sums(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

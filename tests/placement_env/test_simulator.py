@@ -494,3 +494,29 @@ def test_memory_floor_by_hand():
     assert memory_floor(g, two(179.0), microbatches=1) is not None  # 300 + 240 > 358
     assert memory_floor(g, two(150.0), objective="max_load") is None  # 300 B exactly
     assert memory_floor(g, two(149.0), objective="max_load") is not None
+
+
+@pytest.mark.parametrize("objective", ["makespan", "max_load"])
+def test_read_only_inputs_compile_no_second_kernel(objective):
+    """A read-only placement or graph array is another numba signature: every kernel was
+    compiled again for it (3-17 s each in a fresh environment) before the simulator made
+    writeable copies."""
+    from placement_env.oracles import _kernels
+
+    g = CompGraph.build(
+        5, [(0, 1), (1, 2), (1, 3), (2, 4), (3, 4)], flops=1e9, out_bytes=1e6,
+        param_bytes=1e6, meta={"name": "diamond5"},
+    )  # fmt: skip
+    cl = load("cpu_2")
+    p = np.array([0, 0, 1, 1, 1], dtype=np.int64)
+    want = Simulator(g, cl, objective=objective).evaluate(p).step_time
+    kernels = [k for k in vars(_kernels).values() if hasattr(k, "signatures")]
+    before = {k.__name__: len(k.signatures) for k in kernels}
+    for name in ("param_bytes", "act_bytes", "out_bytes", "topo_order"):
+        getattr(g, name).flags.writeable = False
+    ro = p.copy()
+    ro.flags.writeable = False
+    sim = Simulator(g, cl, objective=objective)
+    assert sim.evaluate(ro).step_time == want
+    assert sim.evaluate(Plan.for_graph(ro, g, cl)).step_time == want
+    assert {k.__name__: len(k.signatures) for k in kernels} == before
