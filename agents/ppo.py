@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,8 +46,6 @@ def quiet_logger(model: Any) -> Any:
     model with ``tensorboard_log`` keeps SB3's own logger (it writes into that folder).
     Returns ``model``. Call it again after ``load()``, which drops a custom logger."""
     if getattr(model, "tensorboard_log", None) is None:
-        import sys
-
         from stable_baselines3.common.logger import HumanOutputFormat, Logger
 
         formats = [HumanOutputFormat(sys.stdout)] if int(model.verbose or 0) >= 1 else []

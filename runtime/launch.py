@@ -202,20 +202,12 @@ def torchrun_failures(log: str) -> dict[int, tuple[int, float]]:
 
 #: Modules the fork server imports once (:func:`rank_context`): every rank forked from it
 #: starts with torch and the runtime loaded instead of importing them again (2-3 s of CPU
-#: per process on this project's CPU machines for torch, and another 2-2.5 s for what the
-#: pipeline and hybrid runners import: ``torch.distributed.pipelining``, DTensor and
-#: ``torch.export``, which ``runtime.pipeline`` / ``runtime.hybrid`` bring in).
-PRELOAD = (
-    "torch",
-    "torch.distributed",
-    "numpy",
-    "runtime.worker",
-    "runtime.program",
-    "runtime.pipeline",
-    "runtime.hybrid",
-    "runtime.tensor_parallel",
-    "torch.export._trace",
-)
+#: per process on this project's CPU machines for torch, and another 2-2.5 s for the
+#: runners: ``runtime.hybrid`` brings in ``runtime.pipeline`` / ``tensor_parallel`` /
+#: ``program`` with ``torch.distributed.pipelining`` and DTensor; ``torch.export._trace`` is
+#: what the first ``torch.export`` of each rank would import).
+PRELOAD = ("torch", "torch.distributed", "numpy", "runtime.worker", "runtime.hybrid",
+           "torch.export._trace")  # fmt: skip
 
 #: How :func:`rank_context` starts ranks, from the environment variable of that name.
 START_METHOD_VAR = "DEVPLACE_START_METHOD"

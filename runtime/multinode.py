@@ -86,9 +86,8 @@ def run_specs_multinode(
         pkg = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = pkg + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("OMP_NUM_THREADS", str(specs[0].threads))
-        env.setdefault(
-            "PET_LOG_DIR", str(Path(tmp) / "torchelastic")
-        )  # else one in $TMPDIR per host
+        # torchrun's --log-dir: without one, each host leaves a $TMPDIR/torchelastic_* folder
+        env.setdefault("PET_LOG_DIR", str(Path(tmp) / "torchelastic"))
         folders, procs, logs = [], [], []
         try:
             for k in range(nnodes):
