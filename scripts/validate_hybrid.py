@@ -212,6 +212,65 @@ def korthikanti() -> str:
     return "\n".join(rows)
 
 
+#: Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Tables 4 and 6: samples per GPU
+#: per second of Megatron-LM's 1F1B for each microbatch count of the setups of
+#: ``validate_hybrid_memory.ZB_RUNS`` (same order; pure pipelines on 8-32 A100 80GB, fp16).
+ZB_1F1B_SAMPLES = [
+    ((24, 32, 64), (11.8, 12.5, 13.6)),
+    ((24, 32, 64), (3.50, 3.70, 4.03)),
+    ((48, 64, 128), (1.40, 1.49, 1.64)),
+    ((96, 128, 256), (0.76, 0.80, 0.88)),
+    ((48, 64, 128), (3.38, 3.57, 3.91)),
+    ((72, 96, 192), (1.52, 1.61, 1.76)),
+    ((96, 128, 256), (0.82, 0.87, 0.95)),
+]
+
+
+def zero_bubble_rows():
+    """``(ZB_RUNS row, microbatches, published samples/GPU/s, predicted, HybridResult)`` for
+    every 1F1B cell of the Zero Bubble paper's Tables 4 and 6."""
+    from scripts.validate_hybrid_memory import ZB_RUNS, zb_stage_layers
+
+    out = []
+    for row, (counts, published) in zip(ZB_RUNS, ZB_1F1B_SAMPLES, strict=True):
+        _, layers, heads, hidden, stages, mbs, _, _, _ = row
+        g = zoo.build("gpt", hidden=hidden, layers=layers, heads=heads, vocab=32000, seq=1024)
+        cl = clusters.load("dgx_a100_80g", nodes=-(-stages // 8))
+        sim = Simulator(g, cl)
+        for m, pub in zip(counts, published, strict=True):
+            r = sim.evaluate(
+                Plan.hybrid(
+                    g, cl, dp=1, tp=1, pp=stages, microbatch_size=mbs, global_batch=mbs * m,
+                    recompute="none", stage_layers=zb_stage_layers(layers, stages),
+                )
+            )  # fmt: skip
+            out.append((row, m, pub, mbs * m / r.step_time / stages, r))
+    return out
+
+
+def zero_bubble() -> str:
+    rows = [
+        "| model (1F1B) | source | GPUs = stages | microbatch size | microbatches | published samples/GPU/s | predicted | error |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    err = []
+    for row, m, pub, pred, _ in zero_bubble_rows():
+        name, layers, _, hidden, stages, mbs, _, _, src = row
+        err.append(pred / pub - 1)
+        rows.append(
+            f"| GPT {name} ({hidden} x {layers}) | {src} | {stages} | {mbs} | {m} | {pub:.2f} | "
+            f"{pred:.2f} | {100 * err[-1]:+.1f} % |"
+        )
+    rows.append("")
+    rows.append(
+        f"Throughput (= TFLOP/s, the same FLOPs per sample): mean |error| "
+        f"{100 * sum(map(abs, err)) / len(err):.1f} %, max {100 * max(map(abs, err)):.1f} %; "
+        f"{sum(abs(e) <= 0.10 for e in err)} of {len(err)} within 10 %, "
+        f"{sum(abs(e) <= 0.05 for e in err)} within 5 %."
+    )
+    return "\n".join(rows)
+
+
 def search_rows() -> str:
     from agents import baselines
 
@@ -279,6 +338,7 @@ def main() -> None:
         "### Korthikanti et al. 2022 (MFU of the 530B model)\n\n" + korthikanti(),
         "### Korthikanti et al. 2022, Table 5 (end-to-end iteration time)\n\n"
         + korthikanti_table5(),
+        "### Qi et al. 2024 (Zero Bubble), Tables 4 and 6 (1F1B throughput)\n\n" + zero_bubble(),
     ]
     if not args.no_grid:
         parts.append("### Search: GPT-3 175B on 1,024 A100 80GB\n\n" + search_rows())
