@@ -7,7 +7,9 @@ parameters on up to 3,072 A100 80GB GPUs (full recomputation, 1F1B, microbatch s
 our reading of the setup; the table reports hardware TFLOP/s per GPU, recomputation
 included); Korthikanti et al. MLSys'23 (arXiv:2205.05198): the 530B model on 2,240 A100s,
 MFU 54.2 % with sequence parallelism + selective recomputation and 42.1 % with full
-recomputation. Then the search rows: ``megatron_grid`` on GPT-3 175B / 1,024 A100 80GB
+recomputation; Korthikanti et al.'s Table 5 iteration times; Qi et al. ICLR'24 (Zero Bubble,
+arXiv:2401.10241) Tables 4, 6, 11 and 12, Megatron-LM's 1F1B on pure pipelines of 8-32 A100s
+(samples per GPU per second; the rows are ``validate_hybrid_memory.ZB_1F1B``). Then the search rows: ``megatron_grid`` on GPT-3 175B / 1,024 A100 80GB
 against the published layout, and the default experiment (GPT-2 XL on 8 V100s).
 Writes between ``<!-- validation:start -->`` / ``<!-- validation:end -->``.
 
@@ -212,38 +214,17 @@ def korthikanti() -> str:
     return "\n".join(rows)
 
 
-#: Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Tables 4 and 6: samples per GPU
-#: per second of Megatron-LM's 1F1B for each microbatch count of the setups of
-#: ``validate_hybrid_memory.ZB_RUNS`` (same order; pure pipelines on 8-32 A100 80GB, fp16).
-ZB_1F1B_SAMPLES = [
-    ((24, 32, 64), (11.8, 12.5, 13.6)),
-    ((24, 32, 64), (3.50, 3.70, 4.03)),
-    ((48, 64, 128), (1.40, 1.49, 1.64)),
-    ((96, 128, 256), (0.76, 0.80, 0.88)),
-    ((48, 64, 128), (3.38, 3.57, 3.91)),
-    ((72, 96, 192), (1.52, 1.61, 1.76)),
-    ((96, 128, 256), (0.82, 0.87, 0.95)),
-]
-
-
 def zero_bubble_rows():
-    """``(ZB_RUNS row, microbatches, published samples/GPU/s, predicted, HybridResult)`` for
-    every 1F1B cell of the Zero Bubble paper's Tables 4 and 6."""
-    from scripts.validate_hybrid_memory import ZB_RUNS, zb_stage_layers
+    """``(ZB_1F1B row, microbatches, published samples/GPU/s, predicted, HybridResult)`` for
+    every 1F1B throughput cell of the Zero Bubble paper (Qi et al., ICLR 2024, Tables 4, 6, 11
+    and 12; the rows, source and settings: ``scripts/validate_hybrid_memory.py``)."""
+    from scripts.validate_hybrid_memory import ZB_1F1B, zb_evaluate
 
     out = []
-    for row, (counts, published) in zip(ZB_RUNS, ZB_1F1B_SAMPLES, strict=True):
-        _, layers, heads, hidden, stages, mbs, _, _, _ = row
-        g = zoo.build("gpt", hidden=hidden, layers=layers, heads=heads, vocab=32000, seq=1024)
-        cl = clusters.load("dgx_a100_80g", nodes=-(-stages // 8))
-        sim = Simulator(g, cl)
-        for m, pub in zip(counts, published, strict=True):
-            r = sim.evaluate(
-                Plan.hybrid(
-                    g, cl, dp=1, tp=1, pp=stages, microbatch_size=mbs, global_batch=mbs * m,
-                    recompute="none", stage_layers=zb_stage_layers(layers, stages),
-                )
-            )  # fmt: skip
+    for row in ZB_1F1B:
+        model, stages, mbs, _, _, cells = row
+        for m, pub in cells:
+            r = zb_evaluate(model, stages, mbs, m)
             out.append((row, m, pub, mbs * m / r.step_time / stages, r))
     return out
 
@@ -254,8 +235,11 @@ def zero_bubble() -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     err = []
+    from scripts.validate_hybrid_memory import ZB_MODELS
+
     for row, m, pub, pred, _ in zero_bubble_rows():
-        name, layers, _, hidden, stages, mbs, _, _, src = row
+        name, stages, mbs, src, _, _ = row
+        layers, _, hidden = ZB_MODELS[name]
         err.append(pred / pub - 1)
         rows.append(
             f"| GPT {name} ({hidden} x {layers}) | {src} | {stages} | {mbs} | {m} | {pub:.2f} | "
@@ -338,7 +322,8 @@ def main() -> None:
         "### Korthikanti et al. 2022 (MFU of the 530B model)\n\n" + korthikanti(),
         "### Korthikanti et al. 2022, Table 5 (end-to-end iteration time)\n\n"
         + korthikanti_table5(),
-        "### Qi et al. 2024 (Zero Bubble), Tables 4 and 6 (1F1B throughput)\n\n" + zero_bubble(),
+        "### Qi et al. 2024 (Zero Bubble), Tables 4, 6, 11 and 12 (1F1B throughput)\n\n"
+        + zero_bubble(),
     ]
     if not args.no_grid:
         parts.append("### Search: GPT-3 175B on 1,024 A100 80GB\n\n" + search_rows())

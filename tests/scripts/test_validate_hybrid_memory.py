@@ -70,16 +70,22 @@ def test_bloom_out_of_memory_rows_fit_only_with_headroom(vm):
 
 
 def test_zero_bubble_paper_1f1b_memory_within_ten_percent(vm):
-    # Qi et al., ICLR 2024, Tables 4 and 6: measured memory of Megatron-LM's 1F1B on 8-32 A100s
-    # (pure pipeline, fp16, no FlashAttention); every prediction within 10 % of the published
-    # figure read as GiB, and all under it
+    # Qi et al., ICLR 2024, Tables 4, 6, 11 and 12: measured memory of Megatron-LM's 1F1B on
+    # 8-32 A100s (pure pipeline, fp16, no FlashAttention), 20 figures; all under the published
+    # figure, 18 within 10 % read as GiB (1.5B at micro-batch 12, -10.2 %, and at 2
+    # microbatches, -11.3 %, are not), all 20 within 10 % read as 10^9 bytes
     md, errors = vm.zb_table()
-    assert len(errors) == len(vm.ZB_RUNS) == 7
-    assert all(-0.10 <= e < 0 for e in errors), errors
-    assert "7 of 7 within 10 %" in md
+    assert len(errors) == len(vm.ZB_1F1B) == 20
+    assert all(-0.12 < e < 0 for e in errors), errors
+    assert sum(abs(e) <= 0.10 for e in errors) == 18
+    assert all(abs((1 + e) * 2**30 / 1e9 - 1) <= 0.10 for e in errors)
+    assert "18 of 20 within 10 %" in md and "20 of 20 read as 10^9 bytes" in md
+    # fewer microbatches than stages: fewer in flight, less memory, as published (Table 12)
+    small = [vm.zb_run(r) for r in vm.ZB_1F1B if r[0] == "1.5B" and r[3] == "Table 12"]
+    assert small == sorted(small) and small[0] < 0.4 * small[-1]
     # the same runs with FlashAttention (not what the authors ran): far under every figure
-    for row in vm.ZB_RUNS[:4]:
-        assert vm.zb_run(row, flash_attention=True) < 0.7 * row[7], row
+    for row in vm.ZB_1F1B[:4]:
+        assert vm.zb_run(row, flash_attention=True) < 0.7 * row[4], row
 
 
 def test_zero_bubble_stages_hold_one_layer_fewer_at_both_ends(vm):
