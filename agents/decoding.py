@@ -25,6 +25,7 @@ chosen. Everything is ``O(U * D^2)`` in numpy: about a millisecond for 300 units
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,12 @@ DEFAULT_PENALTY: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
 #: the held-out pairs (1.137 against 1.111, worst 1.29 against 1.21), so the default stays 1
 #: (26 Nov 2026, ``docs/generalisation.md``).
 DEFAULT_TEMPERATURE: float = 1.0
+
+#: Link exponent of :meth:`agents.export.ExportedPolicy.plan`'s chain decoding when neither the
+#: call nor the file's ``meta["decode_link_exponent"]`` gives one: a device change ``a -> b``
+#: costs the penalty times ``(best bandwidth / bandwidth(a, b)) ** exponent``
+#: (:func:`link_weights`). 0: every change costs the same (the decoding before 29 Nov 2026).
+DEFAULT_LINK_EXPONENT: float = 0.0
 
 
 def masked_log_probs(logits: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -64,35 +71,70 @@ def masked_log_probs(logits: np.ndarray, mask: np.ndarray | None = None) -> np.n
     return x - lse
 
 
-def _transition(D: int, penalty: float) -> np.ndarray:
-    t = np.full((D, D), -float(penalty))
+def _transition(D: int, penalty: float, weights: np.ndarray | None = None) -> np.ndarray:
+    if weights is None:
+        t = np.full((D, D), -float(penalty))
+    else:
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (D, D) or not np.all(np.isfinite(w[~np.eye(D, dtype=bool)])) or (w < 0).any():
+            raise ValueError(
+                f"link weights must be a ({D}, {D}) matrix of finite numbers >= 0, got shape {w.shape}"
+            )
+        t = -float(penalty) * w
     np.fill_diagonal(t, 0.0)
     return t
 
 
-def chain_score(logp: np.ndarray, path: np.ndarray, penalty: float) -> float:
+def link_weights(cluster: Any, exponent: float) -> np.ndarray:
+    """``(D, D)`` relative cost of a device change ``a -> b`` for link-aware chain decoding:
+    ``(best bandwidth / bandwidth(a, b)) ** exponent`` over the cluster's routes (the slowest
+    link of each route), 1 on the best routes; ``exponent`` 0 gives the uniform penalty."""
+    e = float(exponent)
+    if not (np.isfinite(e) and e >= 0):
+        raise ValueError(f"link exponent must be a finite number >= 0, got {exponent!r}")
+    bw = np.asarray(cluster.bandwidth_matrix(), dtype=np.float64)
+    D = bw.shape[0]
+    off = ~np.eye(D, dtype=bool)
+    w = np.ones((D, D))
+    if D > 1 and e > 0:
+        w[off] = (bw[off].max() / bw[off]) ** e
+    np.fill_diagonal(w, 0.0)
+    return w
+
+
+def chain_score(
+    logp: np.ndarray, path: np.ndarray, penalty: float, weights: np.ndarray | None = None
+) -> float:
     """Unnormalised log-score of ``path`` under the chain model (``-inf`` if it is masked)."""
     p = np.asarray(path, dtype=np.int64)
     s = float(logp[np.arange(len(p)), p].sum())
-    return s - float(penalty) * int((p[1:] != p[:-1]).sum())
+    if weights is None:
+        return s - float(penalty) * int((p[1:] != p[:-1]).sum())
+    w = np.asarray(weights, dtype=np.float64)
+    ch = p[1:] != p[:-1]
+    return s - float(penalty) * float(w[p[:-1][ch], p[1:][ch]].sum())
 
 
-def viterbi(logp: np.ndarray, penalty: float) -> tuple[np.ndarray, float]:
+def viterbi(
+    logp: np.ndarray, penalty: float, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, float]:
     """The most likely placement of the chain model and its score.
 
     Args:
         logp: ``(U, D)`` per-unit log-probabilities (``-inf`` where forbidden).
         penalty: log-probability cost of each device change (``>= 0``).
+        weights: ``(D, D)`` multipliers of the penalty per change ``a -> b``
+            (:func:`link_weights`; ``None``: 1 for every change).
 
-    Returns ``(path (U,) int64, chain_score(logp, path, penalty))``. Ties go to staying on
-    the previous device, then to the lowest device index.
+    Returns ``(path (U,) int64, chain_score(logp, path, penalty, weights))``. Ties go to
+    staying on the previous device, then to the lowest device index.
     """
     if penalty < 0:
         raise ValueError(f"penalty must be >= 0, got {penalty}")
     U, D = logp.shape
     if U == 0:
         return np.zeros(0, dtype=np.int64), 0.0
-    trans = _transition(D, penalty)
+    trans = _transition(D, penalty, weights)
     score = logp[0].copy()
     back = np.zeros((U, D), dtype=np.int64)
     eye = np.arange(D)
@@ -116,7 +158,13 @@ def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
     return np.squeeze(mx, axis=axis) + np.log(np.exp(x - mx).sum(axis=axis))
 
 
-def sample_chain(logp: np.ndarray, penalty: float, rng: np.random.Generator, n: int) -> np.ndarray:
+def sample_chain(
+    logp: np.ndarray,
+    penalty: float,
+    rng: np.random.Generator,
+    n: int,
+    weights: np.ndarray | None = None,
+) -> np.ndarray:
     """``n`` exact samples ``(n, U)`` of the chain model (forward filtering, backward sampling)."""
     if penalty < 0:
         raise ValueError(f"penalty must be >= 0, got {penalty}")
@@ -124,7 +172,7 @@ def sample_chain(logp: np.ndarray, penalty: float, rng: np.random.Generator, n: 
     out = np.zeros((n, U), dtype=np.int64)
     if U == 0 or n == 0:
         return out
-    trans = _transition(D, penalty)
+    trans = _transition(D, penalty, weights)
     alpha = np.empty((U, D))
     alpha[0] = logp[0]
     with np.errstate(invalid="ignore"):
@@ -149,6 +197,7 @@ def candidates(
     greedy: bool = True,
     rng: np.random.Generator,
     temperature: float = 1.0,
+    weights: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """The ``samples`` placements chain decoding scores, in order.
 
@@ -156,7 +205,7 @@ def candidates(
     them, in the order given, from ``logp`` itself); the rest are chain samples of
     ``logp / temperature`` (> 1: flatter unit distributions, the same penalty), shared out
     over the penalties in turn (the first penalties get one more when they do not divide
-    evenly).
+    evenly). ``weights``: per-change multipliers of the penalties (:func:`link_weights`).
     """
     pens = [float(penalties)] if np.isscalar(penalties) else [float(p) for p in penalties]
     if not pens:
@@ -166,12 +215,12 @@ def candidates(
         raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
     out: list[np.ndarray] = []
     if greedy:
-        out += [viterbi(logp, p)[0] for p in pens[:samples]]
+        out += [viterbi(logp, p, weights)[0] for p in pens[:samples]]
     rest = samples - len(out)
     for i, p in enumerate(pens):
         k = rest // len(pens) + (i < rest % len(pens))
         if k > 0:
-            out += list(sample_chain(logp / temperature, p, rng, k))
+            out += list(sample_chain(logp / temperature, p, rng, k, weights))
     return out
 
 

@@ -553,6 +553,7 @@ class ExportedPolicy:
         decode: str | None = None,
         penalty: float | Sequence[float] | None = None,
         temperature: float | None = None,
+        link_exponent: float | None = None,
     ) -> Plan:
         """Place ``graph`` on ``cluster`` with no training: ``samples`` placements, the best kept.
 
@@ -583,6 +584,11 @@ class ExportedPolicy:
                 (default: the file's ``meta["decode_temperature"]``, else
                 :data:`agents.decoding.DEFAULT_TEMPERATURE`, 1: the network's own
                 distributions).
+            link_exponent: link-aware chain decoding: a device change ``a -> b`` costs the
+                penalty times ``(best bandwidth / bandwidth(a, b)) ** link_exponent``
+                (:func:`agents.decoding.link_weights`; default: the file's
+                ``meta["decode_link_exponent"]``, else
+                :data:`agents.decoding.DEFAULT_LINK_EXPONENT`, 0: every change the same).
 
         Raises:
             agents.baselines.InfeasiblePlanError: every evaluated placement ran out of memory.
@@ -605,11 +611,12 @@ class ExportedPolicy:
             raise ValueError(f"decode must be 'chain' or 'independent', got {decode!r}")
         if decode == "chain" and self.mode != "per_node":
             raise ValueError(f"chain decoding needs a per-unit policy, not mode {self.mode!r}")
-        if temperature is not None and decode != "chain":
-            raise ValueError(
-                f"temperature={temperature!r} is for chain decoding; this plan decodes "
-                f"{decode!r} (policy mode {self.mode!r})"
-            )
+        for name, value in (("temperature", temperature), ("link_exponent", link_exponent)):
+            if value is not None and decode != "chain":
+                raise ValueError(
+                    f"{name}={value!r} is for chain decoding; this plan decodes "
+                    f"{decode!r} (policy mode {self.mode!r})"
+                )
         t0 = time.perf_counter()
         calls0 = int(getattr(oracle, "calls", 0))
         env = self.make_env(graph, cluster, oracle)
@@ -624,6 +631,8 @@ class ExportedPolicy:
                     seed=seed,
                     penalty=penalty,
                     temperature=temperature,
+                    link_exponent=link_exponent,
+                    cluster=cluster,
                 )
             finally:
                 env.close()
@@ -666,6 +675,8 @@ class ExportedPolicy:
         seed: int,
         penalty: float | Sequence[float] | None,
         temperature: float | None = None,
+        link_exponent: float | None = None,
+        cluster: Cluster | None = None,
     ) -> tuple[float, np.ndarray | None, dict[str, Any]]:
         """Chain decoding (see :meth:`plan`): ``(best step time, node placement, meta)``."""
         from agents import decoding
@@ -674,8 +685,16 @@ class ExportedPolicy:
             penalty = self.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
         penalty = float(penalty) if np.isscalar(penalty) else [float(p) for p in penalty]
         temperature = self.decode_temperature() if temperature is None else float(temperature)
+        if link_exponent is None:
+            link_exponent = self.meta.get("decode_link_exponent", decoding.DEFAULT_LINK_EXPONENT)
+        link_exponent = float(link_exponent)
         obs, enc, mask = chain_inputs(env, seed)
         U, D = mask.shape
+        weights = None
+        if link_exponent != 0.0:
+            if cluster is None or cluster.num_devices != D:
+                raise ValueError("link-aware chain decoding needs the cluster of the env's devices")
+            weights = decoding.link_weights(cluster, link_exponent)
         N = int(np.asarray(obs["node_mask"]).shape[-1])
         logits = self.logits({k: v[None] for k, v in obs.items()}).view(N, -1).numpy()
         logp = decoding.masked_log_probs(logits[:U, :D], mask)
@@ -686,6 +705,7 @@ class ExportedPolicy:
             greedy=greedy,
             rng=np.random.default_rng(seed),
             temperature=temperature,
+            weights=weights,
         )
         best_t, best_p, seen = float("inf"), None, set()
         for units in cands:
@@ -701,7 +721,12 @@ class ExportedPolicy:
         return (
             best_t,
             best_p,
-            {"penalty": penalty, "temperature": temperature, "distinct_placements": len(seen)},
+            {
+                "penalty": penalty,
+                "temperature": temperature,
+                "link_exponent": link_exponent,
+                "distinct_placements": len(seen),
+            },
         )
 
     def decode_temperature(self) -> float:

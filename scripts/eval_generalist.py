@@ -153,6 +153,7 @@ def zero_shot(
     decode: str | None = None,
     penalty: float | list[float] | None = None,
     temperature: float | None = None,
+    link_exponent: float | None = None,
 ) -> dict[str, Any]:
     from agents.baselines import InfeasiblePlanError
 
@@ -162,7 +163,7 @@ def zero_shot(
         plan = policy.plan(
             pb.graph, pb.cluster, microbatches=pb.microbatches, schedule=pb.schedule,
             samples=samples, oracle=oracle, seed=0, decode=decode, penalty=penalty,
-            temperature=temperature,
+            temperature=temperature, link_exponent=link_exponent,
         )  # fmt: skip
     except InfeasiblePlanError:
         return {"zs_ms": None, "oom": True, "plan_seconds": time.perf_counter() - t0}
@@ -292,6 +293,10 @@ def main(argv: list[str] | None = None) -> None:
         help="chain decoding's sampling temperature (default: the policy's)",
     )  # fmt: skip
     ap.add_argument(
+        "--link-exponent", type=float, default=None,
+        help="link-aware chain decoding's exponent (default: the policy's)",
+    )  # fmt: skip
+    ap.add_argument(
         "--corpus", default="shipped", choices=sorted(G.CORPORA),
         help="whose held-out and training rows (transfer: agents.generalist.TRANSFER_CORPUS)",
     )  # fmt: skip
@@ -348,6 +353,7 @@ def main(argv: list[str] | None = None) -> None:
                 decode=args.decode,
                 penalty=pen,
                 temperature=args.temperature,
+                link_exponent=args.link_exponent,
             )  # fmt: skip
         )
         r.update(cache[key])
@@ -366,6 +372,7 @@ def main(argv: list[str] | None = None) -> None:
         f"policy {args.policy}, corpus {args.corpus}, {args.samples} samples, "
         f"decode {args.decode or 'default'}, "
         f"penalty {args.penalty or 'default'}, temperature {args.temperature or 'default'}, "
+        f"link exponent {args.link_exponent if args.link_exponent is not None else 'default'}, "
         f"anneal {args.anneal_calls} calls from {args.reference} of {len(args.baselines)} "
         "one-call baselines",
         "",

@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> None:
         "--temperatures", type=float, nargs="+", default=[None],
         help="chain decoding's sampling temperatures to compare (default: the policy's)",
     )  # fmt: skip
+    ap.add_argument(
+        "--link-exponents", type=float, nargs="+", default=[None],
+        help="link-aware chain decoding's exponents to compare (default: the policy's)",
+    )  # fmt: skip
     ap.add_argument("--decode", default=None, choices=[None, "chain", "independent"])
     ap.add_argument("--cache", type=Path, default=Path("runs/generalist/validation.json"))
     add_reference_argument(ap)
@@ -81,19 +85,26 @@ def main(argv: list[str] | None = None) -> None:
             args.cache.write_text(json.dumps(cache, indent=1))
     for path in args.policies:
         pol = agents.load_policy(path)
-        for pen, temp in [(p, t) for p in args.penalties for t in args.temperatures]:
+        grid = [
+            (p, t, e)
+            for p in args.penalties
+            for t in args.temperatures
+            for e in args.link_exponents
+        ]
+        for pen, temp, expo in grid:
             ratios = []
             for pb, key in zip(probs, keys, strict=True):
                 z = zero_shot(
-                    pb, pol, args.samples, decode=args.decode, penalty=pen, temperature=temp
-                )
+                    pb, pol, args.samples, decode=args.decode, penalty=pen, temperature=temp,
+                    link_exponent=expo,
+                )  # fmt: skip
                 s = cache[key].get("search_ms")
                 if z["zs_ms"] is not None and s and not z["oom"]:
                     ratios.append(z["zs_ms"] / s)
             geo = math.exp(float(np.mean(np.log(ratios))))
             print(
                 f"{path} decode={args.decode or 'default'} penalty={pen} "
-                f"temperature={temp or 'default'}: validation rows "
+                f"temperature={temp or 'default'} link_exponent={expo}: validation rows "
                 f"{len(ratios)}/{len(probs)}, geo-mean {geo:.4f}, worst {max(ratios):.3f}",
                 flush=True,
             )

@@ -344,3 +344,107 @@ def test_resample_window_around_spreads_over_the_windows_that_hold_the_unit() ->
     assert seen == {(4, 1), (3, 2), (4, 2), (2, 3), (3, 3)}
     with pytest.raises(ValueError, match="around=6 is not a unit"):
         decoding.resample_window(logp, np.zeros(6, int), 1.0, rng, window=2, around=6)
+
+
+# ------------------------------------------------------------ link-aware device changes
+def _brute_w(logp: np.ndarray, penalty: float, w: np.ndarray) -> dict[tuple[int, ...], float]:
+    U, D = logp.shape
+    return {
+        p: decoding.chain_score(logp, np.array(p), penalty, w)
+        for p in itertools.product(range(D), repeat=U)
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(chains(), st.integers(0, 2**31 - 1))
+def test_link_weighted_viterbi_equals_brute_force(case, wseed: int) -> None:
+    logits, mask, penalty = case
+    D = logits.shape[1]
+    w = np.random.default_rng(wseed).uniform(0.2, 4.0, size=(D, D))
+    logp = decoding.masked_log_probs(logits, mask)
+    path, score = decoding.viterbi(logp, penalty, w)
+    assert score == pytest.approx(max(_brute_w(logp, penalty, w).values()), abs=1e-9)
+    assert decoding.chain_score(logp, path, penalty, w) == pytest.approx(score, abs=1e-9)
+    # weights of one everywhere are the uniform penalty: the same path and score
+    ones = np.ones((D, D))
+    p1, s1 = decoding.viterbi(logp, penalty, ones)
+    p0, s0 = decoding.viterbi(logp, penalty)
+    assert np.array_equal(p1, p0) and s1 == pytest.approx(s0, abs=1e-12)
+
+
+def test_link_weighted_viterbi_by_hand() -> None:
+    # unit 1 prefers device 1 (0.5) over device 2 (0.4); a change 0 -> 1 costs 3 x the penalty
+    # (a slow link), 0 -> 2 one penalty: the chain goes to device 2 instead
+    logp = np.log(np.array([[0.98, 0.01, 0.01], [0.1, 0.5, 0.4]]))
+    w = np.array([[0, 3.0, 1.0], [3.0, 0, 1.0], [1.0, 1.0, 0]])
+    assert decoding.viterbi(logp, 0.5)[0].tolist() == [0, 1]
+    path, score = decoding.viterbi(logp, 0.5, w)
+    assert path.tolist() == [0, 2]
+    assert score == pytest.approx(np.log(0.98 * 0.4) - 0.5)
+
+
+def test_link_weighted_samples_follow_the_chain_distribution() -> None:
+    rng = np.random.default_rng(5)
+    logp = decoding.masked_log_probs(rng.normal(0, 1, size=(3, 3)))
+    w = np.array([[0, 0.5, 3.0], [0.5, 0, 1.0], [3.0, 1.0, 0]])
+    scores = _brute_w(logp, 1.5, w)
+    keys = list(scores)
+    e = np.exp(np.array([scores[k] for k in keys]))
+    exact = dict(zip(keys, e / e.sum()))
+    n = 40_000
+    s = decoding.sample_chain(logp, 1.5, np.random.default_rng(0), n, w)
+    paths, counts = np.unique(s, axis=0, return_counts=True)
+    freq = {tuple(p): c / n for p, c in zip(paths.tolist(), counts)}
+    for k, p in exact.items():
+        assert abs(freq.get(k, 0.0) - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12, (k, p)
+
+
+def test_link_weights_of_clusters() -> None:
+    from graphs import clusters
+
+    dgx1 = clusters.load("dgx1_v100_8")
+    bw = dgx1.bandwidth_matrix()
+    off = ~np.eye(8, dtype=bool)
+    w1 = decoding.link_weights(dgx1, 1.0)
+    assert np.allclose(w1[off], bw[off].max() / bw[off]) and np.all(np.diag(w1) == 0)
+    assert w1[off].min() == 1.0 and w1[off].max() > 1.0  # the hybrid cube mesh is not uniform
+    assert np.allclose(decoding.link_weights(dgx1, 0.5)[off], np.sqrt(w1[off]))
+    assert np.all(decoding.link_weights(dgx1, 0.0)[off] == 1.0)
+    with pytest.raises(ValueError, match="link exponent"):
+        decoding.link_weights(dgx1, -1.0)
+    with pytest.raises(ValueError, match="link weights"):
+        decoding.viterbi(np.zeros((2, 3)), 1.0, np.ones((2, 2)))
+
+
+def test_plan_with_link_aware_decoding() -> None:
+    from agents import generalist as G
+    from agents.export import load_policy
+    from graphs import clusters, synthetic
+
+    g = synthetic.sample(np.random.default_rng(1), "layered", min_nodes=60, max_nodes=60)
+    pol = load_policy("generalist")
+    # default: exponent 0, the uniform penalty (recorded)
+    c = clusters.load("dgx1_v100_8")
+    base = pol.plan(g, c, samples=32, seed=0)
+    assert base.meta["link_exponent"] == decoding.DEFAULT_LINK_EXPONENT == 0.0
+    same = pol.plan(g, c, samples=32, seed=0, link_exponent=0.0)
+    assert np.array_equal(same.placement, base.placement)
+    aware = pol.plan(g, c, samples=32, seed=0, link_exponent=1.0)
+    assert aware.meta["link_exponent"] == 1.0 and aware.meta["oracle_calls"] <= 32
+    again = pol.plan(g, c, samples=32, seed=0, link_exponent=1.0)
+    assert np.array_equal(aware.placement, again.placement)
+    # on a cluster whose routes all cost the same, every change weighs 1: the same plan
+    u = G.sample_cluster(np.random.default_rng(2), "nvswitch", 4, hetero=False)
+    assert np.all(decoding.link_weights(u, 2.0)[~np.eye(4, dtype=bool)] == 1.0)
+    assert np.array_equal(
+        pol.plan(g, u, samples=16, seed=0, link_exponent=2.0).placement,
+        pol.plan(g, u, samples=16, seed=0).placement,
+    )
+    # a file's meta["decode_link_exponent"] is the default, a call overrides it
+    pol.meta["decode_link_exponent"] = 1.0
+    try:
+        assert np.array_equal(pol.plan(g, c, samples=32, seed=0).placement, aware.placement)
+    finally:
+        del pol.meta["decode_link_exponent"]
+    with pytest.raises(ValueError, match="link_exponent.*chain decoding"):
+        pol.plan(g, c, samples=2, decode="independent", link_exponent=1.0)
