@@ -284,8 +284,29 @@ TRANSFER_CORPUS = replace(
     heldout_devices=(4, 6, 8, 12),
 )
 
+#: The confirmation set of link-aware chain decoding (``docs/generalisation.md``, 29 Nov 2026):
+#: fresh draws of the held-out Ethernet kind (corpus seed 1, so other clusters than the held-out
+#: pairs'; 4, 6, 8 and 12 devices) under the held-out families and three training families
+#: (8 microbatches, 1F1B). None of its pairs is a held-out pair or was trained on.
+LINK_CHECK_CORPUS = replace(
+    CORPUS,
+    seed=1,
+    heldout_graphs=CORPUS.heldout_graphs
+    + tuple(
+        g
+        for g in CORPUS.train_graphs
+        if g.model in ("resnet50", "nmt") or (g.model == "gpt2" and g.config.get("n_layer") == 8)
+    ),
+    heldout_kinds=("eth_hosts",),
+    heldout_devices=(4, 6, 8, 12),
+)
+
 #: Corpora by name (``--corpus`` of the generalist scripts).
-CORPORA: dict[str, Corpus] = {"shipped": CORPUS, "transfer": TRANSFER_CORPUS}
+CORPORA: dict[str, Corpus] = {
+    "shipped": CORPUS,
+    "transfer": TRANSFER_CORPUS,
+    "linkcheck": LINK_CHECK_CORPUS,
+}
 
 
 def corpus_named(name: str) -> Corpus:

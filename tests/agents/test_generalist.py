@@ -57,8 +57,24 @@ def test_transfer_corpus_is_a_nested_split_of_the_training_corpus() -> None:
     assert all(pb.cluster.meta["kind"] == "pcie" for pb in rows)
     assert sorted({pb.cluster.num_devices for pb in rows}) == [4, 6, 8, 12]
     assert G.corpus_named("transfer") is T and G.corpus_named("shipped") is C
-    with pytest.raises(ValueError, match=r"available: \['shipped', 'transfer'\]"):
+    with pytest.raises(ValueError, match=r"available: \['linkcheck', 'shipped', 'transfer'\]"):
         G.corpus_named("heldout")
+
+
+def test_the_link_check_set_holds_no_held_out_pair_and_no_training_problem() -> None:
+    # fresh Ethernet clusters (another corpus seed) under the held-out families and three
+    # training families: not a held-out pair, not a training problem (no training kind)
+    L, C = G.LINK_CHECK_CORPUS, G.CORPUS
+    rows = G.corpus_instances(L, split="heldout")
+    assert len(rows) == 24 and G.corpus_named("linkcheck") is L
+    assert all(pb.cluster.meta["kind"] == "eth_hosts" for pb in rows)
+    assert sorted({pb.cluster.num_devices for pb in rows}) == [4, 6, 8, 12]
+    held = G.corpus_instances(C, split="heldout")
+    assert {pb.cluster.content_hash() for pb in rows}.isdisjoint(
+        pb.cluster.content_hash() for pb in held
+    )
+    assert {g.label for g in C.heldout_graphs} < {g.label for g in L.heldout_graphs}
+    assert not set(C.train_kinds) & {pb.cluster.meta["kind"] for pb in rows}
 
 
 def _problem(seed: int, ops: int, kind: str, devices: int) -> tuple:
