@@ -48,8 +48,12 @@ DEFAULT_TEMPERATURE: float = 1.0
 #: Link exponent of :meth:`agents.export.ExportedPolicy.plan`'s chain decoding when neither the
 #: call nor the file's ``meta["decode_link_exponent"]`` gives one: a device change ``a -> b``
 #: costs the penalty times ``(best bandwidth / bandwidth(a, b)) ** exponent``
-#: (:func:`link_weights`). 0: every change costs the same (the decoding before 29 Nov 2026).
-DEFAULT_LINK_EXPONENT: float = 0.0
+#: (:func:`link_weights`); clusters whose routes all have one bottleneck bandwidth decode as
+#: with 0 (every change the same, the decoding before 29 Nov 2026). 1 since 29 Nov 2026, by a
+#: protocol written before its run: neutral on the validation draw (1.1414 against 1.1406),
+#: 1.171 against 1.290 on the fresh Ethernet clusters of ``generalist.LINK_CHECK_CORPUS``
+#: (``docs/generalisation.md``, "Link-aware device changes").
+DEFAULT_LINK_EXPONENT: float = 1.0
 
 
 def masked_log_probs(logits: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:

@@ -69,6 +69,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         oracle=oracle,
         seed=int(cfg.seed),
         temperature=cfg.temperature,
+        link_exponent=cfg.link_exponent,
     )
     seconds = time.perf_counter() - t0
     # the plan file carries what runners.execute needs (model, cluster, env)
@@ -86,6 +87,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         "decode": the_plan.meta.get("decode"),
         "penalty": the_plan.meta.get("penalty"),
         "temperature": the_plan.meta.get("temperature"),
+        "link_exponent": the_plan.meta.get("link_exponent"),
         "devices_used": the_plan.num_devices_used,
     }
     common.write_json(run_dir / "result.json", result)

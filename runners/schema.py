@@ -188,6 +188,7 @@ class PlanConfig:
     greedy: bool = True
     samples: int | None = None  # None: the policy's default (agents.export.DEFAULT_SAMPLES)
     temperature: float | None = None  # None: the policy's (agents.decoding.DEFAULT_TEMPERATURE)
+    link_exponent: float | None = None  # None: the policy's (agents.decoding.DEFAULT_LINK_EXPONENT)
     seed: int = 0
     output_dir: str | None = None
 
@@ -385,6 +386,7 @@ RULES: dict[tuple[type, str], Callable[[Any], str | None]] = {
     (EvaluateConfig, "seeds"): _ints(0),
     (PlanConfig, "samples"): _int(1, 2**20, none=True),
     (PlanConfig, "temperature"): _num(0, none=True),
+    (PlanConfig, "link_exponent"): _num(0, open_=False, none=True),
     (PlanConfig, "seed"): _SEED,
     (ExecuteConfig, "plan"): _path,
     (ExecuteConfig, "steps"): _int(1),

@@ -266,6 +266,7 @@ OVERRIDES = [
     ov("out_of_range", "train.timesteps=-1", -1, schema.EvaluateConfig),
     ov("out_of_range", "samples=0", 0, schema.PlanConfig),
     ov("out_of_range", "seed=-2", -2, schema.PlanConfig),
+    ov("out_of_range", "link_exponent=-1", -1, schema.PlanConfig),
 ]
 
 

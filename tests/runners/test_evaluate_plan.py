@@ -109,6 +109,14 @@ def test_plan_default_samples_follow_the_decoding(graph_file: Path, tmp_path: Pa
     assert hot["temperature"] == 3.0 and hot["samples"] == 64
     with pytest.raises(ValueError, match="temperature"):
         plan(compose([*base, "temperature=0"], config="plan"), tmp_path / "d", echo=print)
+    # link-aware device changes: the policy's default (1) unless link_exponent= is given
+    assert res["link_exponent"] == 1.0
+    flat = plan(
+        compose([*base, "samples=4", "link_exponent=0"], config="plan"), tmp_path / "e", echo=print
+    )
+    assert flat["link_exponent"] == 0.0
+    with pytest.raises(ValueError, match="link exponent"):
+        plan(compose([*base, "link_exponent=-1"], config="plan"), tmp_path / "f", echo=print)
 
 
 def test_plan_sends_its_result_to_the_logger(graph_file: Path, tmp_path: Path, monkeypatch) -> None:
