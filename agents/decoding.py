@@ -252,6 +252,7 @@ def resample_window(
     window: int,
     temperature: float = 1.0,
     around: int | None = None,
+    weights: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int, int]:
     """``base`` with the units ``[start, start + length)`` redrawn: ``length`` uniform in
     ``1..window`` (at most the number of units), ``start`` uniform; the window's devices are
@@ -262,7 +263,8 @@ def resample_window(
 
     ``around``: a unit the window must contain (``start`` then uniform over the windows of
     that length that hold it), e.g. the first unit after a device change of the plan's
-    bottleneck device (:func:`bottleneck_edges`)."""
+    bottleneck device (:func:`bottleneck_edges`). ``weights``: per-change multipliers of the
+    penalty (:func:`link_weights`)."""
     U, D = logp.shape
     base = np.asarray(base, dtype=np.int64)
     if base.shape != (U,):
@@ -284,4 +286,4 @@ def resample_window(
     cond = np.full((U, D), -np.inf)
     cond[np.arange(U), base] = 0.0
     cond[start : start + length] = logp[start : start + length] / float(temperature)
-    return sample_chain(cond, penalty, rng, 1)[0], start, length
+    return sample_chain(cond, penalty, rng, 1, weights)[0], start, length

@@ -93,6 +93,7 @@ def chain_finetune(
     updates: int = 8,
     lr: float = 1e-3,
     penalty: float | Sequence[float] | None = None,
+    link_exponent: float | None = None,
     max_rounds: int | None = None,
     patience: int = 3,
     local: float = 1.0,
@@ -124,6 +125,10 @@ def chain_finetune(
         updates: Adam steps per round (>= 1), learning rate ``lr`` (> 0).
         penalty: the chain decoding's device-change penalty or ladder (default: the
             policy's, as in ``plan``).
+        link_exponent: device changes weighted by the cluster's links, as in ``plan``
+            (default: the policy's ``meta["decode_link_exponent"]``, else
+            :data:`agents.decoding.DEFAULT_LINK_EXPONENT`); the same weights for round 0,
+            later whole-placement draws and window redraws.
         max_rounds: stop after this many rounds after round 0.
         patience: stop after this many rounds in a row without an unseen placement.
         local: the share of each later round's ``samples`` drawn as local redraws
@@ -198,6 +203,11 @@ def chain_finetune(
     if penalty is None:
         penalty = policy.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
     pens = [float(penalty)] if np.isscalar(penalty) else [float(x) for x in penalty]
+    if link_exponent is None:
+        link_exponent = policy.meta.get("decode_link_exponent", decoding.DEFAULT_LINK_EXPONENT)
+    link_exponent = float(link_exponent)
+    # device changes weighted by the links as plan() weighs them, so round 0 is its plan
+    weights = decoding.link_weights(cluster, link_exponent) if link_exponent != 0.0 else None
     sample_temp = policy.decode_temperature()  # whole-placement draws sample as plan does
     if oracle is None:
         from placement_env.oracles.simulator import Simulator
@@ -269,7 +279,9 @@ def chain_finetune(
     def draw(lp: np.ndarray, k: int) -> list[np.ndarray]:
         if k <= 0:
             return []
-        return decoding.candidates(lp, pens, k, greedy=True, rng=rng, temperature=sample_temp)
+        return decoding.candidates(
+            lp, pens, k, greedy=True, rng=rng, temperature=sample_temp, weights=weights
+        )
 
     def draw_local(lp: np.ndarray, k: int) -> list[np.ndarray]:
         """``k`` window redraws (:func:`agents.decoding.resample_window`) of elite plans."""
@@ -287,7 +299,14 @@ def chain_finetune(
                     around = int(edges[int(rng.integers(len(edges)))])
             out.append(
                 decoding.resample_window(
-                    lp, units_of[key], pen, rng, window=win, temperature=temperature, around=around
+                    lp,
+                    units_of[key],
+                    pen,
+                    rng,
+                    window=win,
+                    temperature=temperature,
+                    around=around,
+                    weights=weights,
                 )[0]
             )
         return out
@@ -323,7 +342,7 @@ def chain_finetune(
                 out.append(
                     cands[0]
                     if screen == 1
-                    else max(cands, key=lambda c: decoding.chain_score(lp, c, pens[0]))
+                    else max(cands, key=lambda c: decoding.chain_score(lp, c, pens[0], weights))
                 )
         return out
 

@@ -65,6 +65,26 @@ def test_round_zero_is_the_zero_shot_plan_and_the_best_is_the_simulators() -> No
     assert ft.stop in ("calls", "collapsed")
 
 
+def test_round_zero_weighs_device_changes_by_the_links_as_plan_does() -> None:
+    # on the DGX-1 (NVLink 50 / 25 GB/s, PCIe between the two quads) link weights differ, so
+    # plan()'s default decoding and the uniform one differ; round 0 follows plan() either way
+    from graphs import clusters
+
+    g = _problem(ops=60)[0]
+    c = clusters.load("dgx1_v100_8")
+    pol = load_policy("generalist")
+    for e in (None, 0.0):
+        zs = pol.plan(g, c, samples=48, seed=2, link_exponent=e)
+        orc = Counting(sim(g, c))
+        ft = chain_finetune(
+            pol, g, c, oracle=orc, first_samples=48, samples=8, calls=48, seed=2, link_exponent=e
+        )
+        assert ft.zero_shot_step_time == pytest.approx(zs.meta["step_time"]), e
+        assert ft.zero_shot_calls == zs.meta["oracle_calls"], e
+    w = decoding.link_weights(c, decoding.DEFAULT_LINK_EXPONENT)
+    assert w[~np.eye(8, dtype=bool)].max() > 1.0  # the weights do matter on this cluster
+
+
 def test_deterministic_for_a_seed_and_the_callers_policy_is_unchanged() -> None:
     g, c = _problem(2, 30, 3)
     pol = load_policy("generalist")
@@ -319,8 +339,8 @@ def test_screened_moves_are_the_networks_favourite_of_each_batch(monkeypatch) ->
         proposals.append(None if out is None else out[0][prob.order].tobytes())
         return out
 
-    def score(lp, path, pen):
-        scores.append(real_score(lp, path, pen))
+    def score(lp, path, pen, weights=None):
+        scores.append(real_score(lp, path, pen, weights))
         return scores[-1]
 
     monkeypatch.setattr(A, "propose", propose)
