@@ -429,6 +429,7 @@ def chain_finetune(
         "window": int(win),
         "temperature": float(temperature),
         "sample_temperature": float(sample_temp),
+        "link_exponent": link_exponent,
         "sequential": bool(sequential),
         "moves": float(moves),
         "focus": float(focus),

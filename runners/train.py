@@ -503,8 +503,8 @@ def search_baseline(
 
 #: ``agent.options`` that :func:`search_finetune` passes to ``chain_finetune``.
 FINETUNE_OPTIONS = (
-    "first_samples", "samples", "elite", "updates", "lr", "penalty", "patience", "local",
-    "window", "temperature", "sequential", "moves", "focus", "screen",
+    "first_samples", "samples", "elite", "updates", "lr", "penalty", "link_exponent",
+    "patience", "local", "window", "temperature", "sequential", "moves", "focus", "screen",
 )  # fmt: skip
 
 

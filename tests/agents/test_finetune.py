@@ -383,7 +383,8 @@ def test_runners_train_chain_finetune_then_plan_with_its_policy(tmp_path: Path) 
     gio.save(chain_graph(), tmp_path / "g.json")
     ov = [*small_env(tmp_path / "g.json"), "agent=chain_finetune", "agent.budget=64",
           "+agent.options.first_samples=16", "+agent.options.samples=16",
-          "+agent.options.window=3", "+agent.options.temperature=4.0"]  # fmt: skip
+          "+agent.options.window=3", "+agent.options.temperature=4.0",
+          "+agent.options.link_exponent=0.5"]  # fmt: skip
     res = train(compose(ov), tmp_path / "ft", echo=lambda s: None)
     assert res["agent"] == "chain_finetune" and not res["oom"] and res["oracle_calls"] <= 64
     assert res["meta"]["init_policy"] == "generalist" and res["meta"]["stop"] in (
@@ -393,6 +394,7 @@ def test_runners_train_chain_finetune_then_plan_with_its_policy(tmp_path: Path) 
     tuned = load_policy(tmp_path / "ft" / "policy.pt")
     assert tuned.meta["finetune"]["method"] == "chain cross-entropy"
     assert tuned.meta["finetune"]["window"] == 3 and tuned.meta["finetune"]["temperature"] == 4.0
+    assert tuned.meta["finetune"]["link_exponent"] == 0.5
     cfg = compose(
         ["+env=rnnlm_k40_2", f"env.graph_file={tmp_path / 'g.json'}", "env.model=null",
          f"policy={tmp_path / 'ft' / 'policy.pt'}", "samples=16"],
