@@ -416,6 +416,8 @@ def chain_finetune(
     placement = None
     if best_key is not None:
         placement = np.asarray(enc.units.node_placement(units_of[best_key]), dtype=np.int64)
+    # the fine-tuned network plans with the device-change weights it was fine-tuned with
+    tuned.meta["decode_link_exponent"] = link_exponent
     tuned.meta["finetune"] = {
         "method": "chain cross-entropy",
         "calls": ncalls,

@@ -402,6 +402,7 @@ def test_runners_train_chain_finetune_then_plan_with_its_policy(tmp_path: Path) 
     )  # fmt: skip
     out = plan(cfg, tmp_path / "plan", echo=lambda s: None)
     assert not out["oom"] and Path(out["policy"]) == tmp_path / "ft" / "policy.pt"
+    assert out["link_exponent"] == 0.5  # the exponent it was fine-tuned with
     saved = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert saved["meta"]["policy"] == str(tmp_path / "ft" / "policy.pt")
 
