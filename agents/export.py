@@ -676,7 +676,7 @@ class ExportedPolicy:
         penalty: float | Sequence[float] | None,
         temperature: float | None = None,
         link_exponent: float | None = None,
-        cluster: Cluster | None = None,
+        cluster: Cluster,
     ) -> tuple[float, np.ndarray | None, dict[str, Any]]:
         """Chain decoding (see :meth:`plan`): ``(best step time, node placement, meta)``."""
         from agents import decoding
@@ -685,16 +685,11 @@ class ExportedPolicy:
             penalty = self.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
         penalty = float(penalty) if np.isscalar(penalty) else [float(p) for p in penalty]
         temperature = self.decode_temperature() if temperature is None else float(temperature)
-        if link_exponent is None:
-            link_exponent = self.meta.get("decode_link_exponent", decoding.DEFAULT_LINK_EXPONENT)
-        link_exponent = float(link_exponent)
         obs, enc, mask = chain_inputs(env, seed)
         U, D = mask.shape
-        weights = None
-        if link_exponent != 0.0:
-            if cluster is None or cluster.num_devices != D:
-                raise ValueError("link-aware chain decoding needs the cluster of the env's devices")
-            weights = decoding.link_weights(cluster, link_exponent)
+        link_exponent, weights = self.decode_link_weights(cluster, link_exponent)
+        if weights is not None and weights.shape != (D, D):
+            raise ValueError("link-aware chain decoding needs the cluster of the env's devices")
         N = int(np.asarray(obs["node_mask"]).shape[-1])
         logits = self.logits({k: v[None] for k, v in obs.items()}).view(N, -1).numpy()
         logp = decoding.masked_log_probs(logits[:U, :D], mask)
@@ -728,6 +723,20 @@ class ExportedPolicy:
                 "distinct_placements": len(seen),
             },
         )
+
+    def decode_link_weights(
+        self, cluster: Cluster, link_exponent: float | None = None
+    ) -> tuple[float, np.ndarray | None]:
+        """``(exponent, weights)`` of link-aware chain decoding on ``cluster``: the exponent
+        given, else the file's ``meta["decode_link_exponent"]``, else
+        :data:`agents.decoding.DEFAULT_LINK_EXPONENT`; the weights of
+        :func:`agents.decoding.link_weights`, ``None`` for exponent 0 (every change alike)."""
+        from agents import decoding
+
+        if link_exponent is None:
+            link_exponent = self.meta.get("decode_link_exponent", decoding.DEFAULT_LINK_EXPONENT)
+        e = float(link_exponent)
+        return e, (decoding.link_weights(cluster, e) if e != 0.0 else None)
 
     def decode_temperature(self) -> float:
         """Chain decoding's sampling temperature when a call gives none: the file's

@@ -203,11 +203,8 @@ def chain_finetune(
     if penalty is None:
         penalty = policy.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
     pens = [float(penalty)] if np.isscalar(penalty) else [float(x) for x in penalty]
-    if link_exponent is None:
-        link_exponent = policy.meta.get("decode_link_exponent", decoding.DEFAULT_LINK_EXPONENT)
-    link_exponent = float(link_exponent)
     # device changes weighted by the links as plan() weighs them, so round 0 is its plan
-    weights = decoding.link_weights(cluster, link_exponent) if link_exponent != 0.0 else None
+    link_exponent, weights = policy.decode_link_weights(cluster, link_exponent)
     sample_temp = policy.decode_temperature()  # whole-placement draws sample as plan does
     if oracle is None:
         from placement_env.oracles.simulator import Simulator

@@ -290,6 +290,18 @@ BLOOM_RUNS = [
 BLOOM_FRACTION = 0.8
 
 
+def zb_stage_layers(layers: int, stages: int) -> list[tuple[int, int]]:
+    """Layer ranges of ``stages`` stages whose first and last hold one layer fewer than the
+    others, each embedding taking a layer's slot: Megatron-LM with
+    ``--allow-padding-num-layers`` (the Zero Bubble runs) and Megatron-DeepSpeed's
+    ``type:transformer|embedding`` partition (the BLOOM rows from 02-27)."""
+    k, rem = divmod(layers + 2, stages)
+    if rem:
+        raise ValueError(f"{layers} layers + 2 do not split evenly into {stages} stages")
+    cuts = [0, *(k * i - 1 for i in range(1, stages)), layers]
+    return [(cuts[i], cuts[i + 1]) for i in range(stages)]
+
+
 def bloom_run(row: tuple) -> float:
     """Predicted peak GiB per GPU of one :data:`BLOOM_RUNS` row: the ``gpt`` builder at the
     row's shapes (learned positions: ALiBi has none, 29 M parameters over), ZeRO-1, full
@@ -301,11 +313,7 @@ def bloom_run(row: tuple) -> float:
     lay: dict = dict(dp=dp, tp=tp, pp=pp, microbatch_size=mbs, global_batch=gbs,
                      recompute="full", zero=1)  # fmt: skip
     if slot:  # each embedding takes one of the (L + 2) / pp slots of its end stage
-        k = (L + 2) // pp
-        if k * pp != L + 2:
-            raise ValueError(f"BLOOM row {row}: {L} + 2 layers do not split into {pp} stages")
-        cuts = [0, *(k * i - 1 for i in range(1, pp)), L]
-        lay["stage_layers"] = [(cuts[i], cuts[i + 1]) for i in range(pp)]
+        lay["stage_layers"] = zb_stage_layers(L, pp)
     cl = clusters.load("dgx_a100_80g", nodes=dp * tp * pp // 8 or 1)
     res = Simulator(g, cl).evaluate(Plan.hybrid(g, cl, **lay))
     return float(res.peak_memory.max()) / GiB
@@ -395,16 +403,6 @@ ZB_1F1B = [
     ("14.6B", 16, 1, "Table 12", 24, ((8, 0.65),)),
     ("14.6B", 16, 1, "Table 12", 32, ((16, 0.95),)),
 ]  # fmt: skip
-
-
-def zb_stage_layers(layers: int, stages: int) -> list[tuple[int, int]]:
-    """Layer ranges of ``stages`` stages whose first and last hold one layer fewer than the
-    others (Megatron-LM with ``--allow-padding-num-layers``, as the Zero Bubble runs)."""
-    k, rem = divmod(layers + 2, stages)
-    if rem:
-        raise ValueError(f"{layers} layers + 2 do not split evenly into {stages} stages")
-    cuts = [0, *(k * i - 1 for i in range(1, stages)), layers]
-    return [(cuts[i], cuts[i + 1]) for i in range(stages)]
 
 
 def zb_evaluate(
