@@ -47,7 +47,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
             f"env {spec.name!r} poses hybrid-parallel problems (data x tensor x pipeline "
             "layouts); runners.plan places operators with a graph policy. Plan it with "
             f"python -m runners.train +env={spec.name} agent=megatron_grid (or alpa, "
-            "hybrid_anneal, ppo)"
+            "hybrid_anneal, pipedream, ppo)"
         )
     problem = common.build_problem(spec)
     policy = agents.load_policy(policy_path)

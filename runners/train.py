@@ -712,7 +712,7 @@ def _write_hybrid_plan(
     if outcome.plan is None or outcome.plan.layout is None:
         raise ValueError(
             f"env {problem.spec.name!r} poses hybrid-parallel problems: agent {agent!r} must "
-            "return a plan with a layout (agent=ppo, megatron_grid, alpa or hybrid_anneal)"
+            "return a plan with a layout (agent=ppo, megatron_grid, alpa, hybrid_anneal or pipedream)"
         )
     plan = Plan.from_layout(
         problem.graph,

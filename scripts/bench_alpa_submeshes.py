@@ -123,6 +123,14 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_between(doc: Path, start: str, end: str, md: str) -> None:
+    """Replace what lies between the markers ``start`` and ``end`` of ``doc`` with ``md``."""
+    text = doc.read_text()
+    a, b = text.index(start) + len(start), text.index(end)
+    doc.write_text(text[:a] + "\n" + md + text[b:])
+    print(f"wrote {doc}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-write", action="store_true", help="print only")
@@ -130,10 +138,7 @@ def main() -> None:
     md = table(run())
     print(md)
     if not args.no_write:
-        text = DOC.read_text()
-        a, b = text.index(START) + len(START), text.index(END)
-        DOC.write_text(text[:a] + "\n" + md + text[b:])
-        print(f"wrote {DOC}")
+        write_between(DOC, START, END, md)
 
 
 if __name__ == "__main__":

@@ -48,11 +48,12 @@ _REGISTRY: dict[str, str] = {
     "megatron_grid": "agents.baselines.megatron_grid:megatron_grid",
     "alpa": "agents.baselines.alpa:alpa",
     "hybrid_anneal": "agents.baselines.hybrid_anneal:hybrid_anneal",
+    "pipedream": "agents.baselines.pipedream_hybrid:pipedream",
 }
 
 
 #: The planners whose plans are hybrid layouts (the others place operators).
-HYBRID_PLANNERS: tuple[str, ...] = ("megatron_grid", "alpa", "hybrid_anneal")
+HYBRID_PLANNERS: tuple[str, ...] = ("megatron_grid", "alpa", "hybrid_anneal", "pipedream")
 
 
 def names() -> list[str]:

@@ -33,6 +33,7 @@ ALL = [
     "m_topo",
     "megatron_grid",
     "metis",
+    "pipedream",
     "pipedream_dp",
     "random",
     "round_robin",

@@ -80,7 +80,7 @@ def test_gpt3_175b_on_1024_a100_whole_grid_under_60s():
     assert plan.meta["step_time"] <= published.step_time
 
 
-@pytest.mark.parametrize("name", ["megatron_grid", "alpa", "hybrid_anneal"])
+@pytest.mark.parametrize("name", ["megatron_grid", "alpa", "hybrid_anneal", "pipedream"])
 @pytest.mark.parametrize(
     "budget, kw, says",
     [

@@ -324,7 +324,7 @@ def _calibrated(lay) -> bool:
     return all(t == 1 for t in tps) and all(f"{lay.microbatch_size}/{m}" in keys for m in modes)
 
 
-@pytest.mark.parametrize("name", ["megatron_grid", "alpa", "hybrid_anneal"])
+@pytest.mark.parametrize("name", ["megatron_grid", "alpa", "hybrid_anneal", "pipedream"])
 def test_hybrid_planners_skip_layouts_the_calibration_cannot_score(graph, name, monkeypatch):
     """With their default grids (selective recomputation, tp 2 and 4, microbatch 1 and 8:
     never calibrated here) the planners used to stop at the first such layout with

@@ -163,28 +163,37 @@ def test_only_parametric_shapes_without_a_module_are_refused_naming_them() -> No
 
 
 @pytest.mark.timeout(600)
-def test_journey_plan_a_parametric_gpt_with_megatron_grid_then_execute_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("agent", ["megatron_grid", "pipedream"])
+def test_journey_plan_a_parametric_gpt_with_a_hybrid_planner_then_execute_it(
+    tmp_path: Path, agent: str
+) -> None:
     """Journey: ``runners.train`` of a hybrid env's parametric GPT, shrunk to run here (4
-    layers, h 64, on ``cpu_4``), with ``agent=megatron_grid``; ``runners.execute`` runs its
-    ``best_plan.json`` on 4 processes (it used to refuse parametric models) with the loss of
-    one full-batch process of the same module."""
+    layers, h 64, on ``cpu_4``), with ``agent=megatron_grid`` or ``agent=pipedream``
+    (PipeDream's DP: ``dp_p x 1`` stages, replicated where that is faster);
+    ``runners.execute`` runs its ``best_plan.json`` on 4 processes (it used to refuse
+    parametric models) with the loss of one full-batch process of the same module."""
     import json
 
     from tests.runtime._reference import reference
 
     model = {"hidden": 64, "layers": 4, "heads": 4, "vocab": 512, "seq": 32, "batch": 8}
     flow = "{" + ", ".join(f"{k}: {v}" for k, v in model.items()) + "}"
+    others = "[]" if agent == "megatron_grid" else "[megatron_grid]"
     train = subprocess.run(
         [sys.executable, "-m", "runners.train", "+env=gpt3_175b_a100_1024",
-         f"env.model_config={flow}", "env.cluster=cpu_4", "env.baselines=[]",
-         "agent=megatron_grid", "logger=none", "train.progress=false",
+         f"env.model_config={flow}", "env.cluster=cpu_4", f"env.baselines={others}",
+         f"agent={agent}", "logger=none", "train.progress=false",
          f"output_dir={tmp_path / 'train'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert train.returncode == 0, train.stderr[-3000:]
     plan = Plan.load(tmp_path / "train" / "best_plan.json")
     assert plan.meta["model"] == {"name": "gpt", "config": model}
-    assert plan.layout.world_size == 4
+    assert plan.layout.world_size == 4 and plan.meta["algorithm"] == agent
+    if agent == "pipedream":
+        assert plan.layout.zero == 0 and all(t == 1 for _, t in plan.layout.meshes)
+        res = json.loads((tmp_path / "train" / "result.json").read_text())
+        assert "megatron_grid" in res["speedup_vs"] and not res["oom"]
     proc = subprocess.run(
         [sys.executable, "-m", "runners.execute", f"plan={tmp_path / 'train' / 'best_plan.json'}",
          f"output_dir={tmp_path / 'ex'}", "steps=1", "warmup=0"],
