@@ -79,6 +79,13 @@ default) a branch is cut once the transfers that every stage in it must pay -- w
 the ideal it starts from and with the items it can no longer take -- plus its
 compute exceed ``UB`` on every class that could hold it.
 
+``meta["ideals_total"]`` is how many ideals the item DAG has (the empty and the full set
+included; a float, since it can pass 1e36), counted before the DP from the DAG's
+series-parallel structure (:func:`agents.baselines.ideal_count.count_ideals`, within
+``COUNT_SECONDS`` and 5 % of ``time_limit``; ``None`` when the count did not finish): the
+DP visits at most these, and far fewer within its bound, so a figure far beyond
+``max_ideals`` says no time limit will let it finish.
+
 ``meta["exact"]`` is True only when the full DP finished on exact costs with
 nothing pinned (and, with units dropped, the re-inserted plan meets the bound):
 the plan is then optimal among all contiguous splits.
@@ -112,6 +119,7 @@ from agents.baselines.common import (
     make_problem,
     oracle_calls_start,
 )
+from agents.baselines.ideal_count import count_ideals
 from agents.baselines.maxload import MaxLoadModel, build_model
 from graphs.cluster import Cluster
 from graphs.compgraph import FWD, CompGraph
@@ -121,6 +129,10 @@ from placement_env.oracles.base import Oracle
 
 #: Memory for the DP's ideal tables when ``max_ideals`` is None (bytes).
 TABLE_BYTES = 1 << 30
+
+#: Most seconds spent counting the item DAG's ideals (``meta["ideals_total"]``,
+#: :func:`agents.baselines.ideal_count.count_ideals`); at most 5 % of ``time_limit``.
+COUNT_SECONDS = 1.0
 
 _STATUS = {
     STATUS_DONE: "done",
@@ -516,6 +528,11 @@ def solve_ideal_dp(
         "chain_seconds": t_lin,
         "cost_model_exact": bool(model.exact and model.uniform),
     }
+    # how many ideals the full DP could have to visit (None: not counted within the budget)
+    t_count = time.perf_counter()
+    total = count_ideals(items.succ, time_limit=min(COUNT_SECONDS, 0.05 * time_limit))
+    info["ideals_total"] = None if total is None else float(total)
+    info["ideals_total_seconds"] = time.perf_counter() - t_count
     # ---- the DP over ideals, bounded by the chains' best
     full_perm, full_succ = reversed_order(items.succ) if reverse else (np.arange(B), items.succ)
     (status, place, val, nI, visited), limit = run_growing(

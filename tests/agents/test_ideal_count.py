@@ -1,0 +1,67 @@
+"""count_ideals: the number of downward-closed item sets, against enumeration."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents.baselines.ideal_count import count_ideals
+
+
+def _enumerate(succ) -> int:
+    B = len(succ)
+    n = 0
+    for mask in range(1 << B):
+        if all(not (mask >> w) & 1 or (mask >> v) & 1 for v in range(B) for w in succ[v]):
+            n += 1
+    return n
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 12).flatmap(
+    lambda B: st.tuples(
+        st.just(B),
+        st.sets(st.tuples(st.integers(0, max(B - 1, 0)), st.integers(0, max(B - 1, 0)))),
+    )
+))  # fmt: skip
+def test_count_equals_enumeration_on_random_dags(case):
+    B, pairs = case
+    succ = [sorted({w for v2, w in pairs if v2 == v and v < w}) for v in range(B)]
+    assert count_ideals(succ) == _enumerate(succ)
+
+
+def test_chains_antichains_and_series_parallel_by_hand():
+    assert count_ideals([]) == 1
+    assert count_ideals([[1], [2], [3], []]) == 5  # a chain of 4: its 5 prefixes
+    assert count_ideals([[] for _ in range(10)]) == 2**10  # an antichain: every subset
+    # a diamond 0 -> {1, 2} -> 3: {}, {0}, {0,1}, {0,2}, {0,1,2}, all
+    assert count_ideals([[1, 2], [3], [3], []]) == 6
+    # two chains of 3 side by side: 4 x 4
+    assert count_ideals([[1], [2], [], [4], [5], []]) == 16
+    # an N (0 -> 2, 1 -> 2, 1 -> 3): not series-parallel
+    succ = [[2], [2, 3], [], []]
+    assert count_ideals(succ) == _enumerate(succ) == 8
+
+
+def test_wide_graphs_count_fast_and_the_time_limit_gives_none():
+    # 200 independent diamonds in parallel: 6 ** 200 ideals, counted by the decomposition
+    succ = []
+    for d in range(200):
+        b = 4 * d
+        succ += [[b + 1, b + 2], [b + 3], [b + 3], []]
+    assert count_ideals(succ, time_limit=10) == 6**200
+    # a layered DAG far from series-parallel stops at its limit
+    layers = [list(range(5 * i, 5 * i + 5)) for i in range(60)]
+    succ = [[] for _ in range(300)]
+    for a, b in itertools.pairwise(layers):
+        for i, v in enumerate(a):
+            succ[v] = [b[i], b[(i + 2) % 5]]
+    assert count_ideals(succ, time_limit=0.0) is None
+
+
+def test_refuses_edges_that_do_not_go_forward():
+    with pytest.raises(ValueError, match="edge 1 -> 0"):
+        count_ideals([[], [0]])
