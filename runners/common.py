@@ -520,9 +520,13 @@ def planner_report(
         else:
             status = meta.get("status", "?")
             bound = meta.get("dp_lower_bound", meta.get("surrogate_lower_bound"))
+            reached = meta.get("ideals")
+            total = meta.get("ideals_total")
             parts.append(
                 f"not proven optimal (status {status}"
                 + (f", lower bound {ms(bound)}" if bound is not None else "")
+                + (f", {int(reached):,} ideals reached" if is_number(reached) else "")
+                + (f" of {float(total):.3g}" if is_number(reached) and is_number(total) else "")
                 + ")"
             )
     else:

@@ -258,6 +258,12 @@ def test_planner_report_lines_by_hand() -> None:
         "ideal_dp: max_load 2.16 ms; not proven optimal (status max_ideals, lower bound "
         "1.81 ms); the env scores makespan: 3.00 ms"
     )
+    # how far the DP got among how many ideals (ideal_dp's meta "ideals", "ideals_total")
+    big = {**stopped, "ideals": 2840586, "ideals_total": 1.0135521180778418e36}
+    assert planner_report("ideal_dp", big, objective="max_load", step_time=0.0041) == (
+        "ideal_dp: max_load 2.16 ms; not proven optimal (status max_ideals, lower bound "
+        "1.81 ms, 2,840,586 ideals reached of 1.01e+36)"
+    )
     walk = {"objective": "makespan_estimate", "surrogate": "sum_k t_k + (M - 1) * max_k t_k",
             "surrogate_objective": 0.00287, "exact": False, "status": "time_limit",
             "surrogate_lower_bound": 0.0025}  # fmt: skip
