@@ -45,6 +45,11 @@ the recomputation mode (none / selective / full: PipeDream-2BW's planner weighs
 recomputation too). Device units are GPUs on one node and whole nodes on several
 (:func:`agents.baselines.alpa.submesh_sizes`); a stage's size must divide ``g``.
 :func:`replicated_split` is the DP on precomputed costs (tested against brute force).
+
+On a hybrid-calibrated ``cpu_N`` (the oracle's ``hybrid_model()`` has ``segment_costs``) a
+stage's compute comes from the calibrated segments of its ``(tp = 1, samples per replica,
+recompute)``, as ``alpa``'s submesh DP takes it, and replica counts the calibration lacks are
+not offered; each lookup answered counts as an oracle call. Memory stays the roofline's.
 """
 
 from __future__ import annotations
@@ -170,7 +175,14 @@ class _Costs:
     recomputation ``rc``) for :func:`replicated_split`."""
 
     def __init__(
-        self, model: HybridModel, gb: int, g: int, rc: str, unit: int, sizes: Sequence[int]
+        self,
+        model: HybridModel,
+        gb: int,
+        g: int,
+        rc: str,
+        unit: int,
+        sizes: Sequence[int],
+        calibrated: Any = None,
     ) -> None:
         d = model.dims
         self.model, self.unit, self.g = model, unit, g
@@ -186,9 +198,18 @@ class _Costs:
         self.prof = {}
         self.sync = {}  # (s, off) -> (seconds at 0 bytes, seconds per byte) of the all-reduce
         self.p2p = {}  # (s, off) -> seconds of the 2 p2p's to the next stage (inf: none)
+        self.queries = 0  # calibrated segment lookups answered
         for s in sizes:
             r = s * unit
+            seg = None if calibrated is None else calibrated.segment_costs(1, g // r, rc)
+            if calibrated is not None and seg is None:
+                continue  # the calibration has no figures for this stage: not offered
             self.prof[s] = model.stage_profile(self.template, r, 1, g // r)
+            if seg is not None:  # seconds from the calibrated segments, memory the roofline's
+                self.queries += 1
+                self.prof[s].layer, self.prof[s].first, self.prof[s].last = (
+                    seg["layer"], seg["first"], seg["last"]
+                )  # fmt: skip
             hid = self.prof[s].t["sent"]
             for off in range(0, D // unit - s + 1):
                 ranks = np.arange(off * unit, (off + s) * unit)
@@ -267,6 +288,11 @@ def pipedream(
     if bad_rc or not recompute:
         raise ValueError(f"pipedream: recompute must be among {RECOMPUTE}, got {list(recompute)!r}")
     model = HybridModel(graph, cluster)
+    # on a calibrated cpu_N the stage seconds come from the oracle's own calibrated segments
+    # (as alpa's submesh DP takes them), the memory from the roofline's closed form
+    costs = oracle.hybrid_model() if hasattr(oracle, "hybrid_model") else model
+    calibrated = costs if hasattr(costs, "segment_costs") else None
+    lookups = 0
     D = cluster.num_devices
     gpn = int(cluster.meta.get("gpus_per_node", min(D, 8)))
     unit, _ = submesh_sizes(D, gpn)
@@ -284,8 +310,9 @@ def pipedream(
         sizes = [s for s in range(1, U + 1) if x % s == 0]
         for rc in recompute:
             t1 = time.perf_counter()
-            c = _Costs(model, gb, g, rc, unit, sizes)
-            best, stages = replicated_split(L, U, sizes, c.cost, c.kmax)
+            c = _Costs(model, gb, g, rc, unit, sizes, calibrated)
+            lookups += c.queries
+            best, stages = replicated_split(L, U, list(c.prof), c.cost, c.kmax)
             dp_seconds += time.perf_counter() - t1
             settings += 1
             P_ok = [P for P in range(1, len(best)) if np.isfinite(best[P])]
@@ -311,7 +338,7 @@ def pipedream(
             f"(samples per microbatch tried: {tried}, recompute {list(recompute)})"
         )
     cands.sort(key=lambda x: x[0])
-    best_lay, best_res, calls, least, info = None, None, 0, float("inf"), {}
+    best_lay, best_res, calls, least, info = None, None, lookups, float("inf"), {}
     for est, lay, why in cands:
         if budget is not None and calls >= budget:
             break

@@ -357,12 +357,20 @@ def test_hybrid_planners_skip_layouts_the_calibration_cannot_score(graph, name, 
     cl, sim = _calibrated_oracle()
     plan = baselines.get(name)(graph, cl, sim, 200 if name == "hybrid_anneal" else None)
     assert isinstance(sim._hybrid, CpuHybridModel)
-    assert plan.meta["uncalibrated_skipped"] > 0
+    # pipedream proposes only stages the calibration has figures for: nothing to skip
+    if name == "pipedream":
+        assert "uncalibrated_skipped" not in plan.meta
+    else:
+        assert plan.meta["uncalibrated_skipped"] > 0
     if name == "alpa":  # alpa also counts the stage-cost queries the model answers as
         # calls, in pass 1 (stage_costs) and in pass 2's submesh DP (segment_costs); the
         # refused ones are no call (they used to be counted)
         assert answered and refused and seg_answered and seg_refused
         assert plan.meta["oracle_calls"] == sim.calls + len(answered) + len(seg_answered)
+    elif name == "pipedream":  # its DP weighs stages with the calibrated segments, each
+        # lookup answered counted as a call; stages the calibration lacks are not offered
+        assert seg_answered and seg_refused and not answered
+        assert plan.meta["oracle_calls"] == sim.calls + len(seg_answered)
     else:
         assert plan.meta["oracle_calls"] == sim.calls
     assert _calibrated(plan.layout)
@@ -543,6 +551,31 @@ def test_alpa_submesh_dp_weighs_stages_with_the_calibrated_segments(graph):
                             costs=model, counter=counter)  # fmt: skip
     assert counter[0] > 0
     assert all(_calibrated(lay) for _, lay in found)
+
+
+def test_pipedream_weighs_stages_with_the_calibrated_segments(graph):
+    """`pipedream` on a calibrated cluster: each stage option's seconds are the calibrated
+    segment figures of its ``(tp = 1, samples per replica, recompute)``, its memory the
+    roofline's, and replica counts the calibration lacks are not offered (as alpa's DP)."""
+    from agents.baselines.pipedream_hybrid import _Costs
+
+    cl, sim = _calibrated_oracle()
+    model = sim.hybrid_model()
+    roof = HybridModel(graph, cl)
+    # 4 samples per microbatch: 2 replicas get 2 each (calibrated), 1 replica 4 (calibrated
+    # without recomputation only), 4 replicas 1 each (never calibrated)
+    c = _Costs(roof, 8, 4, "none", 1, [1, 2, 4], model)
+    plain = _Costs(roof, 8, 4, "none", 1, [1, 2, 4])
+    assert sorted(c.prof) == [1, 2] and sorted(plain.prof) == [1, 2, 4] and c.queries == 2
+    for s in c.prof:
+        want = model.segment_costs(1, 4 // s, "none")
+        prof = c.prof[s]
+        assert (prof.layer, prof.first, prof.last) == pytest.approx(
+            (want["layer"], want["first"], want["last"])
+        )
+        assert prof.memory(1, 0, 2, 2) == plain.prof[s].memory(1, 0, 2, 2)
+        assert plain.prof[s].layer != prof.layer
+    assert sorted(_Costs(roof, 8, 4, "full", 1, [1, 2, 4], model).prof) == [2]
 
 
 def test_execute_predicts_only_what_the_model_counts(graph, tmp_path):
