@@ -43,7 +43,10 @@ stages on the last ``u`` device units, each within memory. Settings searched: th
 samples per microbatch ``g`` (a multiple of the unit that divides the global batch) and
 the recomputation mode (none / selective / full: PipeDream-2BW's planner weighs
 recomputation too). Device units are GPUs on one node and whole nodes on several
-(:func:`agents.baselines.alpa.submesh_sizes`); a stage's size must divide ``g``.
+(:func:`agents.baselines.alpa.submesh_sizes`); a stage's size must divide ``g``. PipeDream's
+DP is hierarchical: at the upper level a stage's replica may itself be a pipeline over the
+GPUs of a node (``A^{k-1}`` inside ``T^k``); a layout's stage is one data-parallel group of
+GPUs, so that nesting is neither expressed nor searched here -- one level, in those units.
 :func:`replicated_split` is the DP on precomputed costs (tested against brute force).
 
 On a hybrid-calibrated ``cpu_N`` (the oracle's ``hybrid_model()`` has ``segment_costs``) a
