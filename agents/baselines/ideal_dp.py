@@ -134,6 +134,14 @@ TABLE_BYTES = 1 << 30
 #: :func:`agents.baselines.ideal_count.count_ideals`); at most 5 % of ``time_limit``.
 COUNT_SECONDS = 1.0
 
+
+def _as_float(n: int) -> float:
+    try:
+        return float(n)
+    except OverflowError:
+        return float("inf")
+
+
 _STATUS = {
     STATUS_DONE: "done",
     STATUS_TIME: "time_limit",
@@ -531,7 +539,8 @@ def solve_ideal_dp(
     # how many ideals the full DP could have to visit (None: not counted within the budget)
     t_count = time.perf_counter()
     total = count_ideals(items.succ, time_limit=min(COUNT_SECONDS, 0.05 * time_limit))
-    info["ideals_total"] = None if total is None else float(total)
+    # a float (JSON has no big integers); inf past the float range (e.g. 3 ** 1000)
+    info["ideals_total"] = None if total is None else _as_float(total)
     info["ideals_total_seconds"] = time.perf_counter() - t_count
     # ---- the DP over ideals, bounded by the chains' best
     full_perm, full_succ = reversed_order(items.succ) if reverse else (np.arange(B), items.succ)

@@ -65,3 +65,9 @@ def test_wide_graphs_count_fast_and_the_time_limit_gives_none():
 def test_refuses_edges_that_do_not_go_forward():
     with pytest.raises(ValueError, match="edge 1 -> 0"):
         count_ideals([[], [0]])
+
+
+def test_ideal_dp_reports_a_count_past_the_float_range_as_inf():
+    from agents.baselines.ideal_dp import _as_float
+
+    assert _as_float(3**1000) == float("inf") and _as_float(6**200) == float(6**200)
