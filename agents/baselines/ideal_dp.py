@@ -84,7 +84,9 @@ included; a float, since it can pass 1e36), counted before the DP from the DAG's
 series-parallel structure (:func:`agents.baselines.ideal_count.count_ideals`, within
 ``COUNT_SECONDS`` and 5 % of ``time_limit``; ``None`` when the count did not finish): the
 DP visits at most these, and far fewer within its bound, so a figure far beyond
-``max_ideals`` says no time limit will let it finish.
+``max_ideals`` says no time limit will let it finish. When the count fits the table limit
+the tables are sized to it and the DP runs once (else they start at 200,000 ideals and the
+DP starts again with four times as many each time it runs out, :func:`run_growing`).
 
 ``meta["exact"]`` is True only when the full DP finished on exact costs with
 nothing pinned (and, with units dropped, the re-inserted plan meets the bound):
@@ -442,12 +444,15 @@ def ideal_capacity(max_ideals: int | None, per_ideal: int, name: str = "ideal_dp
 
 
 def run_growing(
-    call: Callable[[int], tuple[int, np.ndarray | None, float, int, int]], cap_ideals: int
+    call: Callable[[int], tuple[int, np.ndarray | None, float, int, int]],
+    cap_ideals: int,
+    start: int | None = None,
 ) -> tuple[tuple[int, np.ndarray | None, float, int, int], int]:
-    """``(call(limit), limit)``: the kernel run with tables of 200,000 ideals, again with
-    four times as many while it runs out of them, up to ``cap_ideals``; the stages scored
-    (the result's last field) are summed over the tries."""
-    limit = min(cap_ideals, 200_000)
+    """``(call(limit), limit)``: the kernel run with tables of ``start`` (default 200,000)
+    ideals, again with four times as many while it runs out of them, up to ``cap_ideals``;
+    the stages scored (the result's last field) are summed over the tries. A ``start`` of
+    the DAG's whole ideal count never runs out, so the DP runs once."""
+    limit = min(cap_ideals, 200_000 if start is None else max(16, int(start)))
     visited = 0
     while True:
         out = call(limit)
@@ -544,8 +549,10 @@ def solve_ideal_dp(
     info["ideals_total_seconds"] = time.perf_counter() - t_count
     # ---- the DP over ideals, bounded by the chains' best
     full_perm, full_succ = reversed_order(items.succ) if reverse else (np.arange(B), items.succ)
+    # tables for every ideal when they fit (one run), else grown from 200,000 as needed
+    start = int(total) if total is not None and total <= cap_ideals else None
     (status, place, val, nI, visited), limit = run_growing(
-        lambda lim: run(full_perm, full_succ, val_lin, lim), cap_ideals
+        lambda lim: run(full_perm, full_succ, val_lin, lim), cap_ideals, start
     )
     visited_all = vis_lin + visited
     info.update(

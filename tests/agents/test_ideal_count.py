@@ -71,3 +71,24 @@ def test_ideal_dp_reports_a_count_past_the_float_range_as_inf():
     from agents.baselines.ideal_dp import _as_float
 
     assert _as_float(3**1000) == float("inf") and _as_float(6**200) == float(6**200)
+
+
+def test_run_growing_starts_at_the_counted_total_and_runs_once():
+    from agents.baselines._ideal_kernel import STATUS_DONE, STATUS_IDEALS
+    from agents.baselines.ideal_dp import run_growing
+
+    def dp(reached):  # a DP that needs `reached` ideals: runs out below that
+        calls = []
+
+        def call(limit):
+            calls.append(limit)
+            status = STATUS_IDEALS if limit < reached else STATUS_DONE
+            return status, None, 0.0, min(limit, reached), 10
+
+        return call, calls
+
+    call, calls = dp(553_270)  # bench_exact's series-parallel-s: 951,999 ideals in all
+    assert run_growing(call, 5_000_000)[1] == 800_000 and calls == [200_000, 800_000]
+    call, calls = dp(553_270)
+    out, limit = run_growing(call, 5_000_000, 951_999)
+    assert calls == [951_999] and limit == 951_999 and out[4] == 10  # stages of one run
