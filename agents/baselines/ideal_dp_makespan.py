@@ -300,6 +300,10 @@ def solve_makespan_dp(
     splits = [(best, up0)]
     first = best
     cap_ideals = ideal_capacity(max_ideals, kern.per_ideal, "ideal_dp_makespan")
+    # the max-load DP above counted this item DAG's ideals (isolated="keep": the same items);
+    # tables of that many never run out, so each walk DP runs once
+    total = minfo.get("ideals_total")
+    start = int(total) if total is not None and total <= cap_ideals else None
     order, succ = reversed_order(items.succ) if reverse else (np.arange(B), items.succ)
     # ---- 2-3. the walk over the cap on the bottleneck
     cap = np.inf
@@ -324,6 +328,7 @@ def solve_makespan_dp(
                 order, succ, c, lim, deadline, transfer_cut, summed=True, sum_bound=sb,
             ),
             cap_ideals,
+            start,
         )  # fmt: skip
         runs += 1
         ideals = max(ideals, int(nI))
@@ -372,6 +377,7 @@ def solve_makespan_dp(
         "items": B,
         "pinned_items": items.pinned,
         "ideals": ideals,
+        "ideals_total": total,
         "ideal_limit": int(limit),
         "stages_scored": scored,
         "device_classes": kern.classes,

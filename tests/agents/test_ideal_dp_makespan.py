@@ -103,6 +103,10 @@ def test_walk_equals_brute_force_over_contiguous_splits(seed, n, p, cpu, M, sche
     m = plan.meta
     assert m["status"] == "done" and m["routes"] == "uniform"
     assert m["returned_estimate"] == pytest.approx(best, rel=1e-9)
+    # the walk's tables hold every ideal of the item DAG (counted by the max-load DP)
+    if m["walk_runs"]:
+        assert m["ideals"] <= m["ideals_total"]
+        assert m["ideal_limit"] == max(16, int(m["ideals_total"]))
     t = stage_times(model, np.asarray(plan.placement))
     assert pipeline_estimate(t, M) * 1e-6 == pytest.approx(best, rel=1e-9)
     assert m["maxload_surrogate_objective"] >= best * (1 - 1e-9)
