@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,14 +132,22 @@ def write_between(doc: Path, start: str, end: str, md: str) -> None:
     print(f"wrote {doc}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def table_cli(
+    description: str, make_md: Callable[[], str], doc: Path, start: str, end: str
+) -> None:
+    """The command line of a benchmark that writes one table: ``make_md()`` printed, and
+    written into ``doc`` between the markers unless ``--no-write``."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
-    md = table(run())
+    md = make_md()
     print(md)
     if not args.no_write:
-        write_between(DOC, START, END, md)
+        write_between(doc, start, end, md)
+
+
+def main() -> None:
+    table_cli(__doc__.splitlines()[0], lambda: table(run()), DOC, START, END)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ writes it into ``docs/hybrid.md`` between ``<!-- pipedream:start -->`` /
 
 from __future__ import annotations
 
-import argparse
 import platform
 import sys
 import time
@@ -25,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents import baselines  # noqa: E402
 from placement_env.oracles import Simulator  # noqa: E402
-from scripts.bench_alpa_submeshes import ROWS, _layout, _problem, write_between  # noqa: E402
+from scripts.bench_alpa_submeshes import ROWS, _layout, _problem, table_cli  # noqa: E402
 
 DOC = ROOT / "docs" / "hybrid.md"
 START, END = "<!-- pipedream:start -->", "<!-- pipedream:end -->"
@@ -83,13 +82,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--no-write", action="store_true", help="print only")
-    args = ap.parse_args()
-    md = table(run())
-    print(md)
-    if not args.no_write:
-        write_between(DOC, START, END, md)
+    table_cli(__doc__.splitlines()[0], lambda: table(run()), DOC, START, END)
 
 
 if __name__ == "__main__":

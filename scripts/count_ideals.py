@@ -3,7 +3,7 @@
 Usage: ``python -m scripts.count_ideals [--seconds 300] [--no-write]``.
 
 For each graph of ``bench_exact.GRAPHS`` it builds the item DAG ``ideal_dp`` works on
-(``precedence_items`` with the edge-free units dropped, as ``ideal_dp``'s default does) and
+(``ideal_dp.dp_items``: the edge-free units dropped, as ``ideal_dp``'s default does) and
 counts its ideals with :func:`agents.baselines.ideal_count.count_ideals`, then prints a
 Markdown table (items, ideals, seconds) and writes it into ``docs/baselines.md`` between
 ``<!-- ideal-count:start -->`` / ``<!-- ideal-count:end -->``.
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents.baselines.ideal_count import count_ideals  # noqa: E402
-from agents.baselines.ideal_dp import edge_free_units, precedence_items  # noqa: E402
+from agents.baselines.ideal_dp import dp_items  # noqa: E402
 from scripts.bench_alpa_submeshes import write_between  # noqa: E402
 from scripts.bench_exact import GRAPHS  # noqa: E402
 
@@ -43,7 +43,7 @@ def main() -> None:
     for name, (build, _) in GRAPHS.items():
         g = build()
         _, unit_of = g.group_index()
-        items = precedence_items(g, unit_of, drop=edge_free_units(g, unit_of))
+        items, _ = dp_items(g, unit_of)
         t0 = time.perf_counter()
         n = count_ideals(items.succ, time_limit=a.seconds)
         dt = time.perf_counter() - t0

@@ -159,17 +159,9 @@ class _MeshOptions:
         f = min(P - r, m)
         key = (r == 0, r == P - 1, f)
         if key not in self._kmem:
-            out = np.zeros(len(self.opts), dtype=np.int64)
-            for i, o in enumerate(self.opts):
-                lo, hi = 0, self.L  # largest k in [0, L] whose memory fits
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if o[3].memory(mid, r, P, m) <= self.cap:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                out[i] = lo
-            self._kmem[key] = out
+            self._kmem[key] = np.array(
+                [o[3].most_layers(r, P, m, self.cap, self.L) for o in self.opts], dtype=np.int64
+            )
         return self._kmem[key]
 
     def fit(self, T: float, r: int, P: int) -> np.ndarray:

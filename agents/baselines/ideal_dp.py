@@ -261,6 +261,23 @@ def precedence_items(
     )
 
 
+def dp_items(
+    graph: CompGraph,
+    unit_of: np.ndarray,
+    isolated: str = "drop",
+    pin_isolated_above: int | None = 8,
+) -> tuple[Items, np.ndarray]:
+    """``(items, drop)``: the DP's items (:func:`precedence_items`) and ``bool[U]``, the
+    edge-free units left out of them (``isolated="drop"``, all but one if every unit is)."""
+    U = int(unit_of.max()) + 1 if len(unit_of) else 0
+    drop = np.zeros(U, dtype=bool)
+    if isolated == "drop" and U > 1:
+        drop = edge_free_units(graph, unit_of)
+        if drop.all():  # keep one unit for the DP
+            drop[0] = False
+    return precedence_items(graph, unit_of, pin_isolated_above, drop=drop), drop
+
+
 def device_classes(
     model: MaxLoadModel, capacity: np.ndarray
 ) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
@@ -492,12 +509,7 @@ def solve_ideal_dp(
     deadline = t0 + check_seconds("ideal_dp", "time_limit", time_limit)
     graph = prob.graph
     unit_of = prob.unit_of
-    drop = np.zeros(prob.num_units, dtype=bool)
-    if isolated == "drop" and prob.num_units > 1:
-        drop = edge_free_units(graph, unit_of)
-        if drop.all():  # keep one unit for the DP
-            drop[0] = False
-    items = precedence_items(graph, unit_of, pin_isolated_above, drop=drop)
+    items, drop = dp_items(graph, unit_of, isolated, pin_isolated_above)
     B = len(items.succ)
     keepu = np.flatnonzero(~drop)
     kern = stage_kernel(prob, model, items, keepu, act_frac=act_frac)

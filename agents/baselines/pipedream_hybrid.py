@@ -199,7 +199,9 @@ class _Costs:
         topo = model.topo
         D = model.cluster.num_devices
         self.prof = {}
-        self.sync = {}  # (s, off) -> (seconds at 0 bytes, seconds per byte) of the all-reduce
+        # (s, off) -> (seconds at 0 bytes, seconds per byte) of the all-reduce: the ring and
+        # hierarchical times are affine in the bytes, so two calls give every stage's
+        self.sync = {}
         self.p2p = {}  # (s, off) -> seconds of the 2 p2p's to the next stage (inf: none)
         self.queries = 0  # calibrated segment lookups answered
         for s in sizes:
@@ -245,15 +247,7 @@ class _Costs:
             first, last = self._ends(end)
             # rank r of P with P - r = q stages from this one on (first: r = 0)
             r, P = (0, q) if first else (1, q + 1)
-            prof = self.prof[s]
-            lo, hi = 0, self.L
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if prof.memory(mid, r, P, self.m) <= self.cap:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            self._kmax[key] = lo
+            self._kmax[key] = self.prof[s].most_layers(r, P, self.m, self.cap, self.L)
         return self._kmax[key]
 
 

@@ -582,6 +582,19 @@ class StageProfile:
         """Parameters on one GPU of the stage (before ZeRO sharding)."""
         return k * self.lp + (self.emb if first else 0.0) + (self.head(P) if last else 0.0)
 
+    def most_layers(self, r: int, P: int, m: int, cap: float, limit: int) -> int:
+        """The most layers ``k`` in ``[0, limit]`` whose :meth:`memory` as rank ``r`` of a
+        ``P``-stage pipeline of ``m`` microbatches fits ``cap`` bytes (0: not even one; the
+        memory grows with ``k``, so by bisection)."""
+        lo, hi = 0, int(limit)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.memory(mid, r, P, m) <= cap:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     def memory(self, k: float, r: int, P: int, m: int) -> float:
         """Peak bytes per GPU of rank ``r`` of a ``P``-stage 1F1B pipeline of ``m``
         microbatches when it holds ``k`` layers on this submesh."""
