@@ -681,12 +681,32 @@ def search_hybrid_ppo(
     )
 
 
-def check_hybrid_planners(env: str, agent_cfg: Mapping[str, Any], baselines: Sequence[str]) -> None:
+def check_hybrid_planners(
+    env: str, agent_cfg: Mapping[str, Any], baselines: Sequence[str], hybrid: bool = True
+) -> None:
     """Refuse op-placement planners on a hybrid env, as ``env.baselines`` or as the agent:
     their plans place operators and are scored by the op simulator, so their step times
-    and the speed-ups against them compare different models."""
+    and the speed-ups against them compare different models. With ``hybrid=False`` (an
+    op-placement env) refuse the hybrid planners instead: the env would score their layout's
+    placement of operators (each stage's first device), not the layout they planned."""
     from agents.baselines import HYBRID_PLANNERS
 
+    if not hybrid:
+        agent = agent_cfg.get("baseline") or agent_cfg["name"]
+        if agent_cfg["kind"] == "baseline" and agent in HYBRID_PLANNERS:
+            what = f"agent {agent!r} plans"
+        else:
+            layouts = [b for b in baselines if b in HYBRID_PLANNERS]
+            if not layouts:
+                return
+            what = f"env.baselines {layouts} plan"
+        raise ValueError(
+            f"env {env!r} places operators on devices, but {what} data x tensor x "
+            f"pipeline layouts, which only a Hybrid-v0 env scores ({list(HYBRID_PLANNERS)}: "
+            "e.g. +env=gpt2_8gpu_hybrid, or env.env_id=placement_env/Hybrid-v0 for a "
+            "transformer); here they would be scored as an op placement of each stage's "
+            "first device"
+        )
     ops = [b for b in baselines if b not in HYBRID_PLANNERS]
     if ops:
         raise ValueError(
@@ -845,8 +865,9 @@ def train(
     # ---- problem
     problem = common.build_problem(spec)
     hybrid = spec.env_id == common.HYBRID_ENV_ID
-    if hybrid:  # before any baseline runs (an op planner used to run, scored as op placement)
-        check_hybrid_planners(spec.name, agent_cfg, spec.baselines)
+    # before any baseline runs: an op planner on a hybrid env, or a hybrid planner on an op
+    # env, used to run and be scored by the other model
+    check_hybrid_planners(spec.name, agent_cfg, spec.baselines, hybrid)
     # a hybrid layout carries its own microbatching and schedule: the env's are not used
     pipeline = (
         "microbatches and schedule per layout (env.microbatches, env.schedule unused)"
