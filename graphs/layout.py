@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass
 from typing import Any
@@ -1028,6 +1029,60 @@ GRID_MICROBATCH_SIZES = (1, 2, 4, 8)
 GRID_VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)
 
 
+def check_axis(who: str, name: str, values: Any, ok: Any, expected: str) -> tuple[Any, ...]:
+    """A planner's grid-axis option (``microbatch_sizes=[1, 2]``, ``recompute=["full"]``...)
+    checked: a non-empty list or tuple of distinct values, each passing ``ok``; else
+    ``ValueError`` naming ``who``'s option ``name``. A scalar used to be iterated (an
+    integer raised ``TypeError``, ``"full"`` became ``['f', 'u', 'l', 'l']``), a 0 to divide
+    by zero, a repeated value to be searched twice."""
+    seq = values.tolist() if hasattr(values, "tolist") and not isinstance(values, str) else values
+    if not isinstance(seq, (list, tuple, range)):
+        raise ValueError(f"{who}: {name} must be a list of {expected}, got {values!r}")
+    seq = tuple(seq)
+    bad = [v for v in seq if not ok(v)]
+    if not seq or bad:
+        raise ValueError(
+            f"{who}: {name} must be a non-empty list of {expected}, got {list(seq)!r}"
+            + (f" ({bad[0]!r} is not)" if bad else "")
+        )
+    twice = sorted({repr(v) for v in seq if seq.count(v) > 1})
+    if twice:
+        raise ValueError(f"{who}: {name} lists {', '.join(twice)} more than once")
+    return seq
+
+
+def check_grid_axes(who: str, **axes: Any) -> dict[str, Any]:
+    """The :func:`layout_grid` axes a planner was given (any of ``microbatch_sizes``,
+    ``virtual_stages``, ``recompute``, ``zero``, ``sequence_parallel``, ``max_tp``), checked
+    by :func:`check_axis` (``max_tp``: ``None`` or an integer >= 1, which used to be searched
+    with no layout at all and reported as out of memory); returns them as tuples."""
+    kinds = {
+        "microbatch_sizes": (lambda v: is_whole(v, 1), "integers >= 1"),
+        "virtual_stages": (lambda v: is_whole(v, 1), "integers >= 1"),
+        "recompute": (lambda v: isinstance(v, str) and v in RECOMPUTE, f"modes among {RECOMPUTE}"),
+        "zero": (lambda v: is_whole(v) and v in ZERO_STAGES, f"ZeRO stages among {ZERO_STAGES}"),
+        "sequence_parallel": (lambda v: isinstance(v, bool), "true / false"),
+    }
+    out: dict[str, Any] = {}
+    for name, values in axes.items():
+        if name == "max_tp":
+            if values is not None and not is_whole(values, 1):
+                raise ValueError(
+                    f"{who}: max_tp must be an integer >= 1 (None: the GPUs per node), "
+                    f"got {values!r}"
+                )
+            out[name] = None if values is None else int(values)
+            continue
+        if name not in kinds:
+            raise TypeError(f"check_grid_axes: unknown axis {name!r}")
+        ok, expected = kinds[name]
+        out[name] = tuple(
+            int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+            for v in check_axis(who, name, values, ok, expected)
+        )
+    return out
+
+
 def layout_grid(
     graph: Any,
     cluster: Any,
@@ -1079,6 +1134,8 @@ def layout_grid(
 
 __all__ = [
     "HYBRID_SCHEDULES",
+    "check_axis",
+    "check_grid_axes",
     "MESH_DIM_NAMES",
     "RECOMPUTE",
     "ZERO_STAGES",

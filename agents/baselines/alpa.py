@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.baselines.common import InfeasiblePlanError, fmt_bytes
+from agents.baselines.common import InfeasiblePlanError, check_flag, fmt_bytes
 from agents.baselines.megatron_grid import LayoutScorer, finish_hybrid, hybrid_arguments
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
@@ -19,6 +19,7 @@ from graphs.layout import (
     RECOMPUTE,
     ZERO_STAGES,
     HybridLayout,
+    check_grid_axes,
     divisors,
     layout_grid,
     submesh_tps,
@@ -427,6 +428,11 @@ def alpa(
     costs = oracle.hybrid_model() if hasattr(oracle, "hybrid_model") else model
     calibrated = costs if hasattr(costs, "segment_costs") else None
     gb, budget = hybrid_arguments("alpa", graph, global_batch, budget)
+    microbatch_sizes, recompute, zero, sequence_parallel, max_tp = check_grid_axes(
+        "alpa", microbatch_sizes=microbatch_sizes, recompute=recompute, zero=zero,
+        sequence_parallel=sequence_parallel, max_tp=max_tp,
+    ).values()  # fmt: skip
+    check_flag("alpa", "submeshes", submeshes)
     if (
         not isinstance(submesh_settings, int)
         or isinstance(submesh_settings, bool)
@@ -436,8 +442,7 @@ def alpa(
             f"alpa: submesh_settings must be an integer >= 0, got {submesh_settings!r}"
         )
     for name, flag in (("stage_recompute", stage_recompute), ("stage_zero", stage_zero)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"alpa: {name} must be true or false, got {flag!r}")
+        check_flag("alpa", name, flag)
     best: HybridLayout | None = None
     best_res, calls, least = None, 0, float("inf")
     D = cluster.num_devices

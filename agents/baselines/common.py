@@ -550,6 +550,14 @@ def check_seconds(who: str, name: str, value: Any) -> float:
     return float(value)
 
 
+def check_flag(who: str, name: str, value: Any) -> bool:
+    """A planner's on/off option: ``True`` or ``False`` (numpy's too), else ``ValueError``
+    naming ``who`` and ``name`` (``"no"`` and ``"maybe"`` used to switch an option on)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{who}: {name} must be true or false, got {value!r}")
+    return bool(value)
+
+
 def check_budget(who: str, budget: Any, default: int | None) -> int | None:
     """An oracle-call budget: ``default`` for ``None`` (``None``: no cap), else an integer >= 1
     (``ValueError`` naming ``who``; a fractional budget such as 2.5 used to be cut to 2

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.baselines.common import InfeasiblePlanError
+from agents.baselines.common import InfeasiblePlanError, check_flag
 from agents.baselines.megatron_grid import LayoutScorer, finish_hybrid, hybrid_arguments
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
@@ -19,6 +19,7 @@ from graphs.layout import (
     RECOMPUTE,
     ZERO_STAGES,
     HybridLayout,
+    check_grid_axes,
     layout_grid,
     model_dims,
     stage_tp_choices,
@@ -27,6 +28,7 @@ from graphs.layout import (
     with_stage_zero,
 )
 from graphs.plan import Plan
+from graphs.schema import is_number
 from placement_env.oracles.base import Oracle
 
 #: Oracle calls when no budget is given.
@@ -80,10 +82,16 @@ def hybrid_anneal(
     """
     start = time.perf_counter()
     for name, flag in (("stage_recompute", stage_recompute), ("stage_zero", stage_zero)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"hybrid_anneal: {name} must be true or false, got {flag!r}")
+        check_flag("hybrid_anneal", name, flag)
+    for name, temp in (("t0", t0), ("t1", t1)):
+        if not is_number(temp, 0.0, lo_open=True):
+            raise ValueError(f"hybrid_anneal: {name} must be a temperature > 0, got {temp!r}")
     score = LayoutScorer(oracle)
     gb, budget = hybrid_arguments("hybrid_anneal", graph, global_batch, budget)
+    microbatch_sizes, virtual_stages, recompute, zero, sequence_parallel, max_tp = check_grid_axes(
+        "hybrid_anneal", microbatch_sizes=microbatch_sizes, virtual_stages=virtual_stages,
+        recompute=recompute, zero=zero, sequence_parallel=sequence_parallel, max_tp=max_tp,
+    ).values()  # fmt: skip
     space = list(
         layout_grid(
             graph,

@@ -116,6 +116,7 @@ from agents.baselines._ideal_kernel import (
 from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
+    check_flag,
     check_seconds,
     finish,
     make_problem,
@@ -191,6 +192,11 @@ def precedence_items(
     (they must have no edge to another unit, :func:`edge_free_units`); their
     ``item_of_unit`` is -1.
     """
+    if pin_isolated_above is not None and not is_whole(pin_isolated_above, 0):
+        raise ValueError(
+            "ideal_dp: pin_isolated_above must be an integer >= 0 or None (never pin), "
+            f"got {pin_isolated_above!r}"
+        )
     U = int(unit_of.max()) + 1 if len(unit_of) else 0
     fwd = graph.kind == FWD
     has_fwd = np.bincount(unit_of[fwd], minlength=U) > 0
@@ -505,6 +511,7 @@ def solve_ideal_dp(
     stage's position counts the stages after it; the splits and their costs are the same."""
     if isolated not in ("drop", "keep"):
         raise ValueError(f"ideal_dp: isolated must be 'drop' or 'keep', got {isolated!r}")
+    check_flag("ideal_dp", "transfer_cut", transfer_cut)
     t0 = time.perf_counter()
     deadline = t0 + check_seconds("ideal_dp", "time_limit", time_limit)
     graph = prob.graph

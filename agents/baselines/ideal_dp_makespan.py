@@ -102,6 +102,7 @@ from agents.baselines._ideal_kernel import STATUS_DONE
 from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
+    check_flag,
     check_seconds,
     device_chain,
     evaluate_units,
@@ -430,6 +431,8 @@ def ideal_dp_makespan(
     the oracle (default) or the ``T``-optimal one.
     """
     check_seconds("ideal_dp_makespan", "time_limit", time_limit)
+    check_flag("ideal_dp_makespan", "transfer_cut", transfer_cut)
+    check_flag("ideal_dp_makespan", "score_splits", score_splits)
     start = oracle_calls_start(oracle)
     t_start = time.perf_counter()
     if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not 0 <= slack < np.inf:

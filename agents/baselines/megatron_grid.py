@@ -15,6 +15,7 @@ from graphs.layout import (
     RECOMPUTE,
     ZERO_STAGES,
     HybridLayout,
+    check_grid_axes,
     layout_grid,
     model_dims,
 )
@@ -131,6 +132,10 @@ def megatron_grid(
     t0 = time.perf_counter()
     score = LayoutScorer(oracle)
     gb, budget = hybrid_arguments("megatron_grid", graph, global_batch, budget)
+    microbatch_sizes, virtual_stages, recompute, zero, sequence_parallel, max_tp = check_grid_axes(
+        "megatron_grid", microbatch_sizes=microbatch_sizes, virtual_stages=virtual_stages,
+        recompute=recompute, zero=zero, sequence_parallel=sequence_parallel, max_tp=max_tp,
+    ).values()  # fmt: skip
     best, best_res, calls, least_mem = None, None, 0, float("inf")
     space = layout_grid(
         graph,

@@ -68,8 +68,9 @@ from agents.baselines.common import InfeasiblePlanError, fmt_bytes
 from agents.baselines.megatron_grid import LayoutScorer, finish_hybrid, hybrid_arguments
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
-from graphs.layout import RECOMPUTE, HybridLayout
+from graphs.layout import RECOMPUTE, HybridLayout, check_axis, check_grid_axes
 from graphs.plan import Plan
+from graphs.schema import is_whole
 from placement_env.oracles.base import Oracle
 from placement_env.oracles.hybrid import HybridModel
 
@@ -278,12 +279,13 @@ def pipedream(
     gb, budget = hybrid_arguments("pipedream", graph, global_batch, budget)
     if not isinstance(depths, int) or isinstance(depths, bool) or depths < 1:
         raise ValueError(f"pipedream: depths must be an integer >= 1, got {depths!r}")
-    bad = [x for x in samples if not (isinstance(x, (int, np.integer)) and x >= 1)]
-    if bad or not samples:
-        raise ValueError(f"pipedream: samples must be integers >= 1, got {list(samples)!r}")
-    bad_rc = [r for r in recompute if r not in RECOMPUTE]
-    if bad_rc or not recompute:
-        raise ValueError(f"pipedream: recompute must be among {RECOMPUTE}, got {list(recompute)!r}")
+    samples = tuple(
+        int(x)
+        for x in check_axis(
+            "pipedream", "samples", samples, lambda x: is_whole(x, 1), "integers >= 1"
+        )
+    )
+    (recompute,) = check_grid_axes("pipedream", recompute=recompute).values()
     model = HybridModel(graph, cluster)
     # on a calibrated cpu_N the stage seconds come from the oracle's own calibrated segments
     # (as alpa's submesh DP takes them), the memory from the roofline's closed form

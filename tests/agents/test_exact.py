@@ -625,6 +625,33 @@ def test_a_time_limit_that_is_not_a_positive_number_is_refused(name, limit):
         B.get(name)(g, c, Simulator(g, c, objective=objective), None, time_limit=limit)
 
 
+@pytest.mark.parametrize(
+    "name, kw, says",
+    [
+        # "abc" raised TypeError comparing int and str; -3, 2.5 and nan were taken
+        ("ideal_dp", {"pin_isolated_above": "abc"}, "pin_isolated_above must be an integer >= 0"),
+        ("ideal_dp", {"pin_isolated_above": -3}, "pin_isolated_above must be an integer >= 0"),
+        ("ideal_dp_makespan", {"pin_isolated_above": 2.5}, "pin_isolated_above must be an integer"),
+        ("ideal_dp", {"pin_isolated_above": float("nan")}, "pin_isolated_above must be an integer"),
+        # any truthy value switched them on ("no" too)
+        ("ideal_dp", {"transfer_cut": "no"}, "ideal_dp: transfer_cut must be true or false"),
+        ("ideal_dp_makespan", {"transfer_cut": 1}, "ideal_dp_makespan: transfer_cut must be true"),
+        ("ideal_dp_makespan", {"score_splits": "maybe"}, "score_splits must be true or false"),
+    ],
+)
+def test_exact_planner_options_are_checked(name, kw, says):
+    g = CompGraph.build(4, [(0, 1), (1, 2), (2, 3)], flops=1.0)
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 1e12) for i in range(2))
+    c = Cluster("two", devs, (Link(0, 1, 1.0, 0.0), Link(1, 0, 1.0, 0.0)))
+    objective = "max_load" if name == "ideal_dp" else "makespan"
+    with pytest.raises(ValueError, match=says):
+        B.get(name)(g, c, Simulator(g, c, objective=objective), None, **kw)
+    # the documented values are taken: None never pins, 0 always does
+    for pin in (None, 0):
+        plan = B.get(name)(g, c, Simulator(g, c, objective=objective), None, pin_isolated_above=pin)
+        assert plan.meta["step_time"] > 0
+
+
 def test_ilp_init_is_its_start_and_is_checked():
     rng = np.random.default_rng(5)
     g = dag_graph(rng, 6, 0.5, groups=False, explicit=False).replace(

@@ -98,6 +98,55 @@ def test_hybrid_planners_name_a_bad_batch_or_budget(small, name, budget, kw, say
     assert plan.meta["oracle_calls"] <= 3 and plan.layout.global_batch == 16
 
 
+#: (planner, option, value, what the error says); found by fuzzing `runners.train agent.options`
+BAD_OPTIONS = [
+    # max_tp 0 searched no layout and reported "none of 0 layouts fits"
+    ("megatron_grid", "max_tp", 0, "max_tp must be an integer >= 1"),
+    ("alpa", "max_tp", 1.5, "max_tp must be an integer >= 1"),
+    ("hybrid_anneal", "max_tp", -1, "max_tp must be an integer >= 1"),
+    # a scalar was iterated: TypeError for an int, 'full' became ['f', 'u', 'l', 'l']
+    ("megatron_grid", "microbatch_sizes", 4, "microbatch_sizes must be a list of integers"),
+    ("alpa", "zero", 3, "zero must be a list of ZeRO stages"),
+    ("pipedream", "samples", 4, "samples must be a list of integers >= 1"),
+    ("pipedream", "recompute", "full", "recompute must be a list of modes"),
+    ("megatron_grid", "recompute", "full", "recompute must be a list of modes"),
+    # 0 divided by zero (ZeroDivisionError); -2 was named as the layout's field
+    ("megatron_grid", "microbatch_sizes", [0], r"microbatch_sizes must be a non-empty list .* \(0 is not\)"),
+    ("alpa", "microbatch_sizes", [-2], "microbatch_sizes must be a non-empty list"),
+    ("hybrid_anneal", "virtual_stages", [], "virtual_stages must be a non-empty list"),
+    ("pipedream", "samples", [True], r"samples must be .* \(True is not\)"),  # was read as 1
+    ("megatron_grid", "recompute", ["full", "full"], "recompute lists 'full' more than once"),
+    ("megatron_grid", "sequence_parallel", ["yes"], "sequence_parallel must be a non-empty list of true"),
+    # temperatures: -1 raised "must be real number, not complex", 0 divided by zero, nan ran
+    ("hybrid_anneal", "t0", -1, "t0 must be a temperature > 0"),
+    ("hybrid_anneal", "t1", 0, "t1 must be a temperature > 0"),
+    ("hybrid_anneal", "t0", float("nan"), "t0 must be a temperature > 0"),
+    ("alpa", "submeshes", "maybe", "submeshes must be true or false"),  # was taken as true
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, option, value, says", BAD_OPTIONS)
+def test_hybrid_planners_name_a_bad_option(small, name, option, value, says):
+    g, c, _ = small
+    calls = []
+    sim = Simulator(g, c)
+    sim.evaluate_layout = lambda lay: calls.append(lay)  # nothing may be scored first
+    with pytest.raises(ValueError, match=f"{name}: {says}"):
+        baselines.get(name)(g, c, sim, None, global_batch=16, **{option: value})
+    assert calls == []
+
+
+def test_good_axes_pass_as_tuples_numpy_values_included(small):
+    g, c, sim = small
+    plan = baselines.get("megatron_grid")(
+        g, c, sim, None, global_batch=16, microbatch_sizes=np.array([1, 2]), recompute=("full",),
+        zero=[np.int64(1)], sequence_parallel=[False], max_tp=np.int64(2), virtual_stages=range(1, 2),
+    )  # fmt: skip
+    lay = plan.layout
+    assert lay.tp <= 2 and lay.microbatch_size in (1, 2) and lay.recompute == "full"
+    assert lay.zero in (0, 1) and not lay.sequence_parallel and lay.virtual_stages == 1
+
+
 # ---------------------------------------------------------------- alpa: a submesh per stage
 def test_submesh_sizes_are_alpas_shapes():
     from agents.baselines.alpa import submesh_sizes

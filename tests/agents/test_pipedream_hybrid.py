@@ -185,9 +185,9 @@ def test_pipedream_refuses_bad_options(small):
     g, cl = small
     sim = Simulator(g, cl)
     for kw, says in (
-        ({"samples": [0]}, "samples must be integers >= 1"),
-        ({"samples": []}, "samples must be integers >= 1"),
-        ({"recompute": ["some"]}, "recompute must be among"),
+        ({"samples": [0]}, "samples must be a non-empty list of integers >= 1"),
+        ({"samples": []}, "samples must be a non-empty list of integers >= 1"),
+        ({"recompute": ["some"]}, "recompute must be a non-empty list of modes among"),
         ({"depths": 0}, "depths must be an integer >= 1"),
     ):
         with pytest.raises(ValueError, match=f"pipedream: {says}"):

@@ -142,3 +142,36 @@ def test_microbatches_per_replica_are_bounded():
     assert _layout(global_batch=2 * 2**20).num_microbatches == 2**20
     with pytest.raises(ValueError, match=r"at most 1,048,576 microbatches per replica"):
         _layout(global_batch=2 * 2**20 + 2)
+
+
+def test_check_grid_axes_by_hand():
+    from graphs.layout import check_axis, check_grid_axes
+
+    got = check_grid_axes(
+        "p", microbatch_sizes=np.array([2, 1]), zero=(np.int64(3),), recompute=["full"],
+        sequence_parallel=[True, False], virtual_stages=range(1, 3), max_tp=np.int64(4),
+    )  # fmt: skip
+    assert got == {
+        "microbatch_sizes": (2, 1), "zero": (3,), "recompute": ("full",),
+        "sequence_parallel": (True, False), "virtual_stages": (1, 2), "max_tp": 4,
+    }  # fmt: skip
+    assert all(type(v) is int for v in got["microbatch_sizes"] + got["zero"])
+    assert check_grid_axes("p", max_tp=None) == {"max_tp": None}
+    for kw, says in (
+        ({"microbatch_sizes": 4}, "p: microbatch_sizes must be a list of integers >= 1, got 4"),
+        ({"recompute": "full"}, "p: recompute must be a list of modes"),
+        ({"zero": [4]}, r"zero must be a non-empty list of ZeRO stages .* \(4 is not\)"),
+        ({"zero": [True]}, r"\(True is not\)"),
+        ({"sequence_parallel": [1]}, r"true / false, got \[1\] \(1 is not\)"),
+        ({"virtual_stages": []}, "virtual_stages must be a non-empty list"),
+        ({"microbatch_sizes": [1, 2, 1]}, "microbatch_sizes lists 1 more than once"),
+        ({"max_tp": 0}, "p: max_tp must be an integer >= 1"),
+        ({"max_tp": True}, "max_tp must be an integer >= 1"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            check_grid_axes("p", **kw)
+    with pytest.raises(TypeError, match="unknown axis 'tp'"):
+        check_grid_axes("p", tp=[1])
+    assert check_axis("w", "x", [3, 1], lambda v: v > 0, "positives") == (3, 1)
+    with pytest.raises(ValueError, match=r"w: x must be a list of positives, got \{1\}"):
+        check_axis("w", "x", {1}, lambda v: v > 0, "positives")  # a set has no order
