@@ -722,6 +722,26 @@ def check_hybrid_planners(
             )
 
 
+def check_planner_batch(env: str, agent_cfg: Mapping[str, Any], graph: Any) -> None:
+    """A hybrid planner's ``global_batch`` option must be the model's batch: the plan it
+    writes carries the model (``meta.model``), and ``runners.execute`` refuses a layout whose
+    global batch is not the model's (a run with ``agent.options.global_batch=7`` on a model
+    of batch 8 wrote such a plan and exited 0)."""
+    from agents.baselines.megatron_grid import default_global_batch
+
+    gb = (agent_cfg.get("options") or {}).get("global_batch")
+    if agent_cfg["kind"] != "baseline" or gb is None:
+        return
+    batch = default_global_batch(graph)
+    if gb != batch:
+        raise ValueError(
+            f"env {env!r}: agent.options.global_batch={gb!r} is not the model's batch "
+            f"({batch} samples per step); the plan would not run as the model it names. Set "
+            "the batch in the model instead (env.model_config's batch) and leave "
+            "agent.options.global_batch out"
+        )
+
+
 def _write_hybrid_plan(
     problem: common.Problem, outcome: SearchOutcome, agent: str, seed: int, run_dir: Path
 ) -> dict[str, Any]:
@@ -880,6 +900,8 @@ def train(
         f"{problem.cluster.name} ({problem.cluster.num_devices} devices), "
         f"{pipeline}, oracle {spec.oracle}{_hybrid_model_note(problem) if hybrid else ''}"
     )
+    if hybrid:
+        check_planner_batch(spec.name, agent_cfg, problem.graph)
     if hybrid:  # model FLOPs at peak: no op-level tables of a thousand-GPU cluster
         from placement_env.oracles.hybrid import hybrid_lower_bound
 

@@ -317,3 +317,23 @@ def test_hybrid_planners_are_refused_on_an_op_env_before_any_runs(
     train(hybrid, tmp_path / "hybrid", echo=lambda s: None)
     res = json.loads((tmp_path / "hybrid" / "result.json").read_text())
     assert res["layout"]["pp"] >= 1 and res["best_step_time"] == res["meta"]["planner"]["step_time"]
+
+
+def test_a_planner_batch_other_than_the_models_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """`agent.options.global_batch=7` on a model of batch 8 wrote a plan of batch 7 that
+    names the batch-8 model, which `runners.execute` then refused; the model's own batch
+    given as the option is taken."""
+    from runners import common
+
+    tiny = [
+        "+env=gpt3_175b_a100_1024", "env.cluster=cpu_4", "env.baselines=[]", "logger=none",
+        "env.model_config={hidden: 64, layers: 4, heads: 4, vocab: 512, seq: 32, batch: 8}",
+        "agent=pipedream", "train.progress=false",
+    ]  # fmt: skip
+    real = common.run_baselines
+    monkeypatch.setattr(common, "run_baselines", lambda *a, **k: pytest.fail("a baseline ran"))
+    with pytest.raises(ValueError, match=r"global_batch=7 is not the model's batch \(8 samples"):
+        train(compose([*tiny, "+agent.options.global_batch=7"]), tmp_path / "a", echo=print)
+    monkeypatch.setattr(common, "run_baselines", real)
+    train(compose([*tiny, "+agent.options.global_batch=8"]), tmp_path / "b", echo=print)
+    assert json.loads((tmp_path / "b" / "result.json").read_text())["layout"]["global_batch"] == 8
