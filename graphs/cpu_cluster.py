@@ -70,20 +70,10 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
         f.obj(cal.get(k) or {}, k, free=True)
     hy = cal.get("hybrid") or {}
     if hy:  # refused here, naming the file, not when a planner first builds the model from it
-        for k in HYBRID_CALIBRATION_KEYS:
-            if k not in hy:
-                raise f.fail(
-                    f"hybrid.{k}",
-                    f"is missing: a hybrid calibration holds {list(HYBRID_CALIBRATION_KEYS)} "
-                    "(python -m runners.profile hybrid.model=...)",
-                )
-            f.obj(hy[k], f"hybrid.{k}", free=True)
-        if "model" in hy:
-            f.obj(hy["model"], "hybrid.model", required=("name",), free=True)
+        check_hybrid_calibration(hy, f, "hybrid")
 
     def count(key: str, path: str, lo: int) -> None:  # a process count written as a key
-        if not (key.isdigit() and not key.startswith("0") and int(key) >= lo):
-            raise f.fail(path, f"has key {key!r}; expected a process count >= {lo} (e.g. '4')")
+        _count(f, key, path, lo)
 
     for key, v in (cal.get("concurrency") or {}).items():  # per-process speed with k at once
         count(key, "concurrency", 1)
@@ -96,6 +86,97 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
     if not set(cal) & {"device", "link", "hybrid"}:
         raise f.fail("(top level)", "holds no figures: expected 'device', 'link' or 'hybrid'")
     return cal
+
+
+def _count(f: Fields, key: str, path: str, lo: int) -> None:
+    """A process count written as an object key (``"4"``), ``>= lo``."""
+    if not (key.isdigit() and not key.startswith("0") and int(key) >= lo):
+        raise f.fail(path, f"has key {key!r}; expected a process count >= {lo} (e.g. '4')")
+
+
+def check_hybrid_calibration(
+    hy: Any, f: Fields, path: str = "hybrid", layers: int | None = None
+) -> Mapping[str, Any]:
+    """A ``hybrid`` calibration section (:func:`runtime.hybrid_profile.calibrate_hybrid`'s
+    output), checked field by field where the calibrated CPU model reads it: the sections of
+    :data:`HYBRID_CALIBRATION_KEYS`; per ``segments.<tp>.segments.<b>/<recompute>`` the
+    ``fwd`` / ``bwd`` seconds and ``kept`` / ``params`` bytes, one of each per segment
+    (embeddings, each block, head), all ``>= 0`` (with ``layers``, exactly ``layers + 2`` of
+    them); ``speed`` per process count ``> 0``; ``optimizer.adam_cpu_per_param`` and the
+    collectives' fitted ``latency`` / ``per_byte`` ``>= 0``; ``memory.process`` and
+    ``memory.worker_base`` ``>= 0`` (``build_extra`` and ``step_residue`` are differences of
+    measurements, any sign). Negative times, a speed of 0 or too few segments used to be
+    taken (step times below the uncalibrated model's, negative memory) or to crash the model
+    later with ``IndexError`` / ``ZeroDivisionError``."""
+    from graphs.layout import RECOMPUTE
+
+    hy = f.obj(hy, path, free=True)
+    for k in HYBRID_CALIBRATION_KEYS:
+        if k not in hy:
+            raise f.fail(
+                f"{path}.{k}",
+                f"is missing: a hybrid calibration holds {list(HYBRID_CALIBRATION_KEYS)} "
+                "(python -m runners.profile hybrid.model=...)",
+            )
+        f.obj(hy[k], f"{path}.{k}", free=True)
+    if "model" in hy:
+        f.obj(hy["model"], f"{path}.model", required=("name",), free=True)
+    for tp, by_tp in hy["segments"].items():
+        where = f"{path}.segments.{tp}"
+        _count(f, tp, f"{path}.segments", 1)
+        entries = f.obj(f.obj(by_tp, where, required=("segments",), free=True)["segments"],
+                        f"{where}.segments", free=True)  # fmt: skip
+        for key, entry in entries.items():
+            at = f"{where}.segments.{key}"
+            b, _, rc = key.partition("/")
+            if not (b.isdigit() and int(b) >= 1 and rc in RECOMPUTE):
+                raise f.fail(at, f"is not a 'microbatch size/recompute' key (e.g. '1/none'; "
+                                 f"recompute among {list(RECOMPUTE)})")  # fmt: skip
+            e = f.obj(entry, at, required=("fwd", "bwd", "kept", "params"), free=True)
+            n = None
+            for fig in ("fwd", "bwd", "kept", "params"):
+                vals = e[fig].tolist() if hasattr(e[fig], "tolist") else e[fig]
+                if not isinstance(vals, (list, tuple)) or len(vals) < 3:
+                    raise f.error(f"{at}.{fig}", vals, "a list of at least 3 figures (embeddings, "
+                                  "blocks, head)")  # fmt: skip
+                for i, x in enumerate(vals):
+                    f.number(x, f"{at}.{fig}[{i}]", lo=0)
+                if n is not None and len(vals) != n:
+                    raise f.fail(f"{at}.{fig}", f"has {len(vals)} figures where fwd has {n}")
+                n = len(vals)
+            if layers is not None and n != layers + 2:
+                raise f.fail(
+                    f"{at}.fwd",
+                    f"has {n} segment figures; this model has {layers} blocks, so {layers + 2} "
+                    "(embeddings, each block, head): calibrate this model "
+                    "(python -m runners.profile hybrid.model=...)",
+                )
+    for k, v in hy["speed"].items():
+        _count(f, k, f"{path}.speed", 1)
+        f.number(v, f"{path}.speed.{k}", lo=0, lo_open=True)
+    opt = f.obj(hy["optimizer"], f"{path}.optimizer", required=("adam_cpu_per_param",), free=True)
+    f.number(opt["adam_cpu_per_param"], f"{path}.optimizer.adam_cpu_per_param", lo=0)
+    mem = hy["memory"]
+    for k, lo in (
+        ("process", 0),
+        ("worker_base", 0),
+        ("build_extra", None),
+        ("step_residue", None),
+    ):
+        if k in mem:
+            f.number(mem[k], f"{path}.memory.{k}", lo=lo)
+    if "worker_base" not in mem and not {"process", "build_extra"} <= set(mem):
+        raise f.fail(f"{path}.memory", "needs 'worker_base' (or 'process' and 'build_extra')")
+    for k, by_name in hy["collectives"].items():
+        _count(f, k, f"{path}.collectives", 2)
+        for name, fits in f.obj(by_name, f"{path}.collectives.{k}", free=True).items():
+            for kind in ("cpu", "wall"):
+                at = f"{path}.collectives.{k}.{name}.{kind}"
+                fit = f.obj(f.obj(fits, f"{path}.collectives.{k}.{name}", free=True).get(kind),
+                            at, required=("latency", "per_byte"), free=True)  # fmt: skip
+                f.number(fit["latency"], f"{at}.latency", lo=0)
+                f.number(fit["per_byte"], f"{at}.per_byte", lo=0)
+    return hy
 
 
 def calibration_digest(calibration: Mapping[str, Any]) -> str:

@@ -62,8 +62,9 @@ import numpy as np
 
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
-from graphs.cpu_cluster import HYBRID_CALIBRATION_KEYS
+from graphs.cpu_cluster import HYBRID_CALIBRATION_KEYS, check_hybrid_calibration
 from graphs.layout import HybridLayout, model_dims
+from graphs.schema import Fields
 from placement_env.oracles.hybrid import HybridResult
 from placement_env.oracles.pipeline import PIPELINE_SCHEDULES, simulate_pipeline
 
@@ -134,6 +135,10 @@ class CpuHybridModel:
                     + (f"; differs in {diff} (calibrated, graph)" if diff else "")
                     + "); calibrate this model: python -m runners.profile hybrid.model=..."
                 )
+        check_hybrid_calibration(
+            calibration, Fields(f"CpuHybridModel: the hybrid calibration of {cluster.name!r}"),
+            "hybrid", layers=self.dims.layers,
+        )  # fmt: skip
         self.cal = calibration
 
     # ------------------------------------------------------------------ pieces

@@ -3,6 +3,8 @@ step time and memory terms on a tiny GPT with a hand-written calibration."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -604,3 +606,59 @@ def test_execute_predicts_only_what_the_model_counts(graph, tmp_path):
     )
     assert report_prediction(selective, graph, cl, run, tmp_path, lines.append) is None
     assert lines[-1].startswith("no prediction: CpuHybridModel: no calibrated segment times")
+
+
+def _bad(edit):
+    cal = calibration()
+    edit(cal)
+    return cal
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        # negative times were taken: the grid's best went from 25.68 to 14.64 ms (fuzzing)
+        (lambda c: c["segments"]["1"]["segments"]["2/none"].update(fwd=[-1.0] * 4),
+         r"'hybrid.segments.1.segments.2/none.fwd\[0\]' is -1.0"),
+        (lambda c: c["speed"].update({"2": -0.5}), r"'hybrid.speed.2' is -0.5"),
+        (lambda c: c["speed"].update({"2": 0}), r"'hybrid.speed.2' is 0"),  # ZeroDivisionError
+        (lambda c: c["memory"].update(worker_base=-1e12), r"'hybrid.memory.worker_base'"),
+        # a short list raised IndexError when a layout reached its missing blocks (2/none and
+        # 4/none share one dict here)
+        (lambda c: c["segments"]["1"]["segments"]["4/none"].update(fwd=[0.1, 0.1, 0.1]),
+         r"'hybrid.segments.1.segments.[24]/none.bwd' has 4 figures where fwd has 3"),
+        (lambda c: c["segments"]["1"]["segments"].update({"2/bogus": c["segments"]["1"]["segments"]["2/none"]}),
+         "is not a 'microbatch size/recompute' key"),
+        (lambda c: c["collectives"]["2"]["p2p"]["wall"].update(per_byte=-1e-9),
+         r"'hybrid.collectives.2.p2p.wall.per_byte'"),
+        (lambda c: c["optimizer"].pop("adam_cpu_per_param"), "adam_cpu_per_param' is missing"),
+    ],
+)  # fmt: skip
+def test_a_bad_hybrid_calibration_is_refused_naming_the_field(graph, tmp_path, edit, says):
+    import json
+
+    from graphs.cpu_cluster import load_calibration
+
+    bad = _bad(edit)
+    with pytest.raises(ValueError, match=says):  # from Python: when the model is built
+        _evaluate_with(graph, bad)
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"hybrid": bad}))
+    with pytest.raises(ValueError, match=re.escape(str(path)) + ": field .*" + says):
+        load_calibration(path)  # from a file: when it is read, naming the file
+
+
+def test_segments_of_another_layer_count_are_refused(graph):
+    def short(c):  # every figure for one block, where the model has two
+        for e in c["segments"]["1"]["segments"].values():
+            for k in ("fwd", "bwd", "kept", "params"):
+                e[k] = e[k][:3]
+
+    with pytest.raises(ValueError, match="has 3 segment figures; this model has 2 blocks, so 4"):
+        _evaluate_with(graph, _bad(short))
+
+
+def _evaluate_with(graph, cal):
+    cl = cpu_cluster(2, calibration={"hybrid": cal})
+    plan = Plan.hybrid(graph, cl, dp=2, tp=1, pp=1, global_batch=8, microbatch_size=2)
+    return Simulator(graph, cl).evaluate(plan)
