@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=300.0, help="time limit per graph")
     ap.add_argument("--no-write", action="store_true", help="print only")
     a = ap.parse_args()
+    if not a.seconds > 0 or a.seconds == float("inf"):  # NaN too: it meant no limit at all
+        ap.error(f"--seconds must be a finite number > 0, got {a.seconds}")
     lines = [
         f"<!-- python -m scripts.count_ideals {' '.join(sys.argv[1:])} | {platform.node()} | "
         f"{time.strftime('%Y-%m-%d %H:%M')} UTC -->",

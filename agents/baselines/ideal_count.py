@@ -23,6 +23,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
+from graphs.schema import is_number, is_whole
+
 
 class _Stop(Exception):
     pass
@@ -33,9 +37,20 @@ def count_ideals(succ: Sequence[Sequence[int]], *, time_limit: float | None = No
     successor lists are ``succ`` (items ``0 .. B-1`` numbered topologically: every edge
     goes from a smaller to a larger number); ``None`` when ``time_limit`` seconds pass
     first."""
+    if time_limit is not None and not is_number(time_limit, 0, lo_open=True):
+        raise ValueError(
+            f"count_ideals: time_limit must be a finite number of seconds > 0 or None (no "
+            f"limit), got {time_limit!r}"
+        )
+    if isinstance(succ, (str, bytes)) or not isinstance(succ, (Sequence, np.ndarray)):
+        raise ValueError(f"count_ideals: succ must be a list of successor lists, got {succ!r}")
     B = len(succ)
     for v, ws in enumerate(succ):
+        if isinstance(ws, (str, bytes)) or not isinstance(ws, (Sequence, np.ndarray, set)):
+            raise ValueError(f"count_ideals: succ[{v}] must be a list of item numbers, got {ws!r}")
         for w in ws:
+            if not is_whole(w):
+                raise ValueError(f"count_ideals: succ[{v}] holds {w!r}, not an item number")
             if not v < int(w) < B:
                 raise ValueError(
                     f"count_ideals: edge {v} -> {w} is not from a smaller to a larger item "

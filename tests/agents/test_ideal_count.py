@@ -59,12 +59,45 @@ def test_wide_graphs_count_fast_and_the_time_limit_gives_none():
     for a, b in itertools.pairwise(layers):
         for i, v in enumerate(a):
             succ[v] = [b[i], b[(i + 2) % 5]]
-    assert count_ideals(succ, time_limit=0.0) is None
+    assert count_ideals(succ, time_limit=1e-6) is None  # (0 is refused: not a limit)
 
 
 def test_refuses_edges_that_do_not_go_forward():
     with pytest.raises(ValueError, match="edge 1 -> 0"):
         count_ideals([[], [0]])
+
+
+@pytest.mark.parametrize(
+    "succ, kw, says",
+    [
+        # -1 and 0 returned None ("timed out"), nan meant no limit, "5" and True were taken
+        ([[1], [2], []], {"time_limit": -1}, "time_limit must be a finite number of seconds > 0"),
+        ([[1], [2], []], {"time_limit": 0}, "time_limit must be a finite number of seconds > 0"),
+        ([[1], [2], []], {"time_limit": float("nan")}, "time_limit must be a finite number"),
+        ([[1], [2], []], {"time_limit": "5"}, "time_limit must be a finite number"),
+        ([[1], [2], []], {"time_limit": True}, "time_limit must be a finite number"),
+        ([[1.5], [2], []], {}, r"succ\[0\] holds 1.5, not an item number"),  # was cut to 1
+        ([["1"], [2], []], {}, r"succ\[0\] holds '1', not an item number"),
+        (None, {}, "succ must be a list of successor lists, got None"),  # was a TypeError
+        ([3, [], []], {}, r"succ\[0\] must be a list of item numbers, got 3"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(succ, kw, says):
+    with pytest.raises(ValueError, match=f"count_ideals: {says}"):
+        count_ideals(succ, **kw)
+    assert count_ideals([[1], [2], []], time_limit=5) == 4  # a chain of 3: 4 ideals
+    assert count_ideals([(1, 2), set(), []], time_limit=None) == 5
+
+
+def test_count_ideals_script_refuses_a_limit_that_is_not_a_positive_number(monkeypatch):
+    from tests.scripts import load_script
+
+    c = load_script("count_ideals")
+    for bad in ("nan", "-1", "0", "inf"):
+        monkeypatch.setattr("sys.argv", ["count_ideals.py", "--seconds", bad, "--no-write"])
+        with pytest.raises(SystemExit) as e:
+            c.main()
+        assert e.value.code == 2
 
 
 def test_ideal_dp_reports_a_count_past_the_float_range_as_inf():
