@@ -136,6 +136,18 @@ class Plan:
                     f"Plan.microbatches {self.microbatches} differs from its layout's "
                     f"{lay.num_microbatches} (global_batch / (dp x microbatch_size))"
                 )
+            if self.tp_degree:  # an edited file's {"1": 3} was ignored: the layout's tp ran
+                raise ValueError(
+                    f"Plan.tp_degree {dict(self.tp_degree)} is for op-placement plans; a hybrid "
+                    f"plan's tensor parallelism is its layout's tp ({lay.tp}"
+                    + (f", per stage {[t for _, t in lay.meshes]}" if lay.stage_meshes else "")
+                    + "): leave tp_degree empty"
+                )
+            if self.stage is not None or self.stage_device is not None:
+                raise ValueError(
+                    "Plan.stage / stage_device are for op-placement plans; a hybrid plan's "
+                    "stages are its layout's stage_layers: leave them out"
+                )
 
     # --------------------------------------------------------------- checks
     @classmethod
@@ -325,12 +337,15 @@ class Plan:
         f.obj(
             d,
             "",
-            required=("format", "version", "placement", "graph_hash", "cluster_hash"),
+            # microbatches and schedule decide how the plan runs: a file without them used to
+            # run as 1 microbatch, 1F1B, whatever it was planned for
+            required=(
+                "format", "version", "placement", "graph_hash", "cluster_hash", "microbatches",
+                "schedule",
+            ),
             optional=(
                 "stage",
                 "stage_device",
-                "microbatches",
-                "schedule",
                 "tp_degree",
                 "meta",
                 "layout",
@@ -386,10 +401,8 @@ class Plan:
                     raise f.error(
                         f"placement[{i}]", dev, f"{stage_device[st]}, the device of its stage {st}"
                     )
-        microbatches = f.integer(
-            d.get("microbatches", 1), "microbatches", lo=1, hi=MAX_MICROBATCHES
-        )
-        schedule = f.string(d.get("schedule", "1f1b"), "schedule", choices=SCHEDULES)
+        microbatches = f.integer(d["microbatches"], "microbatches", lo=1, hi=MAX_MICROBATCHES)
+        schedule = f.string(d["schedule"], "schedule", choices=SCHEDULES)
         tp_in = d.get("tp_degree")
         tp_in = {} if tp_in is None else f.obj(tp_in, "tp_degree", free=True)
         tp: dict[int, int] = {}

@@ -416,6 +416,9 @@ def _plan_rows() -> list[Bad]:
         row(k, "out_of_range", "stage[2]", 2),  # only 2 stages
         row(k, "out_of_range", "placement[1]", 0),  # not the device of its stage
         Bad(k, "missing", put("stage_device", None), "stage_device", None),
+        # a plan without them ran as 1 microbatch, 1F1B, whatever it was planned for
+        Bad(k, "missing", drop("microbatches"), "microbatches", MISSING),
+        Bad(k, "missing", drop("schedule"), "schedule", MISSING),
         row(k, "out_of_range", "stage_device[0]", -2),
         row(k, "out_of_range", "version", 9),
         row(k, "huge_int", "placement[3]", 2**70),

@@ -234,11 +234,18 @@ def test_a_hybrid_plans_fields_must_agree_with_its_layout(tmp_path):
     for key, value, says in [
         ("schedule", "gpipe", "Plan.schedule 'gpipe' differs from its layout's schedule '1f1b'"),
         ("microbatches", 2, "Plan.microbatches 2 differs from its layout's 4"),
+        # found by fuzzing: an edited tp_degree was ignored and the layout's tp ran
+        ("tp_degree", {"1": 3}, "Plan.tp_degree {1: 3} is for op-placement plans; a hybrid "
+                                "plan's tensor parallelism is its layout's tp (2)"),
     ]:
         d = hyb.to_dict()
         d[key] = value
         with pytest.raises(ValueError, match=re.escape(says)):
             Plan.from_dict(d, source="p.json")
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match="Plan.stage / stage_device are for op-placement plans"):
+        replace(hyb, stage=np.zeros(g.num_nodes, np.int64), stage_device=(0,))
     d = hyb.to_dict()
     d["placement"][0] = (d["placement"][0] + 3) % cl.num_devices
     moved = Plan.from_dict(d)
