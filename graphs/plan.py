@@ -340,7 +340,12 @@ class Plan:
             # microbatches and schedule decide how the plan runs: a file without them used to
             # run as 1 microbatch, 1F1B, whatever it was planned for
             required=(
-                "format", "version", "placement", "graph_hash", "cluster_hash", "microbatches",
+                "format",
+                "version",
+                "placement",
+                "graph_hash",
+                "cluster_hash",
+                "microbatches",
                 "schedule",
             ),
             optional=(

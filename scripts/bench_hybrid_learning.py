@@ -1,13 +1,14 @@
-"""Learned vs classic hybrid planners: PPO on Hybrid-v0 against megatron_grid and alpa, at equal oracle calls and equal wall time.
+"""Learned vs classic hybrid planners: PPO on Hybrid-v0 against megatron_grid, alpa and pipedream, at equal oracle calls and equal wall time.
 
 Usage: ``python scripts/bench_hybrid_learning.py [--rows 8,1024,3072] [--seeds 0,1] [--reuse] [--no-write]``.
 
 Each row is one ``python -m runners.train +env=ENV agent=ppo`` run (the runner's own PPO
 path on ``placement_env/Hybrid-v0``: ``MaskablePPO`` with SB3's ``MultiInputPolicy``, action
 masks, episodes of 64 steps from random layouts, ``env.env_kwargs={init: random}``) whose
-baselines are ``megatron_grid`` and ``alpa`` over their whole spaces (their oracle calls
-``N`` and search seconds ``T`` in ``baselines.json``). PPO's budget is a fixed number of env
-steps per row, at least the grid's ``N``; its learning curve (``result.json``'s
+baselines are ``megatron_grid`` and ``alpa`` over their whole spaces and ``pipedream``
+(PipeDream's DP: replicated stages, no TP; "no plan" where no layer fits a GPU without TP);
+their oracle calls ``N`` and search seconds ``T`` are in ``baselines.json``. PPO's budget is
+a fixed number of env steps per row, at least the grid's ``N``; its learning curve (``result.json``'s
 ``meta.curve``: timesteps, oracle calls, seconds since its search began, best feasible step
 time) gives the best step time PPO had seen at ``N_grid`` calls and at ``T_grid`` seconds.
 Run folders go to ``outputs/bench_hybrid_learning/``. Writes a table into
@@ -28,6 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results.md"
 OUT = ROOT / "outputs" / "bench_hybrid_learning"
 START, END = "<!-- hybrid-learning:start -->", "<!-- hybrid-learning:end -->"
+
+#: the classic planners of every run, in the table's order
+CLASSIC = ("megatron_grid", "alpa", "pipedream")
 
 #: GPUs -> (label, env, PPO env steps: at least the grid's layouts, a multiple of n_steps=128)
 ROWS = {
@@ -60,7 +64,7 @@ def run_row(gpus: int, seed: int, reuse: bool = False) -> dict:
 def _train(env: str, steps: int, seed: int, run_dir: Path) -> None:
     cmd = [
         sys.executable, "-m", "runners.train", f"+env={env}", "agent=ppo",
-        "env.baselines=[megatron_grid,alpa]", "+env.env_kwargs={init: random}",
+        "env.baselines=[megatron_grid,alpa,pipedream]", "+env.env_kwargs={init: random}",
         f"train.timesteps={steps}", "train.seconds=null", "train.checkpoint_every=0",
         "train.progress=false", "logger=none", f"seed={seed}", f"output_dir={run_dir}",
     ]  # fmt: skip
@@ -73,8 +77,11 @@ def _read_row(label: str, env: str, run_dir: Path) -> dict:
     res = json.loads((run_dir / "result.json").read_text())
     curve = res["meta"]["curve"]
     out: dict = {"label": label, "env": env, "gpus": res["num_gpus"], "seed": res["seed"]}
-    for name in ("megatron_grid", "alpa"):
-        b = base[name]
+    for name in CLASSIC:
+        b = base.get(name)
+        if b is None:  # a run made before the planner was among the baselines
+            out[name] = None
+            continue
         out[name] = (b["step_time"] or float("inf"), int(b["oracle_calls"]), float(b["seconds"]))
     n_grid, t_grid = out["megatron_grid"][1], out["megatron_grid"][2]
     out["ppo_calls"] = best_at(curve, calls=n_grid)
@@ -91,16 +98,25 @@ def ms(x: float) -> str:
     return "no feasible plan yet" if not np.isfinite(x) else f"{x * 1e3:,.0f} ms"
 
 
+def classic_cell(outcome: tuple[float, int, float] | None) -> str:
+    """A classic planner's cell: step time (calls, seconds); "no plan" when it found none."""
+    if outcome is None:
+        return "not run"
+    t, calls, secs = outcome
+    return f"{ms(t) if np.isfinite(t) else 'no plan'} ({calls:,}, {secs:.0f} s)"
+
+
 def table(rows: list[dict]) -> str:
     lines = [
-        "| problem | GPUs | seed | megatron_grid (calls, s) | alpa (calls, s) | PPO at the grid's calls | PPO at the grid's wall time | PPO at the end (calls, s) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| problem | GPUs | seed | megatron_grid (calls, s) | alpa (calls, s) | pipedream (calls, s) | PPO at the grid's calls | PPO at the grid's wall time | PPO at the end (calls, s) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        mg, al, pt = r["megatron_grid"], r["alpa"], r["ppo_total"]
+        pt = r["ppo_total"]
+        classic = " | ".join(classic_cell(r.get(name)) for name in CLASSIC)
         lines.append(
-            f"| {r['label']} | {r['gpus']:,} | {r['seed']} | {ms(mg[0])} ({mg[1]:,}, {mg[2]:.0f} s) | "
-            f"{ms(al[0])} ({al[1]:,}, {al[2]:.0f} s) | {ms(r['ppo_calls'])}{' (ended)' * r['short_calls']} | "
+            f"| {r['label']} | {r['gpus']:,} | {r['seed']} | {classic} | "
+            f"{ms(r['ppo_calls'])}{' (ended)' * r['short_calls']} | "
             f"{ms(r['ppo_time'])}{' (ended)' * r['short_time']} | "
             f"{ms(pt[0])} ({pt[1]:,}, {pt[2]:.0f} s) |"
         )

@@ -235,8 +235,12 @@ def test_a_hybrid_plans_fields_must_agree_with_its_layout(tmp_path):
         ("schedule", "gpipe", "Plan.schedule 'gpipe' differs from its layout's schedule '1f1b'"),
         ("microbatches", 2, "Plan.microbatches 2 differs from its layout's 4"),
         # found by fuzzing: an edited tp_degree was ignored and the layout's tp ran
-        ("tp_degree", {"1": 3}, "Plan.tp_degree {1: 3} is for op-placement plans; a hybrid "
-                                "plan's tensor parallelism is its layout's tp (2)"),
+        (
+            "tp_degree",
+            {"1": 3},
+            "Plan.tp_degree {1: 3} is for op-placement plans; a hybrid "
+            "plan's tensor parallelism is its layout's tp (2)",
+        ),
     ]:
         d = hyb.to_dict()
         d[key] = value
