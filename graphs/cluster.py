@@ -495,6 +495,7 @@ class Cluster:
         for t, spec in ltypes.items():
             f.obj(spec, f"link_types.{t}", optional=link_keys)
         links: list[Link] = []
+        joined: dict[tuple[int, int], str] = {}  # (src, dst) -> the link entry that joins them
         link_list = f.array(d.get("links") or [], "links", lambda v, p: v, what="links")
         for i, ln in enumerate(link_list):
             where = f"links[{i}]"
@@ -522,6 +523,16 @@ class Cluster:
             label = f.text(spec.get("name", ln.get("type", "")), origin.get("name", where))
             directed = f.boolean(spec.get("directed", False), f"{where}.directed")
             a, b = idx[spec["src"]], idx[spec["dst"]]
+            for pair in [(a, b)] if directed else [(a, b), (b, a)]:
+                if pair in joined:  # two links of one direction: which one the routes took was
+                    # an accident of order (found by fuzzing, 29 Nov 2026)
+                    raise f.fail(
+                        where,
+                        f"links {spec['src']!r} and {spec['dst']!r} again ({joined[pair]} "
+                        "already does in this direction); give bonded links as one link with "
+                        "mult: k",
+                    )
+                joined[pair] = where
             links.append(Link(a, b, bw * mult, lat, label))
             if not directed:
                 links.append(Link(b, a, bw * mult, lat, label))

@@ -61,11 +61,15 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
             unknown[0], f"is not a calibration key; expected one of {list(CALIBRATION_KEYS)}{hint}"
         )
     dev = f.obj(cal.get("device") or {}, "device", optional=DEVICE_FIGURES)
+    positive = ("peak_flops", "mem_bw", "memory", "efficiency")  # as Device requires
     for k, v in dev.items():
-        f.number(v, f"device.{k}", lo=0, allow_inf=k == "memory")
+        f.number(
+            v, f"device.{k}", lo=0, lo_open=k in positive, hi=1 if k == "efficiency" else None,
+            allow_inf=k == "memory",
+        )  # fmt: skip
     link = f.obj(cal.get("link") or {}, "link", optional=("bandwidth", "latency"))
-    for k, v in link.items():
-        f.number(v, f"link.{k}", lo=0)
+    for k, v in link.items():  # a bandwidth of 0 was refused later by Link, naming no file
+        f.number(v, f"link.{k}", lo=0, lo_open=k == "bandwidth")
     for k in ("concurrency", "runtime", "hybrid"):
         f.obj(cal.get(k) or {}, k, free=True)
     hy = cal.get("hybrid") or {}

@@ -14,7 +14,7 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import MAX_LAYOUT_MICROBATCHES, HybridLayout, balanced_stage_layers, model_dims
-from graphs.schema import Fields, check_path, read_json, show
+from graphs.schema import Fields, check_path, is_whole, read_json, show
 
 PLAN_FORMAT = "devplace.plan"
 PLAN_VERSION = 1
@@ -193,9 +193,15 @@ class Plan:
         ``microbatches`` is the layout's microbatch count per replica. Raises
         ``ValueError`` naming the field when the layout does not fit.
         """
+        _check_graph_cluster("Plan.hybrid", graph, cluster, meta)
+        # numpy integers (a grid's np.int64 degrees) are integers here, as the planners take them
+        dp, tp, pp, microbatch_size, global_batch, virtual_stages, zero = (
+            int(v) if is_whole(v) else v
+            for v in (dp, tp, pp, microbatch_size, global_batch, virtual_stages, zero)
+        )
         dims = model_dims(graph)
         if schedule is None:
-            schedule = "interleaved" if virtual_stages > 1 else "1f1b"
+            schedule = "interleaved" if is_whole(virtual_stages) and virtual_stages > 1 else "1f1b"
         if stage_layers is None:
             stage_layers = balanced_stage_layers(dims.layers, pp * virtual_stages)
         layout = HybridLayout(
@@ -226,6 +232,11 @@ class Plan:
         meta: Mapping[str, Any] | None = None,
     ) -> Plan:
         """The plan of :meth:`hybrid` for an existing :class:`HybridLayout`."""
+        _check_graph_cluster("Plan.from_layout", graph, cluster, meta)
+        if not isinstance(layout, HybridLayout):
+            raise TypeError(
+                f"Plan.from_layout: layout must be a HybridLayout, got {type(layout).__name__}"
+            )
         dims = model_dims(graph)
         layout.validate(dims.layers, dims.heads, cluster.num_devices)
         plan = cls(
@@ -568,3 +579,16 @@ def _read_layout(f: Fields, value: Any) -> HybridLayout:
         return HybridLayout.from_dict(value)
     except (ValueError, TypeError, KeyError) as exc:
         raise f.fail("layout", f"is refused: {exc}") from None
+
+
+def _check_graph_cluster(who: str, graph: Any, cluster: Any, meta: Any) -> None:
+    """``TypeError`` naming the argument when ``graph`` / ``cluster`` / ``meta`` is not what a
+    plan is made for (a cluster's name used to fail with ``AttributeError: 'str' object has no
+    attribute 'num_devices'``, a list as ``meta`` with a dictionary-update ``TypeError``)."""
+    if not isinstance(graph, CompGraph):
+        raise TypeError(f"{who}: graph must be a CompGraph (graphs.zoo.build(...)), got {graph!r}")
+    if not isinstance(cluster, Cluster):
+        hint = f" (graphs.clusters.load({cluster!r}))" if isinstance(cluster, str) else ""
+        raise TypeError(f"{who}: cluster must be a Cluster{hint}, got {cluster!r}")
+    if meta is not None and not isinstance(meta, Mapping):
+        raise TypeError(f"{who}: meta must be a mapping or None, got {meta!r}")

@@ -551,8 +551,18 @@ def run_baselines(
         out[name] = o
         if echo is not None:
             shown = f"{o.step_time * 1e3:9.2f} ms" if o.step_time is not None else "  no plan  "
-            echo(f"baseline {name:<13} {shown}  ({o.oracle_calls} calls, {o.seconds:.1f} s)")
+            why = f": {first_line(o.error, name)}" if o.step_time is None and o.error else ""
+            echo(f"baseline {name:<13} {shown}  ({o.oracle_calls} calls, {o.seconds:.1f} s){why}")
     return out
+
+
+def first_line(text: str, who: str = "", limit: int = 300) -> str:
+    """The first line of ``text`` without a leading ``"who: "``, cut to ``limit`` characters
+    (a planner's reason on a terminal line)."""
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    if who and line.startswith(f"{who}: "):
+        line = line[len(who) + 2 :]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def speedups(best: float | None, baselines: Mapping[str, BaselineOutcome]) -> dict[str, float]:

@@ -77,8 +77,14 @@ def evaluate(
     With ``cfg.runs`` (run folders of ``runners.train`` / ``runners.plan``, or sweep folders
     holding them) nothing is trained: those runs' ``result.json`` files are compared.
     """
-    if cfg.get("runs"):
-        rows = [row_of_run(p) for p in run_folders(cfg.runs)]
+    runs = cfg.get("runs")
+    if runs is not None and len(runs) == 0:  # it used to start the whole default suite
+        raise ValueError(
+            "evaluate: runs=[] names no run folder; give runs=[DIR,...] to compare finished "
+            "runs, or leave runs out to train the suite (envs x agents x seeds)"
+        )
+    if runs:
+        rows = [row_of_run(p) for p in run_folders(runs)]
         return _write_all(rows, run_dir, echo)
     for group, names in (("env", cfg.envs), ("agent", cfg.agents)):
         unknown = sorted(set(names) - set(common.available(group)))

@@ -171,7 +171,7 @@ class EvaluateConfig:
     seeds: list[int] = field(default_factory=lambda: [0])
     overrides: list[str] = field(default_factory=list)
     train: TrainBudget = field(default_factory=lambda: TrainBudget(timesteps=2048, seconds=120.0))
-    runs: list[str] = field(default_factory=list)  # compare these run/sweep folders instead
+    runs: list[str] | None = None  # compare these run/sweep folders instead (None: train)
     output_dir: str | None = None
 
 

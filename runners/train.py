@@ -958,6 +958,9 @@ def train(
             if limit is not None:  # a minute of silence otherwise (ilp, ideal_dp, ...)
                 echo(f"{bname}: planning (time limit {limit:g} s) ...")
             outcome = search_baseline(problem, agent_cfg, seed=seed)
+            if outcome.step_time is None and outcome.meta.get("error"):
+                # the reason was only in result.json's meta.error; the summary said "n/a (OOM)"
+                echo(f"{bname}: no plan: {common.first_line(outcome.meta['error'], bname)}")
             report = outcome.meta.get("planner")
             line = report and common.planner_report(
                 bname, report, objective=spec.objective, step_time=outcome.step_time

@@ -545,6 +545,11 @@ CALIBRATION = [
     ('{"device": {"peak_flop": 1e9}}', "device.peak_flop", 1e9),
     ('{"device": {"mem_bw": NaN}}', "device.mem_bw", float("nan")),
     ('{"link": {"latency": -1}}', "link.latency", -1),
+    # refused by Device / Link afterwards, naming neither the file nor the field (29 Nov 2026)
+    ('{"device": {"memory": 0}}', "device.memory", 0),
+    ('{"device": {"efficiency": 3}}', "device.efficiency", 3),
+    ('{"device": {"peak_flops": 0}}', "device.peak_flops", 0),
+    ('{"link": {"bandwidth": 0}}', "link.bandwidth", 0),
     ('{"link": [1]}', "link", [1]),
     ("[1, 2]", "(top level)", [1, 2]),
     ('{"concurrency": 3}', "concurrency", 3),

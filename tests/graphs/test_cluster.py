@@ -237,8 +237,19 @@ def test_content_hash_sensitive_to_figures_not_name():
             {"links": [{"src": "gpu0", "dst": "gpu1", "type": "ib"}]},
             r"field 'links\[0\].type' is 'ib'; expected a key of link_types",
         ),
+        # two links of one direction were both kept; the routes took whichever came first
+        (
+            {"links": [{"src": "gpu0", "dst": "gpu1", "bandwidth": 1},
+                       {"src": "gpu1", "dst": "gpu0", "bandwidth": 2}]},
+            r"field 'links\[1\]' links 'gpu1' and 'gpu0' again \(links\[0\] already does",
+        ),
+        (
+            {"links": [{"src": "gpu0", "dst": "gpu1", "bandwidth": 1, "directed": True},
+                       {"src": "gpu0", "dst": "gpu1", "bandwidth": 2}]},
+            r"'links\[1\]' links 'gpu0' and 'gpu1' again .*mult: k",
+        ),
     ],
-)
+)  # fmt: skip
 def test_from_dict_errors(patch, msg):
     with pytest.raises(ValueError, match=msg):
         Cluster.from_dict({**YAML_LIKE, **patch}, source="toy.yaml")

@@ -256,3 +256,29 @@ def test_a_hybrid_plans_fields_must_agree_with_its_layout(tmp_path):
     moved.check(g, cl)  # the simulator's per-evaluation check stays O(1) in the nodes
     with pytest.raises(ValueError, match="Plan.placement differs from its layout's: node"):
         moved.check_layout_placement(g)  # what make_run_spec calls before a run
+
+
+def test_plan_hybrid_names_a_wrong_argument_and_takes_numpy_integers():
+    """Found by fuzzing: a cluster's name raised AttributeError ('str' object has no
+    attribute 'num_devices'), a list as meta a dictionary-update TypeError, and numpy
+    integers (what the planners' grids hold) were refused as "expected an integer"."""
+    from graphs import clusters
+    from tests.graphs.test_layout import _toy_graph
+
+    g, cl = _toy_graph(), clusters.load("dgx_a100_8")
+    kw = dict(tp=2, pp=2, microbatch_size=1, global_batch=8)
+    plan = Plan.hybrid(g, cl, dp=np.int64(2), **{k: np.int64(v) for k, v in kw.items()})
+    assert plan.layout == Plan.hybrid(g, cl, dp=2, **kw).layout
+    assert type(plan.layout.dp) is int and json.dumps(plan.to_dict())  # JSON as before
+    with pytest.raises(
+        TypeError, match=r"cluster must be a Cluster \(graphs.clusters.load\('x'\)\)"
+    ):
+        Plan.hybrid(g, "x", dp=2, **kw)
+    with pytest.raises(TypeError, match="Plan.hybrid: meta must be a mapping or None, got"):
+        Plan.hybrid(g, cl, dp=2, meta=[1], **kw)
+    with pytest.raises(TypeError, match="Plan.hybrid: graph must be a CompGraph"):
+        Plan.hybrid("gpt", cl, dp=2, **kw)
+    with pytest.raises(TypeError, match="layout must be a HybridLayout, got dict"):
+        Plan.from_layout(g, cl, plan.layout.to_dict())
+    with pytest.raises(ValueError, match=r"layout.dp = 2.5: expected an integer"):
+        Plan.hybrid(g, cl, dp=2.5, **kw)

@@ -29,6 +29,16 @@ def test_aggregate_mean_std_by_hand() -> None:
     assert b["mean_ms"] is None and b["feasible"] == 0
 
 
+def test_evaluate_refuses_an_empty_runs_list(tmp_path: Path, monkeypatch) -> None:
+    """`runs=[]` (a comparison of no runs) used to start the whole default suite."""
+    from runners import evaluate as ev
+
+    monkeypatch.setattr(ev, "train", lambda *a, **k: pytest.fail("a cell was trained"))
+    with pytest.raises(ValueError, match=r"evaluate: runs=\[\] names no run folder"):
+        evaluate(compose(["runs=[]"], config="evaluate"), tmp_path)
+    assert compose([], config="evaluate").runs is None  # leaving runs out trains the suite
+
+
 @pytest.mark.timeout(240)
 def test_evaluate_suite_writes_table_and_chart(graph_file: Path, tmp_path: Path) -> None:
     cfg = compose(

@@ -337,3 +337,21 @@ def test_a_planner_batch_other_than_the_models_is_refused(tmp_path: Path, monkey
     monkeypatch.setattr(common, "run_baselines", real)
     train(compose([*tiny, "+agent.options.global_batch=8"]), tmp_path / "b", echo=print)
     assert json.loads((tmp_path / "b" / "result.json").read_text())["layout"]["global_batch"] == 8
+
+
+def test_a_planner_without_a_plan_says_why_on_the_terminal(tmp_path: Path) -> None:
+    """GPT-3 175B on 4 CPU processes fits no layout: the run used to end with `best n/a
+    (OOM)` and the planners' reasons only in result.json."""
+    lines: list[str] = []
+    cfg = compose(
+        ["+env=gpt3_175b_a100_1024", "env.cluster=cpu_4", "agent=pipedream",
+         "env.baselines=[megatron_grid]", "logger=none", "train.progress=false"]
+    )  # fmt: skip
+    train(cfg, tmp_path, echo=lines.append)
+    (base,) = [ln for ln in lines if ln.startswith("baseline megatron_grid")]
+    assert "no plan" in base and base.endswith("(least peak memory 652.29 GiB)")
+    assert ": none of 672 layouts of 'gpt' fits on 'cpu_4'" in base
+    (own,) = [ln for ln in lines if ln.startswith("pipedream: no plan: ")]
+    assert own.startswith("pipedream: no plan: no split of 'gpt' on 'cpu_4' fits")
+    res = json.loads((tmp_path / "result.json").read_text())
+    assert res["oom"] and res["meta"]["error"].startswith("pipedream: no split")
