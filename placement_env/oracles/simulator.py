@@ -321,6 +321,19 @@ class Simulator:
         if isinstance(placement_or_plan, Plan) and placement_or_plan.layout is not None:
             return self.evaluate_layout(placement_or_plan.layout, plan=placement_or_plan)
         p = self._check(placement_or_plan)
+        if isinstance(placement_or_plan, Plan):  # its microbatches and schedule were ignored
+            m, sched = placement_or_plan.microbatches, placement_or_plan.schedule
+            # with one microbatch gpipe and 1f1b are the same pipeline (in_order is not)
+            same = m == self.microbatches and (
+                sched == self.schedule or (m == 1 and "in_order" not in (sched, self.schedule))
+            )
+            if not same:
+                raise ValueError(
+                    f"Simulator.evaluate: the plan is for {m} microbatches, schedule "
+                    f"{sched!r}; this simulator runs {self.microbatches}, {self.schedule!r}: "
+                    f"score it with Simulator(graph, cluster, microbatches={m}, "
+                    f"schedule={sched!r}), or pass plan.placement to score its placement here"
+                )
         self._prepare()
         self.calls += 1
         if self.schedule == "in_order" and self.objective == "makespan":

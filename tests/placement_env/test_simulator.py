@@ -284,10 +284,29 @@ def test_plan_fields_the_simulator_cannot_model_are_refused() -> None:
     with pytest.raises(ValueError, match=r"Plan.tp_degree=\{0: 2\}"):
         sim.evaluate(tp)
     # degree 1 means "no tensor parallelism": nothing is ignored
-    plain = sim.evaluate(Plan.for_graph([0, 1, 1], g, c, tp_degree={0: 1}, schedule="gpipe"))
-    assert plain.step_time == sim.evaluate(np.array([0, 1, 1])).step_time
+    plain = Plan.for_graph([0, 1, 1], g, c, tp_degree={0: 1}, microbatches=2, schedule="1f1b")
+    assert sim.evaluate(plain).step_time == sim.evaluate(np.array([0, 1, 1])).step_time
     with pytest.raises(ValueError, match="microbatches"):
         Simulator(g, c, microbatches=0)
+
+
+def test_a_plan_of_other_microbatches_or_schedule_is_refused() -> None:
+    """Found by fuzzing: a plan made for 8 microbatches under GPipe was scored with the
+    simulator's own 2 under 1F1B (a third of its step time), without a word."""
+    g, c = chain(3), full_mesh(2)
+    plan = Plan.for_graph([0, 1, 1], g, c, microbatches=8, schedule="gpipe")
+    for m, sched in ((2, "1f1b"), (8, "1f1b"), (2, "gpipe")):
+        with pytest.raises(ValueError, match=r"the plan is for 8 microbatches, schedule 'gpipe'"):
+            Simulator(g, c, microbatches=m, schedule=sched).evaluate(plan)
+    own = Simulator(g, c, microbatches=8, schedule="gpipe")
+    assert own.evaluate(plan).step_time == own.evaluate(plan.placement).step_time
+    # one microbatch: GPipe and 1F1B are the same pipeline, so either simulator takes it
+    one = Plan.for_graph([0, 1, 1], g, c)  # 1 microbatch, "1f1b"
+    assert (
+        Simulator(g, c).evaluate(one).step_time == Simulator(g, c).evaluate(one.placement).step_time
+    )
+    with pytest.raises(ValueError, match="this simulator runs 1, 'in_order'"):
+        Simulator(g, c, schedule="in_order").evaluate(one)
 
 
 # ------------------------------------------------- fast == reference (property)
