@@ -24,6 +24,8 @@ chosen. Everything is ``O(U * D^2)`` in numpy: about a millisecond for 300 units
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -119,6 +121,18 @@ def chain_score(
     return s - float(penalty) * float(w[p[:-1][ch], p[1:][ch]].sum())
 
 
+def check_penalty(penalty: Any) -> float:
+    """A device-change penalty: a finite number ``>= 0`` (NaN used to pass ``penalty < 0``
+    and decode every unit independently of its neighbours, inf to forbid every change)."""
+    if (
+        isinstance(penalty, bool)
+        or not isinstance(penalty, numbers.Real)
+        or not (math.isfinite(penalty) and penalty >= 0)
+    ):
+        raise ValueError(f"penalty must be a finite number >= 0, got {penalty!r}")
+    return float(penalty)
+
+
 def viterbi(
     logp: np.ndarray, penalty: float, weights: np.ndarray | None = None
 ) -> tuple[np.ndarray, float]:
@@ -133,8 +147,7 @@ def viterbi(
     Returns ``(path (U,) int64, chain_score(logp, path, penalty, weights))``. Ties go to
     staying on the previous device, then to the lowest device index.
     """
-    if penalty < 0:
-        raise ValueError(f"penalty must be >= 0, got {penalty}")
+    check_penalty(penalty)
     U, D = logp.shape
     if U == 0:
         return np.zeros(0, dtype=np.int64), 0.0
@@ -170,8 +183,7 @@ def sample_chain(
     weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """``n`` exact samples ``(n, U)`` of the chain model (forward filtering, backward sampling)."""
-    if penalty < 0:
-        raise ValueError(f"penalty must be >= 0, got {penalty}")
+    check_penalty(penalty)
     U, D = logp.shape
     out = np.zeros((n, U), dtype=np.int64)
     if U == 0 or n == 0:

@@ -43,6 +43,7 @@ import torch
 
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
+from graphs.schema import is_number, is_whole
 
 
 @dataclass
@@ -176,12 +177,27 @@ def chain_finetune(
             f"chain_finetune needs a per-unit policy (mode 'per_node', as the generalist), "
             f"not mode {policy.mode!r}"
         )
+    # whole numbers and finite rates (1.5 samples used to be cut to 1, "abc" to fail in int(),
+    # lr="abc" with a TypeError, lr=inf to be taken)
     for name, val in (("calls", calls), ("samples", samples), ("elite", elite),
                       ("updates", updates), ("patience", patience)):  # fmt: skip
-        if int(val) < 1:
-            raise ValueError(f"chain_finetune: {name} must be >= 1, got {val}")
-    if not lr > 0:
-        raise ValueError(f"chain_finetune: lr must be > 0, got {lr}")
+        if not is_whole(val, 1):
+            raise ValueError(f"chain_finetune: {name} must be an integer >= 1, got {val!r}")
+    if not is_number(lr, 0, lo_open=True):
+        raise ValueError(f"chain_finetune: lr must be a finite number > 0, got {lr!r}")
+    for name, val in (("local", local), ("moves", moves), ("focus", focus)):
+        if not is_number(val):
+            raise ValueError(f"chain_finetune: {name} must be a number in [0, 1], got {val!r}")
+    if not is_number(temperature):
+        raise ValueError(
+            f"chain_finetune: temperature must be a finite number > 0, got {temperature!r}"
+        )
+    if window is not None and not is_whole(window):
+        raise ValueError(f"chain_finetune: window must be an integer >= 1, got {window!r}")
+    if not is_whole(screen):
+        raise ValueError(f"chain_finetune: screen must be an integer >= 1, got {screen!r}")
+    if seconds is not None and not is_number(seconds):
+        raise ValueError(f"chain_finetune: seconds must be a finite number > 0, got {seconds!r}")
     if not 0.0 <= float(local) <= 1.0:
         raise ValueError(f"chain_finetune: local must be in [0, 1], got {local}")
     if window is not None and int(window) < 1:
@@ -198,11 +214,16 @@ def chain_finetune(
         raise ValueError(f"chain_finetune: seconds must be > 0, got {seconds}")
     if first_samples is None:
         first_samples = policy.default_samples()
-    if int(first_samples) < 1:
-        raise ValueError(f"chain_finetune: first_samples must be >= 1, got {first_samples}")
+    if not is_whole(first_samples, 1):
+        raise ValueError(
+            f"chain_finetune: first_samples must be an integer >= 1, got {first_samples!r}"
+        )
     if penalty is None:
         penalty = policy.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
-    pens = [float(penalty)] if np.isscalar(penalty) else [float(x) for x in penalty]
+    try:  # NaN used to pass and collapse the search onto one plan after 2 calls
+        pens = [decoding.check_penalty(x) for x in ([penalty] if np.isscalar(penalty) else penalty)]
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"chain_finetune: {exc} (option penalty)") from None
     # device changes weighted by the links as plan() weighs them, so round 0 is its plan
     link_exponent, weights = policy.decode_link_weights(cluster, link_exponent)
     sample_temp = policy.decode_temperature()  # whole-placement draws sample as plan does

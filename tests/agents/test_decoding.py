@@ -173,6 +173,12 @@ def test_bad_inputs_are_refused() -> None:
         decoding.sample_chain(np.zeros((2, 2)), -1.0, np.random.default_rng(0), 1)
     with pytest.raises(ValueError, match="mask shape"):
         decoding.masked_log_probs(np.zeros((2, 2)), np.ones((2, 3), dtype=bool))
+    # NaN passed `penalty < 0` (the plan then came from independent units), inf forbade changes
+    for bad in (float("nan"), float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="penalty must be a finite number >= 0"):
+            decoding.viterbi(np.zeros((2, 2)), bad)
+        with pytest.raises(ValueError, match="penalty must be a finite number >= 0"):
+            decoding.sample_chain(np.zeros((2, 2)), bad, np.random.default_rng(0), 1)
 
 
 def test_plan_chain_decoding_keeps_the_best_scored_placement() -> None:
