@@ -5,6 +5,8 @@ Reproduce the shipped file (CPU, 1 torch thread; every stage resumes from WORK):
     python scripts/train_generalist.py --work runs/generalist --corpus-seeds 0 2 --steps 1500 \
         --out agents/pretrained/generalist.pt
 
+(``--out`` defaults to ``WORK/generalist.pt``: the shipped file is replaced only when named.)
+
 Stages: ``label`` (teacher plans of every training problem of every corpus draw,
 ``WORK/labels.jsonl`` for corpus seed 0, ``WORK/labels.seedS.jsonl`` for seed S),
 ``train`` (behaviour cloning, ``WORK/bc.ckpt`` for seed 0, ``WORK/bc.seedS.ckpt`` for
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import shlex
 import subprocess
 import sys
@@ -75,10 +78,55 @@ def one_or_list(xs: list) -> object:
     return xs[0] if len(xs) == 1 else xs
 
 
+def output_path(work: Path, out: Path | None) -> Path:
+    """Where the policy is exported: ``out``, else ``WORK/generalist.pt`` (the shipped file
+    used to be the default, so a careless run that reached the export replaced it)."""
+    return work / "generalist.pt" if out is None else out
+
+
+def check_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse bad numbers, stages and teachers before labelling starts (minutes to hours):
+    ``--steps 0``, ``--lr nan``, ``--stages bogus`` were taken, ``--teachers nope`` labelled
+    every problem with an error and then failed in ``collate``."""
+    from agents import baselines
+
+    def bad(flag: str, value: object, want: str) -> None:
+        ap.error(f"{flag} must be {want}, got {value!r}")
+
+    for flag, v in (("--steps", args.steps), ("--batch-size", args.batch_size)):
+        if v < 1:
+            bad(flag, v, "an integer >= 1")
+    if args.anneal_calls < 0:
+        bad("--anneal-calls", args.anneal_calls, "an integer >= 0")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        bad("--lr", args.lr, "a finite number > 0")
+    if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
+        bad("--weight-decay", args.weight_decay, "a finite number >= 0")
+    for flag, v in (
+        ("--teacher-seconds", args.teacher_seconds),
+        ("--max-minutes", args.max_minutes),
+    ):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            bad(flag, v, "a finite number > 0")
+    for flag, vs in (("--seed", args.seed), ("--corpus-seeds", args.corpus_seeds)):
+        if any(v < 0 for v in vs):
+            bad(flag, vs, "integers >= 0")
+    stages = ("label", "train", "export")
+    if not args.stages or any(x not in stages for x in args.stages):
+        bad("--stages", args.stages, f"among {list(stages)}")
+    ops = [n for n in baselines.names() if n not in baselines.HYBRID_PLANNERS]
+    if not args.teachers or any(t not in ops for t in args.teachers):
+        bad("--teachers", args.teachers, f"op-placement baselines ({', '.join(ops)})")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("runs/generalist"))
-    ap.add_argument("--out", type=Path, default=G.PRETRAINED_DIR / "generalist.pt")
+    ap.add_argument(
+        "--out", type=Path, default=None,
+        help="the exported policy (default WORK/generalist.pt; the shipped file is "
+        "agents/pretrained/generalist.pt, overwritten only when named here)",
+    )  # fmt: skip
     ap.add_argument("--steps", type=int, default=1500, help="behaviour-cloning gradient steps")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -140,6 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         G.check_label_mode(args.labels, args.label_tolerance)
     except ValueError as e:
         raise SystemExit(f"--label-tolerance: {e}") from None
+    check_arguments(ap, args)
+    args.out = output_path(args.work, args.out)
     net_config = parse_net(args.net)
     torch.set_num_threads(1)
     base = G.corpus_named(args.corpus)
