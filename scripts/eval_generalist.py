@@ -259,6 +259,41 @@ def plot_rows(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
     return save_figure(fig, path, title=textwrap.fill(title, 160))
 
 
+def check_decoding_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse the generalist scripts' bad numbers before the per-model searches (minutes):
+    ``--samples 0`` failed only after them, ``--penalty nan`` and ``--anneal-calls -5`` were
+    taken, a negative temperature raised a traceback. Reads whichever of ``samples``,
+    ``anneal_calls``, ``penalty`` / ``penalties``, ``temperature`` / ``temperatures`` and
+    ``link_exponent`` / ``link_exponents`` ``args`` has."""
+
+    def listed(name: str) -> list:
+        v = getattr(args, name, None)
+        return (
+            [] if v is None else [x for x in (v if isinstance(v, list) else [v]) if x is not None]
+        )
+
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    if getattr(args, "samples", 1) < 1:
+        ap.error(f"--samples must be an integer >= 1, got {args.samples}")
+    if getattr(args, "anneal_calls", 0) < 0:
+        ap.error(f"--anneal-calls must be an integer >= 0, got {args.anneal_calls}")
+    for name in ("penalty", "penalties"):
+        for ladder in listed(name):
+            for x in ladder if isinstance(ladder, list) else [ladder]:
+                if not (math.isfinite(x) and x >= 0):
+                    ap.error(f"{flag(name)}: a penalty must be a finite number >= 0, got {x}")
+    for name in ("temperature", "temperatures"):
+        for x in listed(name):
+            if not (math.isfinite(x) and x > 0):
+                ap.error(f"{flag(name)} must be finite numbers > 0, got {x}")
+    for name in ("link_exponent", "link_exponents"):
+        for x in listed(name):
+            if not (math.isfinite(x) and x >= 0):
+                ap.error(f"{flag(name)} must be finite numbers >= 0, got {x}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="generalist")
@@ -277,7 +312,9 @@ def main(argv: list[str] | None = None) -> None:
         "--plot", type=Path, default=None,
         help="bar chart of the ratios and planning times (PNG; default: --out with .png)",
     )  # fmt: skip
-    ap.add_argument("--splits", nargs="+", default=["heldout", "train"])
+    ap.add_argument(
+        "--splits", nargs="+", default=["heldout", "train"], choices=["heldout", "train"]
+    )
     ap.add_argument(
         "--search-cache", type=Path, default=Path("runs/generalist/search.json"),
         help="per-model search results by row (reused: they do not depend on the policy)",
@@ -301,14 +338,26 @@ def main(argv: list[str] | None = None) -> None:
         help="whose held-out and training rows (transfer: agents.generalist.TRANSFER_CORPUS)",
     )  # fmt: skip
     args = ap.parse_args(argv)
+    check_decoding_arguments(ap, args)
+    if args.train_rows < 0:
+        ap.error(f"--train-rows must be an integer >= 0, got {args.train_rows}")
     if args.baselines is None:
         args.baselines = default_baselines(args.reference)
+    from agents import baselines as B
+
+    ops = [b for b in B.names() if b not in B.HYBRID_PLANNERS]
+    unknown = [b for b in args.baselines if b not in ops]
+    if unknown:  # every row's search used to come out nan
+        ap.error(f"--baselines: {unknown} are not op-placement baselines ({', '.join(ops)})")
     torch.set_num_threads(1)
     import agents
 
     corpus = G.corpus_named(args.corpus)
 
-    policy = None if args.search_only else agents.load_policy(args.policy)
+    try:
+        policy = None if args.search_only else agents.load_policy(args.policy)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        ap.error(f"--policy: {exc}")
     problems: list[G.Problem] = []
     if "heldout" in args.splits:
         problems += G.corpus_instances(corpus, split="heldout")

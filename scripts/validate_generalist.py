@@ -30,6 +30,7 @@ from agents import generalist as G
 from scripts.eval_generalist import (
     add_reference_argument,
     check_cache_keys,
+    check_decoding_arguments,
     default_baselines,
     per_model_search,
     search_key,
@@ -65,6 +66,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache", type=Path, default=Path("runs/generalist/validation.json"))
     add_reference_argument(ap)
     args = ap.parse_args(argv)
+    check_decoding_arguments(ap, args)
+    if args.rows < 1:  # 0 divided by zero, -2 ran all rows but 2
+        ap.error(f"--rows must be an integer >= 1, got {args.rows}")
+    if args.seed < 0:
+        ap.error(f"--seed must be an integer >= 0, got {args.seed}")
     torch.set_num_threads(1)
     import agents
 

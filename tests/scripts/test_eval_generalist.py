@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -133,3 +134,36 @@ def test_the_plot_shows_every_row_and_a_missing_plan(ev, tmp_path, monkeypatch):
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     geo = math.exp(np.mean(np.log([1.0, 1.1])))
     assert f"heldout: geo-mean {geo:.3f}, worst 1.100" in labels
+
+
+@pytest.mark.parametrize(
+    "script, argv, says",
+    [
+        ("eval_generalist", ["--samples", "0"], "--samples must be an integer >= 1, got 0"),
+        ("eval_generalist", ["--penalty", "1,nan"], "a penalty must be a finite number >= 0, got nan"),
+        ("eval_generalist", ["--temperature", "-1"], "--temperature must be finite numbers > 0"),
+        ("eval_generalist", ["--link-exponent", "nan"], "--link-exponent must be finite numbers >= 0"),
+        ("eval_generalist", ["--anneal-calls", "-5"], "--anneal-calls must be an integer >= 0"),
+        ("eval_generalist", ["--baselines", "nope"], r"--baselines: \['nope'\] are not op-placement"),
+        ("eval_generalist", ["--baselines", "alpa"], r"--baselines: \['alpa'\] are not op-placement"),
+        ("eval_generalist", ["--splits", "bogus"], "invalid choice: 'bogus'"),
+        ("eval_generalist", ["--policy", "/nonexistent.pt"], "--policy: /nonexistent.pt: not a loadable"),
+        ("validate_generalist", ["--policies", "generalist", "--rows", "0"], "--rows must be an integer >= 1"),
+        ("validate_generalist", ["--policies", "generalist", "--seed", "-1"], "--seed must be an integer >= 0"),
+        ("validate_generalist", ["--policies", "generalist", "--temperatures", "0"], "--temperatures must be finite"),
+        ("validate_generalist", ["--policies", "generalist", "--penalties", "nan"], "--penalties: a penalty"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_stop_before_the_searches(script, argv, says, capsys, monkeypatch, tmp_path):
+    """Found by fuzzing: --samples 0 failed only after minutes of per-model search, --penalty
+    nan and --anneal-calls -5 were taken, --baselines nope gave every row a nan reference,
+    --rows 0 divided by zero."""
+    from tests.scripts import load_script
+
+    mod = load_script(script)
+    monkeypatch.setattr(mod, "per_model_search", lambda *a, **k: pytest.fail("a search ran"))
+    with pytest.raises(SystemExit) as e:
+        mod.main(
+            [*argv, *(["--json", str(tmp_path / "e.json")] if script == "eval_generalist" else [])]
+        )
+    assert e.value.code == 2 and re.search(says, capsys.readouterr().err)
