@@ -414,11 +414,19 @@ def _rule_of(schema: type, dotted: str) -> Callable[[Any], str | None] | None:
         if part not in types:
             return None
         if i == len(parts) - 1:
-            return RULES.get((cls, part))
+            rule = RULES.get((cls, part))
+            if rule is None and types[part] in (bool, "bool"):  # hydra's own refusal of a
+                # non-boolean printed several lines and no `error:` line (found by fuzzing)
+                return _boolean
+            return rule
         tp = types[part]
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         cls = args[0] if args and dataclasses.is_dataclass(args[0]) else tp
     return None
+
+
+def _boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "true or false"
 
 
 def check_value(schema: type, dotted: str, value: Any, where: str = "config key") -> None:

@@ -182,8 +182,13 @@ def _make_env(env_id: str, generator: Any, oracle_factory: Any, env_kwargs: dict
 def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
     """Refuse an ``env.env_kwargs`` key the env class does not take, naming the valid ones
     (gymnasium raised a ``TypeError`` with a traceback from inside the vectorised env)."""
+    import gymnasium as gym
+
     from placement_env import env_keywords
 
+    ids = sorted(k for k in gym.registry if k.startswith("placement_env/"))
+    if env_id not in ids:  # gymnasium's NameNotFound came with a traceback (found by fuzzing)
+        raise ValueError(f"env.env_id {env_id!r} is not a devplace env; valid: {ids}")
     takes = env_keywords(env_id)
     if takes is None:
         return

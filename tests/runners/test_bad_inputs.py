@@ -267,6 +267,12 @@ OVERRIDES = [
     ov("out_of_range", "samples=0", 0, schema.PlanConfig),
     ov("out_of_range", "seed=-2", -2, schema.PlanConfig),
     ov("out_of_range", "link_exponent=-1", -1, schema.PlanConfig),
+    # boolean fields: hydra refused these itself, in several lines with no `error:` line
+    ov("wrong_type", "agent.warm_start=maybe", "maybe"),
+    ov("wrong_type", "agent.warm_search=1", 1),
+    ov("wrong_type", "train.progress=maybe", "maybe"),
+    ov("wrong_type", "run_baselines=maybe", "maybe"),
+    ov("wrong_type", "greedy=maybe", "maybe", schema.PlanConfig),
 ]
 
 
@@ -289,8 +295,9 @@ def test_unknown_override_key_is_refused(text: str) -> None:
 def test_good_overrides_pass() -> None:
     schema.check_override_values(
         schema.TrainConfig,
-        ["+env=rnnlm_k40_2", "train.seconds=null", "train.timesteps=10", "agent.ppo.gamma=1"],
-    )
+        ["+env=rnnlm_k40_2", "train.seconds=null", "train.timesteps=10", "agent.ppo.gamma=1",
+         "agent.warm_start=false", "train.progress=true"],
+    )  # fmt: skip
 
 
 def test_composed_config_is_checked_by_train(graph_file: Path, tmp_path: Path) -> None:

@@ -195,6 +195,16 @@ def test_an_env_option_the_env_does_not_take_is_refused(graph_file: Path, tmp_pa
         train(cfg, tmp_path / "run", echo=lambda s: None)
 
 
+def test_an_env_id_that_is_no_devplace_env_is_refused(graph_file: Path, tmp_path: Path) -> None:
+    """Found by fuzzing: gymnasium's NameNotFound came with a traceback."""
+    cfg = compose([*small_env(graph_file), "train.timesteps=8", "env.env_id=placement_env/Nope-v0"])
+    with pytest.raises(
+        ValueError,
+        match=r"env.env_id 'placement_env/Nope-v0' is not a devplace env; valid: \[.*Sweep-v0",
+    ):
+        train(cfg, tmp_path / "run", echo=lambda s: None)
+
+
 def test_env_options_are_checked_before_the_baselines_and_for_every_agent(
     graph_file: Path, tmp_path: Path, monkeypatch
 ) -> None:
