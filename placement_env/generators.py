@@ -212,6 +212,17 @@ class SyntheticGenerator:
         self.sampler = sampler
         self.kwargs = kwargs
         if sampler is None:
+            import inspect
+
+            from graphs import synthetic
+
+            takes = set(inspect.signature(synthetic.sample).parameters) - {"rng"}
+            unknown = sorted(k for k in kwargs if k not in takes)
+            if unknown:  # a TypeError from inside the sampler (found by fuzzing)
+                raise ValueError(
+                    f"generator 'synthetic' takes no option(s) {unknown}; valid: "
+                    f"{sorted({'clusters', 'graph_kind', 'min_ops', 'max_ops', 'max_nodes', 'max_edges'} | takes - {'kind', 'min_nodes'})}"
+                )
             self.kwargs = {"kind": graph_kind, "min_nodes": min_ops, "max_nodes": max_ops, **kwargs}
         if max_nodes is None or max_edges is None:
             n, e = self._measured_bounds()
@@ -326,4 +337,14 @@ def make_generator(spec: Mapping[str, Any]) -> Generator:
         raise ValueError(
             f"unknown generator kind {kind!r}; valid: {sorted([*GENERATORS, 'mixture'])}"
         )
+    import inspect
+
+    params = inspect.signature(GENERATORS[kind]).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(k for k in spec if k not in params)
+        if unknown:  # a TypeError from inside the generator (found by fuzzing)
+            raise ValueError(
+                f"generator {kind!r} takes no option(s) {unknown}; valid: "
+                f"{sorted(k for k in params if k != 'self')}"
+            )
     return GENERATORS[kind](**spec)

@@ -209,6 +209,23 @@ def oracle_factory(spec: EnvSpec) -> OracleFactory:
             )
         return SimulatorFactory(spec.microbatches, spec.schedule, spec.objective)
     if spec.oracle == "profiled":
+        import dataclasses
+        import inspect
+
+        from placement_env.oracles.profiled import ProfiledOracle
+        from runtime.spec import RunSpec
+
+        own = set(inspect.signature(ProfiledOracle.__init__).parameters) - {
+            "self", "graph", "cluster", "model", "microbatches", "schedule", "cache",
+            "execute_options",
+        }  # fmt: skip
+        valid = sorted(own | {f.name for f in dataclasses.fields(RunSpec)})
+        unknown = sorted(k for k in opts if k not in valid)
+        if unknown:  # a TypeError from inside RunSpec (found by fuzzing)
+            raise ValueError(
+                f"env {spec.name!r}: env.oracle_options {unknown} are not options of the "
+                f"profiled oracle; valid: {valid}"
+            )
         return ProfiledFactory(
             spec.model or "", dict(spec.model_config), opts, spec.microbatches, spec.schedule
         )

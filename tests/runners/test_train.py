@@ -205,6 +205,22 @@ def test_an_env_id_that_is_no_devplace_env_is_refused(graph_file: Path, tmp_path
         train(cfg, tmp_path / "run", echo=lambda s: None)
 
 
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (["env.oracle=profiled", "+env.oracle_options.bogus=1"],
+         r"env.oracle_options \['bogus'\] are not options of the profiled oracle; valid: .*'steps'"),
+        (["env.generator=synthetic", "+env.generator_options.bogus=1"],
+         r"generator 'synthetic' takes no option\(s\) \['bogus'\]; valid: .*'min_ops'"),
+    ],
+)  # fmt: skip
+def test_unknown_oracle_and_generator_options_are_refused(tmp_path, overrides, says) -> None:
+    """Found by fuzzing: both were TypeErrors with a traceback (RunSpec, sample())."""
+    cfg = compose(["+env=gpt2_tiny_cpu4", "train.timesteps=8", "logger=none", *overrides])
+    with pytest.raises(ValueError, match=says):
+        train(cfg, tmp_path / "run", echo=lambda s: None)
+
+
 def test_env_options_are_checked_before_the_baselines_and_for_every_agent(
     graph_file: Path, tmp_path: Path, monkeypatch
 ) -> None:
