@@ -13,6 +13,7 @@ wall time. Writes ``docs/baselines_exact_table.md`` (first line: the command).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import sys
@@ -64,6 +65,27 @@ def fiddle_like(graph: CompGraph, accelerators: int, cap_factor: float) -> Clust
     return Cluster(f"fiddle_like_{accelerators}", tuple(devs), links)
 
 
+def check_arguments(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Refuse bad arguments before the benchmark (about 20 minutes): ``--graphs nope`` raised
+    ``KeyError``, ``--cap-factor 0`` failed inside ``Device`` naming no flag, negative budgets
+    and limits filled the table with ``inf``, an unknown ``--skip`` pair was ignored."""
+    bad = [g for g in a.graphs if g not in GRAPHS]
+    if bad or not a.graphs:
+        ap.error(f"--graphs: {bad or 'none given'}; valid: {list(GRAPHS)}")
+    for flag, v in (("--dp-seconds", a.dp_seconds), ("--ilp-seconds", a.ilp_seconds),
+                    ("--cap-factor", a.cap_factor)):  # fmt: skip
+        if not (math.isfinite(v) and v > 0):
+            ap.error(f"{flag} must be a finite number > 0, got {v}")
+    for flag, v in (("--anneal-budget", a.anneal_budget), ("--random-budget", a.random_budget)):
+        if v < 1:
+            ap.error(f"{flag} must be an integer >= 1, got {v}")
+    for pair in a.skip:
+        g, _, planner = pair.partition(":")
+        if g not in GRAPHS or planner not in PLANNERS:
+            ap.error(f"--skip {pair!r}: expected GRAPH:PLANNER with GRAPH in {list(GRAPHS)} and "
+                     f"PLANNER in {PLANNERS}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--graphs", nargs="*", default=list(GRAPHS))
@@ -82,6 +104,7 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument("--out", default="docs/baselines_exact_table.md")
     a = ap.parse_args()
+    check_arguments(ap, a)
     wall0, load0 = time.perf_counter(), os.getloadavg()
     budgets = {"anneal": a.anneal_budget, "random": a.random_budget}
     results: dict[str, dict[str, tuple[float, float, dict]]] = {}

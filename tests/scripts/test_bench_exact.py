@@ -36,3 +36,24 @@ def test_only_the_named_planners_run_and_the_others_show_as_skipped(
     with pytest.raises(SystemExit):  # a planner that does not exist is refused by argparse
         monkeypatch.setattr(sys, "argv", ["bench_exact.py", "--planners", "magic"])
         be.main()
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--graphs", "nope"], r"--graphs: \['nope'\]; valid"),  # was a KeyError
+        (["--cap-factor", "0"], "--cap-factor must be a finite number > 0"),  # Device's error
+        (["--anneal-budget", "0"], "--anneal-budget must be an integer >= 1"),  # inf cells
+        (["--dp-seconds", "nan"], "--dp-seconds must be a finite number > 0"),
+        (["--skip", "bogus"], "--skip 'bogus': expected GRAPH:PLANNER"),  # was ignored
+    ],
+)
+def test_bench_exact_refuses_bad_arguments_before_running(argv, says, monkeypatch, capsys):
+    import re
+
+    b = load_script("bench_exact")
+    monkeypatch.setattr(b, "fiddle_like", lambda *a, **k: pytest.fail("the benchmark began"))
+    monkeypatch.setattr("sys.argv", ["bench_exact.py", *argv])
+    with pytest.raises(SystemExit) as e:
+        b.main()
+    assert e.value.code == 2 and re.search(says, capsys.readouterr().err)
