@@ -839,7 +839,15 @@ def train(
         if not saved.exists():
             raise ValueError(f"resume={run_dir}: no config.yaml there; is it a runners.train run?")
         crash, progress = cfg.train.crash_after_updates, cfg.train.progress
-        cfg = OmegaConf.merge(OmegaConf.structured(schema.TrainConfig), OmegaConf.load(saved))
+        try:  # broken YAML, an empty file or a foreign key raised a traceback or named no file
+            cfg = OmegaConf.merge(OmegaConf.structured(schema.TrainConfig), OmegaConf.load(saved))
+            OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        except Exception as exc:  # noqa: BLE001 - yaml's and omegaconf's errors, named below
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(
+                f"resume={run_dir}: {saved} is not the config of a runners.train run "
+                f"({type(exc).__name__}: {first})"
+            ) from None
         ignored = ignored_on_resume(overrides, cfg)
         if ignored:
             raise ValueError(

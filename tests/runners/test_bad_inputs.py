@@ -450,3 +450,26 @@ def test_a_mistyped_resume_folder_is_refused_and_not_created(tmp_path: Path, cap
         schema.run_checked(schema.TrainConfig, lambda: pytest.fail("ran"), [f"resume={missing}"])
     assert exc.value.code == 2 and not missing.exists() and not missing.parent.exists()
     assert f"resume={missing}: no such run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("garbage: [\n", "ParserError"),  # yaml's traceback
+        ("", "MissingMandatoryValue"),  # omegaconf's traceback
+        ("x: 1\n", "Key 'x' not in 'TrainConfig'"),  # named no file
+    ],
+)
+def test_resume_of_a_broken_config_names_the_file(tmp_path: Path, text: str, says: str) -> None:
+    """Found by fuzzing: a config.yaml that is not a run's ended in a traceback."""
+    from runners.train import train
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(text)
+    cfg = compose([f"resume={run}"])
+    with pytest.raises(
+        ValueError,
+        match=rf"resume={run}: {run}/config.yaml is not the config of a runners.train run \(.*{says}",
+    ):
+        train(cfg, run, echo=lambda s: None)
