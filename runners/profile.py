@@ -94,12 +94,29 @@ def check_config(cfg: DictConfig) -> Path:
         raise ValueError(f"profile: memory_gib = {mem!r}; expected a finite number > 0")
     path = Path(cfg.calibration).expanduser() if cfg.calibration else calibration_path()
     parent = next((q for q in (path.parent, *path.parent.parents) if q.exists()), None)
-    if path.is_dir() or parent is None or not os.access(parent, os.W_OK):
+    if (
+        path.is_dir()
+        or parent is None
+        or not parent.is_dir()  # a file on the way: measured, then FileExistsError
+        or not os.access(parent, os.W_OK)
+        or (path.parent.is_dir() and not _can_create_in(path.parent))  # e.g. /proc as root
+    ):
         raise ValueError(
             f"profile: calibration = {str(path)!r} cannot be written (a folder, or no writable "
             "folder to create it in)"
         )
     return path
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be created in ``folder`` (tried with a temporary file)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".devplace-probe-"):
+            return True
+    except OSError:
+        return False
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="profile")

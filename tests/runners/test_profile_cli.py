@@ -102,6 +102,24 @@ def test_profile_refuses_a_calibration_path_it_cannot_write(tmp_path):
     assert proc.returncode == 2 and "cannot be written" in proc.stderr, proc.stderr[-2000:]
 
 
+def test_a_calibration_path_under_a_file_or_an_unwritable_folder_is_refused(tmp_path):
+    """Found by fuzzing: a path whose parent is a file passed the check, was measured for
+    15 s, then failed with FileExistsError; /proc/x.json (writable to root by its mode) too."""
+    from omegaconf import OmegaConf
+
+    from runners.profile import check_config
+    from tests.runners.conftest import compose
+
+    (tmp_path / "afile").write_text("")
+    for bad in (tmp_path / "afile" / "x.json", Path("/proc/x.json")):
+        cfg = compose([f"calibration={bad}", "model=null"], config="profile")
+        with pytest.raises(ValueError, match="cannot be written"):
+            check_config(cfg)
+    good = compose([f"calibration={tmp_path / 'new' / 'cal.json'}", "model=null"], config="profile")
+    assert check_config(good) == tmp_path / "new" / "cal.json" and OmegaConf.is_config(good)
+    assert not list(tmp_path.glob(".devplace-probe-*"))
+
+
 def test_a_bad_setting_is_refused_before_torch_is_imported(tmp_path):
     """Reporting the error used to import torch (``runtime.launch``, for the failed-rank
     error type): two more seconds before a one-line refusal. A failed rank is still a
