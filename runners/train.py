@@ -686,6 +686,25 @@ def search_hybrid_ppo(
     )
 
 
+def check_init_policy_network(agent_cfg: Mapping[str, Any]) -> None:
+    """An ``agent.init_policy`` of another network than an explicit ``agent.policy`` is
+    refused: PPO trains the init policy's network, so ``agent=gdp
+    agent.init_policy=<a placeto policy.pt>`` trained Placeto under the name gdp (found by
+    fuzzing). ``agent.policy=auto`` (``agent=ppo``) takes the file's network."""
+    init, wanted = agent_cfg.get("init_policy"), agent_cfg.get("policy", "auto")
+    if not init or wanted in (None, "auto"):
+        return
+    import agents
+
+    network = agents.load_policy(str(init)).network
+    if network != wanted:
+        raise ValueError(
+            f"agent {agent_cfg.get('name')!r}: agent.policy is {wanted!r}, but "
+            f"agent.init_policy={str(init)!r} is a {network!r} network, which PPO would train "
+            f"instead; use agent={network} (or agent=ppo) to fine-tune it, or a {wanted!r} policy"
+        )
+
+
 def check_hybrid_planners(
     env: str, agent_cfg: Mapping[str, Any], baselines: Sequence[str], hybrid: bool = True
 ) -> None:
@@ -890,6 +909,8 @@ def train(
     agent_cfg = plain["agent"]
     if agent_cfg["kind"] in ("ppo", "finetune"):
         check_ppo_extra((agent_cfg.get("ppo") or {}).get("extra"))
+    if agent_cfg["kind"] == "ppo" and spec.env_id != common.HYBRID_ENV_ID:
+        check_init_policy_network(agent_cfg)
     if agent_cfg["kind"] == "baseline":  # refuse a misspelled option before any work
         common.check_baseline_options(
             agent_cfg.get("baseline") or agent_cfg["name"], agent_cfg.get("options")

@@ -11,7 +11,7 @@ import pytest
 from agents.search import best_with_start
 from runners import common
 from runners.tracking import NullTracker
-from runners.train import _warm_start, env_factory, search_ppo, warm_search_options
+from runners.train import _warm_start, env_factory, search_ppo, train, warm_search_options
 from tests.runners.conftest import compose, small_env
 
 START = np.array([0, 0, 1, 1], dtype=np.int64)
@@ -154,3 +154,17 @@ def test_init_policy_plan_is_the_policys_own_zero_shot_plan(graph_file: Path) ->
         schedule=problem.spec.schedule, samples=1, oracle=oracle, seed=3,
     )  # fmt: skip
     assert t <= float(oracle.evaluate(one.placement).step_time) + 1e-12
+
+
+def test_an_init_policy_of_another_network_than_agent_policy_is_refused(
+    graph_file: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """`agent=placeto agent.init_policy=generalist` (a GDP file) trained GDP under the name
+    placeto (found by fuzzing, the other way round); `agent.policy=auto` takes the file's."""
+    from runners import common
+
+    monkeypatch.setattr(common, "run_baselines", lambda *a, **k: pytest.fail("a baseline ran"))
+    cfg = compose([*small_env(graph_file), "agent=placeto", "agent.init_policy=generalist"])
+    with pytest.raises(ValueError, match="agent.policy is 'placeto', but agent.init_policy="
+                       "'generalist' is a 'gdp' network"):  # fmt: skip
+        train(cfg, tmp_path / "run", echo=lambda s: None)
