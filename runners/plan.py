@@ -49,6 +49,16 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
             f"python -m runners.train +env={spec.name} agent=megatron_grid (or alpa, "
             "hybrid_anneal, pipedream, ppo)"
         )
+    # env options runners.plan does not use were ignored without a word (found by fuzzing)
+    if spec.env_kwargs:
+        raise ValueError(
+            f"runners.plan plans with the policy's own env options, so it does not use "
+            f"env.env_kwargs {dict(spec.env_kwargs)}; leave them out (they are for "
+            "runners.train)"
+        )
+    from runners.train import check_env_kwargs
+
+    check_env_kwargs(spec.env_id, {})  # an env.env_id that is no devplace env
     problem = common.build_problem(spec)
     policy = agents.load_policy(policy_path)
     oracle = problem.oracle()

@@ -239,3 +239,22 @@ def test_the_table_prints_what_the_run_printed(tmp_path: Path) -> None:
     assert f"{row['lower_bound_ms']:.2f}" == common.ms(0.0023048).split()[0] == "2.30"
     write_tables([row], tmp_path)
     assert "| 3.12 ± 0.00 | 2.30 |" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        (
+            "env.env_id=placement_env/Nope-v0",
+            "env.env_id 'placement_env/Nope-v0' is not a devplace env",
+        ),
+        ("+env.env_kwargs.max_devices=1", r"does not use env.env_kwargs \{'max_devices': 1\}"),
+    ],
+)
+def test_plan_refuses_env_settings_it_would_ignore(
+    tmp_path: Path, override: str, says: str
+) -> None:
+    """Found by fuzzing: runners.plan ran with both and ignored them."""
+    cfg = compose(["+env=gpt2_tiny_cpu4", "samples=2", override], config="plan")
+    with pytest.raises(ValueError, match=says):
+        plan(cfg, tmp_path, echo=lambda s: None)
