@@ -63,6 +63,11 @@ def env_spec(cfg: Any) -> EnvSpec:
             "env.generator is 'fixed' (one problem: the env's model or graph file), which "
             "takes no options: set env.generator (e.g. synthetic) or drop the options"
         )
+    if d.get("schedule") == "interleaved" and d.get("env_id") != HYBRID_ENV_ID:
+        raise ValueError(  # the simulator refused it later, naming no config key (fuzzing)
+            f"env {d.get('name')!r}: env.schedule 'interleaved' is a hybrid layout's schedule "
+            "(virtual pipeline stages); an op-placement env runs 'gpipe', '1f1b' or 'in_order'"
+        )
     return EnvSpec(**d)
 
 

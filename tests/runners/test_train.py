@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners import checkpoint
+from runners import checkpoint, common
 from runners.train import CrashForTest, summary_line, train
 from tests.runners.conftest import compose, run_cli_module, small_env
 
@@ -383,3 +383,12 @@ def test_a_bad_setting_is_refused_before_torch_is_imported(module, args, message
     code, torch_imported, err = run_cli_module(module, [*args, f"output_dir={tmp_path}"])
     assert (code, torch_imported) == (2, False), err[-2000:]
     assert message in err
+
+
+def test_an_interleaved_schedule_on_an_op_env_is_refused_naming_the_key() -> None:
+    """Found by fuzzing: the simulator refused it later ("Simulator: unknown schedule
+    'interleaved'"), naming no config key; hybrid envs take their layout's schedule."""
+    with pytest.raises(ValueError, match="env.schedule 'interleaved' is a hybrid layout's"):
+        common.env_spec(compose(["+env=gpt2_tiny_cpu4", "env.schedule=interleaved"]).env)
+    hybrid = compose(["+env=gpt2_8gpu_hybrid", "env.schedule=interleaved"]).env
+    assert common.env_spec(hybrid).schedule == "interleaved"
