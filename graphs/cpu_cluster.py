@@ -76,14 +76,11 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
     if hy:  # refused here, naming the file, not when a planner first builds the model from it
         check_hybrid_calibration(hy, f, "hybrid")
 
-    def count(key: str, path: str, lo: int) -> None:  # a process count written as a key
-        _count(f, key, path, lo)
-
     for key, v in (cal.get("concurrency") or {}).items():  # per-process speed with k at once
-        count(key, "concurrency", 1)
+        _count(f, key, "concurrency", 1)
         f.number(v, f"concurrency.{key}", lo=0, lo_open=True)
     for key, v in (cal.get("runtime") or {}).items():  # the runtime's fit with k processes
-        count(key, "runtime", 2)
+        _count(f, key, "runtime", 2)
         fit = f.obj(v, f"runtime.{key}", required=("factor", "transfer_overhead"), free=True)
         f.number(fit["factor"], f"runtime.{key}.factor", lo=0, lo_open=True)
         f.number(fit["transfer_overhead"], f"runtime.{key}.transfer_overhead", lo=0)

@@ -862,10 +862,9 @@ def train(
             cfg = OmegaConf.merge(OmegaConf.structured(schema.TrainConfig), OmegaConf.load(saved))
             OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         except Exception as exc:  # noqa: BLE001 - yaml's and omegaconf's errors, named below
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ValueError(
                 f"resume={run_dir}: {saved} is not the config of a runners.train run "
-                f"({type(exc).__name__}: {first})"
+                f"({type(exc).__name__}: {common.first_line(exc)})"
             ) from None
         ignored = ignored_on_resume(overrides, cfg)
         if ignored:
@@ -934,9 +933,8 @@ def train(
         f"{problem.cluster.name} ({problem.cluster.num_devices} devices), "
         f"{pipeline}, oracle {spec.oracle}{_hybrid_model_note(problem) if hybrid else ''}"
     )
-    if hybrid:
-        check_planner_batch(spec.name, agent_cfg, problem.graph)
     if hybrid:  # model FLOPs at peak: no op-level tables of a thousand-GPU cluster
+        check_planner_batch(spec.name, agent_cfg, problem.graph)
         from placement_env.oracles.hybrid import hybrid_lower_bound
 
         lower_bound = hybrid_lower_bound(problem.graph, problem.cluster)
