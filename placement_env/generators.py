@@ -38,6 +38,18 @@ def _cluster(c: ClusterLike) -> Cluster:
     return clusters.load(c)
 
 
+def _load_clusters(specs: Sequence[ClusterLike], what: str) -> list[Cluster]:
+    """Every cluster of a generator, loaded when it is built: an unknown preset used to
+    fail at the first episode, after minutes of baselines (found by fuzzing)."""
+    out = []
+    for i, c in enumerate(specs):
+        try:
+            out.append(_cluster(c))
+        except (ValueError, TypeError, OSError) as exc:
+            raise ValueError(f"generator {what!r}: clusters[{i}] ({c!r}): {exc}") from None
+    return out
+
+
 def _max_bounds(bs: Sequence[Bounds]) -> Bounds:
     if not bs:
         raise ValueError("no instances to take bounds from")
@@ -90,7 +102,13 @@ class _LazyProduct:
         self.sources = list(sources)
         self.cluster_specs = list(clusters)
         self._graphs: dict[int, CompGraph] = {}
-        self._clusters: dict[int, Cluster] = {}
+        self._clusters: dict[int, Cluster] = dict(
+            enumerate(
+                _load_clusters(
+                    self.cluster_specs, {"model": "zoo", "path": "files"}.get(what, what)
+                )
+            )
+        )
         self._bounds: Bounds | None = None
 
     def _load(self, source: Any) -> CompGraph:
@@ -208,7 +226,7 @@ class SyntheticGenerator:
         if not clusters:
             raise ValueError("SyntheticGenerator needs at least one cluster")
         self.cluster_specs = list(clusters)
-        self._clusters: list[Cluster] | None = None
+        self._clusters: list[Cluster] | None = _load_clusters(self.cluster_specs, "synthetic")
         self.sampler = sampler
         self.kwargs = kwargs
         if sampler is None:

@@ -224,13 +224,24 @@ def oracle_factory(spec: EnvSpec) -> OracleFactory:
             "self", "graph", "cluster", "model", "microbatches", "schedule", "cache",
             "execute_options",
         }  # fmt: skip
-        valid = sorted(own | {f.name for f in dataclasses.fields(RunSpec)})
+        # the runtime sets these from the plan and the env (a value here collided with it)
+        from_plan = {
+            "mode", "world_size", "devices", "model", "device_of", "stage_of", "stage_rank",
+            "tp_degree", "tp_modules", "microbatches", "schedule", "plan_hash", "hybrid",
+        }  # fmt: skip
+        fields = {f.name for f in dataclasses.fields(RunSpec)} - from_plan
+        valid = sorted(own | fields)
         unknown = sorted(k for k in opts if k not in valid)
         if unknown:  # a TypeError from inside RunSpec (found by fuzzing)
             raise ValueError(
                 f"env {spec.name!r}: env.oracle_options {unknown} are not options of the "
                 f"profiled oracle; valid: {valid}"
             )
+        probe = {k: v for k, v in opts.items() if k in fields}
+        try:  # a bad value used to fail at the first plan scored, named as RunSpec's field
+            RunSpec(mode="oplevel", world_size=1, devices=[0], model={}, **probe).validate()
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"env {spec.name!r}: env.oracle_options {probe}: {exc}") from None
         return ProfiledFactory(
             spec.model or "", dict(spec.model_config), opts, spec.microbatches, spec.schedule
         )

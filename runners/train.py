@@ -199,6 +199,22 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
         raise ValueError(f"env.env_kwargs: {env_id} takes no option(s) {bad}; valid: {valid}")
 
 
+def check_generator(spec: common.EnvSpec) -> None:
+    """Build ``env.generator`` once before any baseline runs: a bad option (an unknown
+    cluster in ``env.generator_options.clusters``) used to fail at PPO's first episode,
+    minutes later, blamed on ``env.env_kwargs`` (found by fuzzing)."""
+    if spec.generator == "fixed":
+        return
+    from placement_env import generators
+
+    try:
+        generators.make_generator({**dict(spec.generator_options), "kind": spec.generator})
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"env.generator={spec.generator!r} / env.generator_options: {exc}"
+        ) from None
+
+
 def env_factory(
     problem: common.Problem,
     *,
@@ -905,6 +921,7 @@ def train(
     common.seed_everything(seed)
     spec = common.env_spec(cfg.env)
     check_env_kwargs(spec.env_id, spec.env_kwargs)  # before any baseline runs (minutes)
+    check_generator(spec)
     agent_cfg = plain["agent"]
     if agent_cfg["kind"] in ("ppo", "finetune"):
         check_ppo_extra((agent_cfg.get("ppo") or {}).get("extra"))

@@ -489,3 +489,25 @@ def test_warm_start_from_a_node_placement_and_bad_init_refused() -> None:
             cls(fixed(g, c), init=np.array([1, 0])).reset(seed=0)
         with pytest.raises(ValueError, match="unknown"):
             cls(fixed(g, c), init="best")
+
+
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ({"kind": "synthetic", "clusters": ["cpu_2", "nope"]},
+         r"generator 'synthetic': clusters\[1\] \('nope'\): unknown cluster 'nope'; available: "),
+        ({"kind": "zoo", "models": ["gpt2"], "clusters": ["nope"]},
+         r"generator 'zoo': clusters\[0\] \('nope'\): unknown cluster 'nope'"),
+        ({"kind": "files", "paths": ["x.json"], "clusters": [3]},
+         r"generator 'files': clusters\[0\] \(3\): clusters.load: name is 3 \(int\)"),
+    ],
+)  # fmt: skip
+def test_a_generator_loads_its_clusters_when_built(spec, says) -> None:
+    """An unknown cluster name used to pass the constructor and fail at the first episode
+    (after minutes of baselines in runners.train), named nowhere in the config."""
+    from placement_env.generators import make_generator
+
+    with pytest.raises(ValueError, match=says):
+        make_generator(spec)
+    ok = make_generator({"kind": "zoo", "models": ["gpt2"], "clusters": ["cpu_2", "k40_2"]})
+    assert [c.num_devices for c in (ok.instance(0, 0).cluster, ok.instance(0, 1).cluster)] == [2, 2]

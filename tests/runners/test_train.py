@@ -212,10 +212,33 @@ def test_an_env_id_that_is_no_devplace_env_is_refused(graph_file: Path, tmp_path
          r"env.oracle_options \['bogus'\] are not options of the profiled oracle; valid: .*'steps'"),
         (["env.generator=synthetic", "+env.generator_options.bogus=1"],
          r"generator 'synthetic' takes no option\(s\) \['bogus'\]; valid: .*'min_ops'"),
+        # the runtime sets these from the plan: the value collided with it at the first run
+        (["env.oracle=profiled", "+env.oracle_options.mode=tp"],
+         r"env.oracle_options \['mode'\] are not options of the profiled oracle"),
+        # bad values: named as RunSpec's fields at the first plan scored, after the baselines
+        (["env.oracle=profiled", "+env.oracle_options.steps=0"],
+         r"env.oracle_options \{'steps': 0\}: RunSpec: steps must be >= 1"),
+        (["env.oracle=profiled", "+env.oracle_options.threads=0"],
+         r"env.oracle_options \{'threads': 0\}: RunSpec.threads 0: expected an integer >= 1"),
+        # an unknown cluster: blamed on env.env_kwargs at PPO's first episode
+        (["env.generator=synthetic", "+env.generator_options.clusters=[cpu_2,nope]"],
+         r"env.generator='synthetic' / env.generator_options: generator 'synthetic': "
+         r"clusters\[1\] \('nope'\): unknown cluster 'nope'; available: "),
+        (["env.generator=zoo", "+env.generator_options.models=[gpt2]",
+          "+env.generator_options.clusters=[nope]"],
+         r"generator 'zoo': clusters\[0\] \('nope'\): unknown cluster"),
+        (["env.generator=bogus", "+env.generator_options.clusters=[cpu_2]"],
+         r"env.generator='bogus' / env.generator_options: unknown generator kind 'bogus'"),
     ],
 )  # fmt: skip
-def test_unknown_oracle_and_generator_options_are_refused(tmp_path, overrides, says) -> None:
-    """Found by fuzzing: both were TypeErrors with a traceback (RunSpec, sample())."""
+def test_unknown_oracle_and_generator_options_are_refused(
+    tmp_path, overrides, says, monkeypatch
+) -> None:
+    """Found by fuzzing: TypeErrors with a traceback (RunSpec, sample()), or errors naming
+    the wrong key after every baseline had run; now refused before any baseline."""
+    from runners import common
+
+    monkeypatch.setattr(common, "run_baselines", lambda *a, **k: pytest.fail("a baseline ran"))
     cfg = compose(["+env=gpt2_tiny_cpu4", "train.timesteps=8", "logger=none", *overrides])
     with pytest.raises(ValueError, match=says):
         train(cfg, tmp_path / "run", echo=lambda s: None)
