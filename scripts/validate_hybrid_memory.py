@@ -204,6 +204,62 @@ def megatron_table() -> tuple[str, list[float]]:
     return "\n".join(lines) + "\n", errors
 
 
+#: The open-sci-ref 1.7B reference run (LAION / JSC, Nezhurina et al., "Open-sci-ref-0.01",
+#: arXiv:2509.09009; the LAION-AI/open-sci-ref-0.01 project) on 63 nodes of CINECA's LEONARDO
+#: Booster (252 A100 64GB), as its Megatron-LM log is pasted in a log-parsing script of that
+#: project (this workplace's code index, file id 40965174410; its repository is not named
+#: there; job of 31 Mar 2025): "[Rank 0] (after 50 iterations) memory (MB) | allocated:
+#: 9909.07763671875 | max allocated: 50277.15625 | reserved: 53386.0 | max reserved: 53386.0",
+#: i.e. ``torch.cuda.max_memory_allocated()`` / 2^20. The launch line: ``--num-layers 24
+#: --hidden-size 2048 --ffn-hidden-size 8192 --num-attention-heads 32 --seq-length 4096
+#: --micro-batch-size 4 --global-batch-size 1008 --use-flash-attn --bf16 --qk-layernorm
+#: --position-embedding-type rope --normalization RMSNorm --swiglu --use-distributed-optimizer
+#: --overlap-param-gather --overlap-grad-reduce --recompute-activations
+#: --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --sequence-parallel``, the
+#: GPT-NeoX-20B tokenizer (padded by Megatron to 50,304: the log's 0.10 B embedding
+#: parameters), tied embeddings (no ``--untie-embeddings-and-output-weights``), default dropout;
+#: 252 GPUs and gradient accumulation 1 (so one microbatch of 4 per GPU). The log's own
+#: "Theoretical memory footprints: weight and optimizer=9884.48 MB" is 1.7138 B parameters x
+#: (2 + 4 + 12 / 252) bytes: bf16 weights, fp32 gradients, sharded optimizer state -- the
+#: terms of :data:`MEGATRON_BF16` with ZeRO-1.
+#: The reading fixed before the prediction was computed (29 Nov 2026): the layout of
+#: :func:`megatron_run` (a tied ``llama``, FlashAttention, ZeRO-1, :data:`MEGATRON_BF16`)
+#: with ``--recompute-activations`` as ``recompute="selective"``; ``--qk-layernorm`` (two
+#: small norms per layer and their saved inputs) and RoPE are not modelled.
+#: (label, model shapes, seq, nodes, layout, published max allocated MiB)
+OPENSCI_RUN = (
+    "open-sci-ref 1.7B, DP 252 (ZeRO-1), micro-batch 4, seq 4,096, selective recomputation",
+    dict(hidden=2048, layers=24, heads=32, kv_heads=32, ffn=8192, vocab=50304, tied=True),
+    4096, 63,
+    dict(dp=252, tp=1, pp=1, microbatch_size=4, global_batch=1008, recompute="selective",
+         zero=1, sequence_parallel=False),
+    50277.15625,
+)  # fmt: skip
+
+
+def opensci_run(megatron: bool = True) -> float:
+    """Predicted peak GiB per GPU of :data:`OPENSCI_RUN` on 63 LEONARDO Booster nodes; with
+    ``megatron`` Megatron-LM's bf16 defaults (:data:`MEGATRON_BF16`), else the model's."""
+    _, shapes, seq, nodes, layout, _ = OPENSCI_RUN
+    kw = dict(flash_attention=True, **(MEGATRON_BF16 if megatron else {}))
+    return peak_memory(shapes, seq, kw, "leonardo_booster", nodes, layout)[0]
+
+
+def opensci_table() -> tuple[str, float]:
+    """The 252-GPU run against its measured allocated peak; (markdown, error)."""
+    label, *_, pub_mib = OPENSCI_RUN
+    pub = pub_mib / 1024
+    d, m = opensci_run(False), opensci_run(True)
+    err = m / pub - 1
+    md = (
+        "| Megatron-LM run (LEONARDO, 252 x A100 64GB, bf16) | published max allocated (GiB) "
+        "| predicted, model defaults (GiB) | predicted, Megatron's bf16 defaults (GiB) | error |\n"
+        "| --- | ---: | ---: | ---: | ---: |\n"
+        f"| {label} | {pub:.2f} | {d:.2f} | {m:.2f} | {err * 100:+.1f} % |\n"
+    )
+    return md, err
+
+
 #: BigScience's BLOOM-176B pre-training log, ``train/tr11-176B-ml/chronicles-prequel.md`` of
 #: bigscience-workshop/bigscience (the file as stored at commit 053adaf; the runs before
 #: "BLOOM: A 176B-Parameter Open-Access Multilingual Language Model", BigScience Workshop 2022,
@@ -531,6 +587,7 @@ def main() -> None:
     md += "\n" + megatron_table()[0]
     md += "\n" + bloom_table()[0]
     md += "\n" + zb_table()[0]
+    md += "\n" + opensci_table()[0]
     print(md)
     if not args.no_write:
         text = DOC.read_text()

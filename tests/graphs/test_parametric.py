@@ -89,6 +89,17 @@ def test_dgx_presets_scale_to_many_nodes():
             clusters.load(name, **kw)
 
 
+def test_leonardo_booster_preset_has_four_gpus_per_node_and_direct_nvlink():
+    cl = clusters.load("leonardo_booster", nodes=63)  # the open-sci-ref run's 252 GPUs
+    assert cl.num_devices == 252 and cl.meta["gpus_per_node"] == 4
+    assert cl.devices[0].memory == 64 * 2**30 and cl.devices[0].peak_flops == 312e12
+    # a direct 100 GB/s/dir route between two GPUs of a node (1 us), 12.5 GB/s HDR100 between
+    # nodes through the fabric switch (two 2.5 us hops)
+    assert cl.transfer_time(0, 3, 100e9) == pytest.approx(1 + 1e-6)
+    assert cl.transfer_time(0, 4, 12.5e9) == pytest.approx(1 + 5e-6)
+    assert clusters.load("leonardo_booster_x2").num_devices == 8
+
+
 def test_dropout_and_grad_bytes_keywords_are_checked_and_round_trip():
     from graphs.layout import dims_from_mapping
 

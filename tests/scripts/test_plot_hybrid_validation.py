@@ -44,6 +44,9 @@ def test_points_are_the_validation_errors(scripts, tmp_path):
     (bloom,) = [s for s in mem if "BLOOM" in s.label]
     assert bloom.kind == "bound" and bloom.gpus == (4 * 8 * 12,) and len(bloom.errors) == 1
     assert bloom.errors[0] == pytest.approx(vm.bloom_run(vm.BLOOM_RUNS[0]) / 29 - 1)
+    (osr,) = [s for s in mem if "open-sci-ref" in s.label]  # the 252-GPU allocated peak
+    assert osr.gpus == (252,) and osr.kind == "measured"
+    assert osr.errors[0] == pytest.approx(vm.opensci_run() / (50277.15625 / 1024) - 1)
     (zb,) = [s for s in mem if "Zero Bubble" in s.label]
     assert zb.errors == pytest.approx(tuple(vm.zb_run(r) / r[4] - 1 for r in vm.ZB_1F1B))
     # the plot is written, and its counts are the series' own
