@@ -120,7 +120,7 @@ def _can_create_in(folder: Path) -> bool:
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="profile")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     out = Path(cfg.output_dir or hydra.core.hydra_config.HydraConfig.get().runtime.output_dir)
     from runners import common
 
@@ -230,6 +230,14 @@ def suggested_processes(cfg: Any) -> int:
     if rt.get("model") is not None and rt.get("devices"):
         return min(int(k) for k in rt.devices)
     return 2
+
+
+def main() -> None:
+    """``python -m runners.profile``: a misspelt key is one error line naming the valid keys
+    (it was hydra's "not in struct" message and its hint)."""
+    from runners import schema
+
+    schema.run_checked(schema.ProfileConfig, _hydra_main)
 
 
 if __name__ == "__main__":

@@ -213,6 +213,51 @@ class ExecuteConfig:
     output_dir: str | None = None
 
 
+@dataclass
+class ProfileRuntime:
+    """``runtime:`` of ``conf/profile.yaml``."""
+
+    model: Any = None
+    devices: Any = None
+    microbatches: Any = 4
+    rounds: Any = 6
+    steps: Any = 5
+    fix_overhead: Any = True
+
+
+@dataclass
+class ProfileHybrid:
+    """``hybrid:`` of ``conf/profile.yaml``."""
+
+    model: Any = None
+    tps: Any = None
+    micro_sizes: Any = None
+    recomputes: Any = None
+    worlds: Any = None
+    probe_worlds: Any = None
+    probe_steps: Any = 5
+    probe_launches: Any = 2
+    repeats: Any = 3
+
+
+@dataclass
+class ProfileConfig:
+    """``python -m runners.profile``: the keys of ``conf/profile.yaml`` (command-line keys are
+    checked against it; the values by ``runners.profile.check_config``)."""
+
+    model: Any = None
+    threads: Any = 1
+    matmul_n: Any = 512
+    copy_mb: Any = 64
+    p2p_repeats: Any = 10
+    concurrency: Any = None
+    memory_gib: Any = 4
+    runtime: ProfileRuntime = field(default_factory=ProfileRuntime)
+    hybrid: ProfileHybrid = field(default_factory=ProfileHybrid)
+    calibration: Any = None
+    output_dir: Any = None
+
+
 def _bool(v: Any) -> str | None:
     return None if isinstance(v, bool) else "true or false"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,9 +27,13 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
         "+runtime.model={factory: 'runtime.toy:branchy', config: {batch: 8}}",
         "runtime.microbatches=2", "runtime.rounds=1", "runtime.steps=1",
     ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    cwd = tmp_path / "cwd"  # hydra's folder used to go to ./outputs/profile/... whatever
+    cwd.mkdir()  # output_dir said (found by fuzzing); it is the run folder now, as elsewhere
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "runtime with 2 processes: compute x" in proc.stdout
+    assert not list(cwd.iterdir()) and (tmp_path / ".hydra" / "overrides.yaml").is_file()
     cal = json.loads(out.read_text())
     fit = cal["runtime"]["2"]
     assert fit["factor"] > 0 and fit["transfer_overhead"] >= 0 and fit["samples"] == 6
@@ -93,6 +98,34 @@ def test_profile_refuses_a_bad_setting_before_measuring(tmp_path, overrides, say
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: profile: ") and says in last, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not out.exists()
+
+
+def test_profile_config_keys_are_the_schemas_and_a_misspelt_key_is_one_line(tmp_path):
+    """``bogus=1`` was hydra's "Key 'bogus' is not in struct" with its traceback hint."""
+    import dataclasses
+
+    import yaml
+
+    from runners import schema
+
+    conf = yaml.safe_load((ROOT / "conf" / "profile.yaml").read_text())
+    keys = {f.name for f in dataclasses.fields(schema.ProfileConfig)}
+    assert keys == set(conf) - {"defaults", "hydra"}
+    for sub, cls in (("runtime", schema.ProfileRuntime), ("hybrid", schema.ProfileHybrid)):
+        assert {f.name for f in dataclasses.fields(cls)} == set(conf[sub])
+    for bad, says in (
+        ("bogus=1", "unknown config key 'bogus': 'bogus' is not a key of the top level "
+                    "(ProfileConfig); valid keys: ['calibration', 'concurrency', 'copy_mb'"),
+        ("hybrid.worldz=[2]", "'worldz' is not a key of hybrid (ProfileHybrid); valid keys: "
+                              "['micro_sizes', 'model'"),
+    ):  # fmt: skip
+        cmd = [sys.executable, "-m", "runners.profile", bad, f"output_dir={tmp_path}"]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith("error: unknown config key ")
+        assert says in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
+        assert not (tmp_path / ".hydra").exists()
 
 
 def test_profile_refuses_a_calibration_path_it_cannot_write(tmp_path):
