@@ -9,6 +9,7 @@ has the graph's forward node names.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 from collections.abc import Callable
@@ -217,8 +218,17 @@ def _check_config_value(name: str, key: str, value: Any, default: Any) -> None:
     elif isinstance(default, float):
         if not is_number(value):  # finite, never a bool
             raise bad("a number")
-    elif isinstance(default, (list, tuple)) and not isinstance(value, (list, tuple)):
-        raise bad("a list")
+        if default > 0 and value <= 0:  # a width multiplier, a capacity factor (fuzzing)
+            raise bad("a number > 0")
+    elif isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)):
+            raise bad("a list")
+        if default and not value:  # blocks=[]: a network with no stages (fuzzing)
+            raise bad("a non-empty list")
+        if all(isinstance(d, int) and d >= 1 for d in default) and not all(
+            is_whole(v, floats=False) and v >= 1 for v in value
+        ):
+            raise bad("a list of integers >= 1")
 
 
 def resolve_config(
@@ -248,6 +258,11 @@ def resolve_config(
         if v is not None:
             _check_config_value(name, k, v, 1)
     cfg = dict(spec.config, **config)
+    if "top_k" in cfg and "n_expert" in cfg and cfg["top_k"] > cfg["n_expert"]:
+        raise ValueError(  # torch's "k not in range for dimension" from inside the trace
+            f"graphs.zoo: {name!r} config top_k = {cfg['top_k']} is more than n_expert = "
+            f"{cfg['n_expert']}: each token picks top_k of the n_expert experts"
+        )
     if isinstance(cfg.get("blocks"), list):
         cfg["blocks"] = tuple(cfg["blocks"])
     cfg["batch"] = int(batch if batch is not None else spec.batch)
@@ -361,8 +376,10 @@ def build(
             extra["seq"] = seq
         return build_named(name, **extra, **config)
     cfg = resolve_config(name, batch=batch, seq=seq, **config)
-    if max_groups is not None and max_groups < 1:
-        raise ValueError(f"graphs.zoo.build: max_groups must be >= 1, got {max_groups}")
+    if max_groups is not None and not (is_whole(max_groups, floats=False) and max_groups >= 1):
+        raise ValueError(  # max_groups=True was taken as 1 group (found by fuzzing)
+            f"graphs.zoo.build: max_groups must be an integer >= 1 or None, got {max_groups!r}"
+        )
     key = cache_key(
         name=name, config=cfg, precision=precision, optimizer=optimizer,
         max_groups=max_groups, version=VERSION, source=SOURCE_DIGEST,
@@ -383,16 +400,42 @@ def build(
     else:
         from graphs.extraction import extract
 
-        zm = build_module(name, device="meta", **_plain(cfg))
-        graph = extract(
-            zm.module, zm.example_inputs, name=name, loss_fn=zm.loss_fn,
-            precision=precision, optimizer=optimizer, batch=cfg["batch"],
-        )  # fmt: skip
+        try:
+            with _quiet_fake_tensor_log():
+                zm = build_module(name, device="meta", **_plain(cfg))
+                graph = extract(
+                    zm.module, zm.example_inputs, name=name, loss_fn=zm.loss_fn,
+                    precision=precision, optimizer=optimizer, batch=cfg["batch"],
+                )  # fmt: skip
+        except RuntimeError as exc:  # a config the model cannot run (image_size=16 for
+            # inception-v3: a kernel larger than its input): torch's error, named
+            given = {k: v for k, v in config.items()}
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(
+                f"graphs.zoo.build: {name!r} with {given} cannot run on its example input "
+                f"(batch {cfg['batch']}{', seq ' + str(cfg['seq']) if 'seq' in cfg else ''}): "
+                f"{first}"
+            ) from exc
         meta = dict(graph.meta, config=_jsonable(cfg))
         graph = graph.replace(meta=meta)
     if cache:
         save_npz(graph, path)
     return graph
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_log() -> Any:
+    """torch.export logs a failing op's traceback at ERROR level before raising it; the
+    raised error is reported (named) by :func:`build`, so the log is only noise."""
+    import logging
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _plain(cfg: dict[str, Any]) -> dict[str, Any]:
