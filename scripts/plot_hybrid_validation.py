@@ -8,7 +8,8 @@ The figures, their sources and the settings of each run are those of
 ``scripts/validate_hybrid.py`` (throughput: Narayanan et al. 2021 Table 1, Korthikanti et al.
 2022's MFU and Table 5, the Zero Bubble paper's 1F1B rows) and
 ``scripts/validate_hybrid_memory.py`` (memory: Megatron-LM pull request #482's peak
-*allocated* bytes, the open-sci-ref 1.7B run's logged allocated peak on 252 GPUs, the Zero Bubble paper's "GB" read as GiB, torchtitan's peak *reserved*
+*allocated* bytes, the open-sci-ref 1.7B run's logged allocated peak on 252 GPUs, three
+Llama-2-13B runs' logged per-stage allocated peaks on 32 and 64 GPUs, the Zero Bubble paper's "GB" read as GiB, torchtitan's peak *reserved*
 bytes, the BLOOM-176B log's ``nvidia-smi`` readings); the points are computed with those
 scripts' own functions, so the plot and the tables in ``docs/hybrid.md`` cannot disagree.
 Throughput errors are of TFLOP/s: for an iteration time, published time / predicted time - 1
@@ -83,6 +84,7 @@ def memory_series() -> list[Series]:
     return [
         _series("Megatron-LM PR #482: peak allocated", mega),
         _series("open-sci-ref 1.7B log (LEONARDO): peak allocated", [(252, osr)]),
+        _series("Llama-2-13B logs (ABCI), per stage: peak allocated", vm.llama13b_table()[1]),
         _series('Qi et al. 2024 (Zero Bubble), 1F1B: "GB" read as GiB', zb),
         _series("torchtitan (Liang et al. 2025): peak reserved", titan, "bound"),
         _series("BLOOM-176B log: nvidia-smi", bloom, "bound"),

@@ -26,6 +26,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -258,6 +260,67 @@ def opensci_table() -> tuple[str, float]:
         f"| {label} | {pub:.2f} | {d:.2f} | {m:.2f} | {err * 100:+.1f} % |\n"
     )
     return md, err
+
+
+#: Three Megatron-LM runs of Llama-2-13B (continual pre-training, Swallow project, ABCI
+#: A100 40GB nodes) whose logs are published in okoge-kaz/Megatron-LM-ABCI, ``outputs/
+#: llama-2-13b-base/`` (the files as stored at commit 54209cd; found with this workplace's code
+#: search, 29 Nov 2026): every log prints its arguments and, once, Megatron's
+#: ``report_memory`` line per pipeline stage (``max allocated``, MiB). Common arguments:
+#: 40 layers, hidden 5,120, SwiGLU 13,824, 40 heads (40 query groups), seq 4,096, micro-batch
+#: 1, global batch 1,024, untied embeddings, RoPE, RMSNorm, bf16 with
+#: ``accumulate_allreduce_grads_in_fp32``, ``use_distributed_optimizer``,
+#: ``sequence_parallel``, ``use_flash_attn``, ``recompute_granularity selective``, dropout 0,
+#: ``transformer_impl local``, no virtual stages. (label, padded vocab, dp, tp, pp, published
+#: max allocated MiB per stage, first to last, whether the report follows a resume with the
+#: optimizer state loaded)
+LLAMA13B_RUNS = [
+    ("clueweb, DP 8 x TP 2 x PP 4 (64 GPUs), after 15,501 iterations (resumed at 15,500)",
+     41720, 8, 2, 4, (34803.68, 28499.64, 22875.84, 18816.20), True),
+    ("llm-jp, DP 4 x TP 2 x PP 4 (32 GPUs), after 2 iterations",
+     43176, 4, 2, 4, (34020.73, 27745.70, 22121.89, 18063.20), False),
+    ("okazaki-lab-cc, DP 2 x TP 2 x PP 8 (32 GPUs), after 2 iterations",
+     32000, 2, 2, 8, (29353.01, 26072.86, 23251.21, 20429.56, 17607.91, 14785.76, 11964.10,
+                      10375.60), False),
+]  # fmt: skip
+
+
+def llama13b_run(row: tuple) -> list[float]:
+    """Predicted peak MiB per GPU of each pipeline stage of one :data:`LLAMA13B_RUNS` row:
+    the reading fixed before computing (29 Nov 2026) -- an untied ``llama`` of the logged
+    shapes, FlashAttention, fp32 gradients, no dropout, ZeRO-1, selective recomputation,
+    sequence parallelism, 1F1B, on DGX A100 nodes (the capacity only sets the OOM flag)."""
+    _, vocab, dp, tp, pp, _, _ = row
+    shapes = dict(hidden=5120, layers=40, heads=40, kv_heads=40, ffn=13824, vocab=vocab,
+                  tied=False)  # fmt: skip
+    g = zoo.build("llama", seq=4096, **shapes, flash_attention=True, grad_bytes=4.0, dropout=False)
+    cl = clusters.load("dgx_a100_80g", nodes=dp * tp * pp // 8)
+    plan = Plan.hybrid(g, cl, dp=dp, tp=tp, pp=pp, microbatch_size=1, global_batch=1024,
+                       recompute="selective", sequence_parallel=True, zero=1)  # fmt: skip
+    peak = np.asarray(Simulator(g, cl).evaluate(plan).peak_memory) / 2**20
+    return [float(peak[k * dp * tp]) for k in range(pp)]  # rank = stage * dp * tp + ...
+
+
+def llama13b_table() -> tuple[str, list[tuple[int, float]]]:
+    """The three Llama-2-13B runs stage by stage; (markdown, [(GPUs, error)])."""
+    lines = [
+        "| Megatron-LM run (Llama-2-13B, seq 4,096, bf16, A100 40GB) | stage | published max "
+        "allocated (MiB) | predicted (MiB) | error |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    points = []
+    for row in LLAMA13B_RUNS:
+        label, _, dp, tp, pp, pub, _ = row
+        for k, (p, q) in enumerate(zip(llama13b_run(row), pub)):
+            points.append((dp * tp * pp, p / q - 1))
+            lines.append(f"| {label} | {k} | {q:,.0f} | {p:,.0f} | {(p / q - 1) * 100:+.1f} % |")
+    within = sum(abs(e) <= 0.10 for _, e in points)
+    lines.append("")
+    lines.append(
+        f"{within} of {len(points)} stage figures within 10 %; the 64-GPU run's "
+        f"{', '.join(f'{e * 100:+.1f} %' for g, e in points if g == 64)}."
+    )
+    return "\n".join(lines) + "\n", points
 
 
 #: BigScience's BLOOM-176B pre-training log, ``train/tr11-176B-ml/chronicles-prequel.md`` of
@@ -588,6 +651,7 @@ def main() -> None:
     md += "\n" + bloom_table()[0]
     md += "\n" + zb_table()[0]
     md += "\n" + opensci_table()[0]
+    md += "\n" + llama13b_table()[0]
     print(md)
     if not args.no_write:
         text = DOC.read_text()

@@ -47,6 +47,9 @@ def test_points_are_the_validation_errors(scripts, tmp_path):
     (osr,) = [s for s in mem if "open-sci-ref" in s.label]  # the 252-GPU allocated peak
     assert osr.gpus == (252,) and osr.kind == "measured"
     assert osr.errors[0] == pytest.approx(vm.opensci_run() / (50277.15625 / 1024) - 1)
+    (l13,) = [s for s in mem if "Llama-2-13B" in s.label]  # 16 stage figures, 4 at 64 GPUs
+    assert l13.gpus.count(64) == 4 and len(l13.errors) == 16
+    assert l13.errors == pytest.approx(tuple(e for _, e in vm.llama13b_table()[1]))
     (zb,) = [s for s in mem if "Zero Bubble" in s.label]
     assert zb.errors == pytest.approx(tuple(vm.zb_run(r) / r[4] - 1 for r in vm.ZB_1F1B))
     # the plot is written, and its counts are the series' own

@@ -113,3 +113,20 @@ def test_open_sci_ref_252_gpu_run_allocated_memory_within_five_percent(vm):
     g = zoo.build("llama", seq=seq, **shapes)
     assert abs(g.num_params / 1.7138e9 - 1) < 1e-3  # the log's most loaded shard
     assert g.num_params * (2 + 4 + 12 / 252) / 2**20 == pytest.approx(9884.48, rel=1e-3)
+
+
+def test_llama13b_logs_stage_by_stage(vm):
+    # three Megatron-LM Llama-2-13B runs (TP 2, SP, ZeRO-1, selective recomputation,
+    # transformer_impl local): the 64-GPU run, the one whose report follows a resume with the
+    # optimizer state loaded, is predicted 13-23 % under on every stage (the target missed);
+    # the published memory falls by more per stage than predicted, i.e. the activations of
+    # one microbatch are larger than the model's (~564 against ~376 MiB per layer)
+    md, points = vm.llama13b_table()
+    assert len(points) == 16 and "6 of 16 stage figures within 10 %" in md
+    big = [e for g, e in points if g == 64]
+    assert len(big) == 4 and all(-0.23 < e < -0.13 for e in big), big
+    row = vm.LLAMA13B_RUNS[2]  # okazaki: 8 stages of 5 layers, stage k holds 8 - k in flight
+    pred, pub = vm.llama13b_run(row), row[5]
+    pub_step = (pub[1] - pub[5]) / 4 / 5  # MiB per layer and microbatch, middle stages
+    pred_step = (pred[1] - pred[5]) / 4 / 5
+    assert 550 < pub_step < 580 and 360 < pred_step < 390
