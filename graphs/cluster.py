@@ -546,6 +546,12 @@ class Cluster:
             f.number(meta["gemm_efficiency"], "meta.gemm_efficiency", lo=0, lo_open=True, hi=1)
         if "gpus_per_node" in meta:
             f.integer(meta["gpus_per_node"], "meta.gpus_per_node", lo=1)
+            if len(devices) % int(meta["gpus_per_node"]):  # 5 on 4 devices was clamped to 4
+                raise f.fail(
+                    "meta.gpus_per_node",
+                    f"is {meta['gpus_per_node']}, which does not divide the cluster's "
+                    f"{len(devices)} devices into whole nodes",
+                )
         for k in ("description", "source"):
             if k in d:
                 meta[k] = d[k]

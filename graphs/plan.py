@@ -480,6 +480,9 @@ def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.nd
             f"of graph {graph.meta.get('name', '?')!r}"
         )
     if p.size and not np.issubdtype(p.dtype, np.integer):
+        # booleans were taken as devices 0 and 1, strings raised a numpy TypeError (fuzzing)
+        if p.dtype == bool or not np.issubdtype(p.dtype, np.number):
+            raise ValueError(f"placement must hold integer device indices, got dtype {p.dtype}")
         if not np.all(np.mod(p, 1) == 0):
             raise ValueError("placement must hold integer device indices")
     p = p.astype(np.int64)

@@ -1165,7 +1165,10 @@ def summary_line(result: Mapping[str, Any], run_dir: Path) -> str:
 def _hydra_main(cfg: DictConfig) -> None:
     common.require_env(cfg, "train") if not cfg.get("resume") else None
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
-    with common.reported_errors(run_dir, "train"):
+    resume = cfg.get("resume")
+    # resume= of a folder that is no run: say so, but leave no error.txt / train.log in it
+    is_run = not resume or (Path(str(resume)) / "config.yaml").is_file()
+    with common.reported_errors(run_dir if is_run else None, "train"):
         from hydra.core.hydra_config import HydraConfig
 
         overrides = list(HydraConfig.get().overrides.task)

@@ -145,7 +145,9 @@ class PlacementEnv(gym.Env[dict, Any]):
                 f"render_mode {render_mode!r} is not supported; expected one of "
                 f"{self.metadata['render_modes']} or None"
             )
-        if not (np.isfinite(oom_penalty) and oom_penalty >= 0):
+        from graphs.schema import is_number
+
+        if not (is_number(oom_penalty) and oom_penalty >= 0):  # "abc": a numpy TypeError
             raise ValueError(f"oom_penalty must be finite and >= 0, got {oom_penalty!r}")
         self.generator: Generator = generator if generator is not None else default_generator()
         self.oracle_factory: OracleFactory = (

@@ -101,6 +101,10 @@ class OneShotEnv(PlacementEnv):
                 f"OneShotEnv action must have shape ({b.max_nodes},): one device per unit, "
                 f"got shape {a.shape}"
             )
+        if a.dtype == bool or not np.issubdtype(a.dtype, np.number):
+            raise ValueError(
+                f"OneShotEnv action must hold integer device indices, got dtype {a.dtype}"
+            )
         if not (np.issubdtype(a.dtype, np.integer) or np.all(np.mod(a, 1) == 0)):
             raise ValueError("OneShotEnv action must hold integer device indices")
         a = a.astype(np.int64)

@@ -314,6 +314,7 @@ def _cluster_yaml_rows() -> list[Bad]:
         row(k, "wrong_type", "meta.gemm_efficiency", "high"),
         row(k, "out_of_range", "meta.gemm_efficiency", 1.5),
         row(k, "out_of_range", "meta.gpus_per_node", 0),
+        row(k, "out_of_range", "meta.gpus_per_node", 5),  # not dividing the devices (fuzzing)
         row(k, "non_object", "meta", []),
         row(k, "unknown_key", "links[0].latnecy", 5),
         row(k, "unknown_key", "device_types.g.colour", "green"),
@@ -625,6 +626,14 @@ def test_calibration_keys_are_checked(tmp_path, text, field, says) -> None:
 def test_cpu_n_out_of_range_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match=f"cluster '{name}': cpu_N needs N >= 1 and N <= 1024"):
         clusters.load(name)
+
+
+@pytest.mark.parametrize("name", ["cpu_01", "cpu_00", "cpu_007@cal.json"])
+def test_cpu_n_with_leading_zeros_is_not_another_count(name: str) -> None:
+    """Found by fuzzing: ``cpu_01`` loaded as ``cpu_1``, a cluster of another name."""
+    with pytest.raises(ValueError, match=f"unknown cluster '{name}'"):
+        clusters.load(name)
+    assert clusters.load("cpu_10").num_devices == 10
 
 
 def test_whole_and_number_predicates() -> None:

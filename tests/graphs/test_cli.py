@@ -60,6 +60,6 @@ def test_info_reports_a_bad_file_or_value_in_one_line(
     assert err.startswith("graphs info: ") and "not valid JSON" in err and str(bad) in err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert main(["info", "gpt2", "--max-groups", "0"]) == 2
-    assert "max_groups must be >= 1, got 0" in capsys.readouterr().err
+    assert "max_groups must be an integer >= 1 or None, got 0" in capsys.readouterr().err
     assert main(["info", "gpt2", "-c", "n_layer=abc"]) == 2
     assert "config n_layer = 'abc'; expected an integer" in capsys.readouterr().err

@@ -112,6 +112,10 @@ def test_out_of_range_names_node(graph, cluster, bad, node):
 def test_non_integer_placement(graph, cluster):
     with pytest.raises(ValueError, match="integer device indices"):
         check_placement([0.5, 0, 0, 0], graph, cluster)
+    # found by fuzzing: booleans were devices 0 and 1; strings a numpy TypeError
+    for bad, dtype in (([True, False, True, True], "bool"), (["0", "1", "2", "0"], "<U1")):
+        with pytest.raises(ValueError, match=f"integer device indices, got dtype {dtype}"):
+            check_placement(bad, graph, cluster)
     np.testing.assert_array_equal(
         check_placement([1.0, 0.0, 0.0, 2.0], graph, cluster), [1, 0, 0, 2]
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -160,3 +161,28 @@ def test_extracted_model_overrides_are_type_checked(kw, message) -> None:
         zoo.build("gpt2", cache=False, **{**base, **kw})
     g = zoo.build("gpt2", cache=False, **{**base, "n_layer": 2.0})  # an integral float is fine
     assert g.meta["config"]["n_layer"] == 2 and isinstance(g.meta["config"]["n_layer"], int)
+
+
+@pytest.mark.parametrize(
+    "name, kw, message",
+    [
+        # found by fuzzing: each was accepted or a torch RuntimeError from inside the trace
+        ("inception-v3", {"width": -1.0}, "config width = -1.0; expected a number > 0"),
+        ("resnet50", {"blocks": []}, "config blocks = []; expected a non-empty list"),
+        ("resnet50", {"blocks": [3, 0]}, "config blocks = [3, 0]; expected a list of integers >= 1"),
+        ("mixtral", {"n_expert": 2, "top_k": 4}, "config top_k = 4 is more than n_expert = 2"),
+        ("inception-v3", {"image_size": 16},
+         "graphs.zoo.build: 'inception-v3' with {'image_size': 16} cannot run on its example "
+         "input (batch 32): Calculated padded input size"),
+    ],
+)  # fmt: skip
+def test_configs_a_model_cannot_run_are_named(name, kw, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        zoo.build(name, cache=False, **kw)
+
+
+def test_max_groups_must_be_a_whole_number() -> None:
+    base = dict(n_layer=1, d_model=32, n_head=2, vocab=64, seq=8)
+    for bad in (True, 2.5, "4", 0):  # True was taken as one group
+        with pytest.raises(ValueError, match="max_groups must be an integer >= 1 or None"):
+            zoo.build("gpt2", max_groups=bad, cache=False, **base)

@@ -327,6 +327,7 @@ def test_stage_memory_mask() -> None:
         ("placement_env/OneShot-v0", np.array([0, 1])),
         ("placement_env/OneShot-v0", np.array([0, 1, 2])),
         ("placement_env/OneShot-v0", np.array([0.5, 1, 1])),
+        ("placement_env/OneShot-v0", np.array([True, False, True])),  # devices 1, 0, 1 (fuzzing)
     ],
 )
 def test_bad_action_raises_value_error(env_id: str, bad) -> None:
@@ -511,3 +512,10 @@ def test_a_generator_loads_its_clusters_when_built(spec, says) -> None:
         make_generator(spec)
     ok = make_generator({"kind": "zoo", "models": ["gpt2"], "clusters": ["cpu_2", "k40_2"]})
     assert [c.num_devices for c in (ok.instance(0, 0).cluster, ok.instance(0, 1).cluster)] == [2, 2]
+
+
+@pytest.mark.parametrize("bad", ["abc", True, float("nan"), -1.0])
+def test_a_bad_oom_penalty_is_a_value_error_naming_it(bad) -> None:
+    """Found by fuzzing: ``oom_penalty="abc"`` was numpy's ``isfinite`` TypeError."""
+    with pytest.raises(ValueError, match=r"oom_penalty must be finite and >= 0, got"):
+        _toy("placement_env/Sweep-v0", oom_penalty=bad)

@@ -338,6 +338,8 @@ def test_resume_makes_no_stray_run_folder(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "no config.yaml there" in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "outputs").exists(), list((tmp_path / "outputs").rglob("*"))
     assert not (run / ".hydra").exists()
+    # a folder that is no run is left as it was: it used to get error.txt and train.log
+    assert not list(run.iterdir())
 
 
 def test_wall_clock_counts_a_session_killed_with_sigkill(tmp_path: Path) -> None:

@@ -262,7 +262,8 @@ def test_env_options_are_checked_before_the_baselines_and_for_every_agent(
     cfg = compose([*small_env(graph_file), "env.baselines=[]", "train.timesteps=8",
                    "+env.env_kwargs={oom_penalty: abc}"])  # fmt: skip
     with pytest.raises(ValueError, match=r"env.env_kwargs: .*Sweep-v0 refused the options "
-                       r"\{'oom_penalty': 'abc'\}: ufunc 'isfinite'") as exc:  # fmt: skip
+                       r"\{'oom_penalty': 'abc'\}: oom_penalty must be finite and >= 0, "
+                       r"got 'abc'") as exc:  # fmt: skip
         train(cfg, tmp_path / "value", echo=lambda s: None)
     assert "raised from the environment creator" not in str(exc.value)
 
