@@ -60,6 +60,12 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
 
     check_env_kwargs(spec.env_id, {})  # an env.env_id that is no devplace env
     problem = common.build_problem(spec)
+    if spec.generator != "fixed":  # the generator was ignored without a word (fuzzing)
+        echo(
+            f"{spec.name}: env.generator={spec.generator!r} samples training problems for "
+            f"runners.train; runners.plan plans the env's own problem, {problem.graph.meta.get('name', '?')} "
+            f"on {problem.cluster.name}"
+        )
     policy = agents.load_policy(policy_path)
     oracle = problem.oracle()
     samples = int(cfg.samples) if cfg.samples is not None else policy.default_samples()

@@ -258,3 +258,16 @@ def test_plan_refuses_env_settings_it_would_ignore(
     cfg = compose(["+env=gpt2_tiny_cpu4", "samples=2", override], config="plan")
     with pytest.raises(ValueError, match=says):
         plan(cfg, tmp_path, echo=lambda s: None)
+
+
+def test_plan_says_which_problem_it_plans_for_a_generator_env(tmp_path: Path) -> None:
+    """Found by fuzzing: ``+env=synthetic`` (a generator env) planned its fixed problem
+    without saying that the generator is not used."""
+    lines: list[str] = []
+    cfg = compose(["+env=synthetic", "samples=4"], config="plan")
+    result = plan(cfg, tmp_path, echo=lines.append)
+    assert lines[0] == (
+        "synthetic: env.generator='synthetic' samples training problems for runners.train; "
+        "runners.plan plans the env's own problem, gpt2 on dgx1_v100_8"
+    )
+    assert result["step_time"] > 0 and json.loads((tmp_path / "result.json").read_text())
