@@ -76,8 +76,10 @@ class ReassignEnv(PlacementEnv):
         render_mode: str | None = None,
     ) -> None:
         init = check_init(init)
-        if horizon is not None and horizon < 1:
-            raise ValueError(f"horizon must be >= 1 or None, got {horizon}")
+        from graphs.schema import is_whole
+
+        if horizon is not None and not (is_whole(horizon, floats=False) and horizon >= 1):
+            raise ValueError(f"horizon must be an integer >= 1 or None, got {horizon!r}")
         super().__init__(
             generator,
             oracle_factory,

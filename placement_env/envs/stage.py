@@ -100,8 +100,10 @@ class StageEnv(PlacementEnv):
             raise ValueError(f"init {init!r} is unknown; expected one of {STAGE_INITS}")
         if stages is not None and stages < 1:
             raise ValueError(f"stages must be >= 1 or None, got {stages}")
-        if horizon is not None and horizon < 1:
-            raise ValueError(f"horizon must be >= 1 or None, got {horizon}")
+        from graphs.schema import is_whole
+
+        if horizon is not None and not (is_whole(horizon, floats=False) and horizon >= 1):
+            raise ValueError(f"horizon must be an integer >= 1 or None, got {horizon!r}")
         super().__init__(
             generator,
             oracle_factory,

@@ -519,3 +519,12 @@ def test_a_bad_oom_penalty_is_a_value_error_naming_it(bad) -> None:
     """Found by fuzzing: ``oom_penalty="abc"`` was numpy's ``isfinite`` TypeError."""
     with pytest.raises(ValueError, match=r"oom_penalty must be finite and >= 0, got"):
         _toy("placement_env/Sweep-v0", oom_penalty=bad)
+
+
+@pytest.mark.parametrize("env_id", ["placement_env/Reassign-v0", "placement_env/Stage-v0"])
+@pytest.mark.parametrize("bad", [1.5, "8", True, 0])
+def test_a_horizon_must_be_a_whole_number(env_id: str, bad) -> None:
+    """Found by fuzzing: ``horizon=1.5`` was taken (a fractional progress feature)."""
+    with pytest.raises(ValueError, match=r"horizon must be an integer >= 1 or None, got"):
+        _toy(env_id, horizon=bad)
+    assert _toy(env_id, horizon=None).horizon is None
