@@ -41,6 +41,11 @@ def _cluster(c: ClusterLike) -> Cluster:
 def _load_clusters(specs: Sequence[ClusterLike], what: str) -> list[Cluster]:
     """Every cluster of a generator, loaded when it is built: an unknown preset used to
     fail at the first episode, after minutes of baselines (found by fuzzing)."""
+    if isinstance(specs, (str, bytes)) or not isinstance(specs, Sequence):
+        raise ValueError(  # "k40_2" was taken letter by letter (found by fuzzing)
+            f"generator {what!r}: clusters must be a list of cluster names or objects, got "
+            f"{specs!r}"
+        )
     out = []
     for i, c in enumerate(specs):
         try:
@@ -100,15 +105,10 @@ class _LazyProduct:
         if not clusters:
             raise ValueError(f"{type(self).__name__} needs at least one cluster")
         self.sources = list(sources)
+        loaded = _load_clusters(clusters, {"model": "zoo", "path": "files"}.get(what, what))
         self.cluster_specs = list(clusters)
         self._graphs: dict[int, CompGraph] = {}
-        self._clusters: dict[int, Cluster] = dict(
-            enumerate(
-                _load_clusters(
-                    self.cluster_specs, {"model": "zoo", "path": "files"}.get(what, what)
-                )
-            )
-        )
+        self._clusters: dict[int, Cluster] = dict(enumerate(loaded))
         self._bounds: Bounds | None = None
 
     def _load(self, source: Any) -> CompGraph:
@@ -225,8 +225,18 @@ class SyntheticGenerator:
     ) -> None:
         if not clusters:
             raise ValueError("SyntheticGenerator needs at least one cluster")
+        self._clusters: list[Cluster] | None = _load_clusters(clusters, "synthetic")
         self.cluster_specs = list(clusters)
-        self._clusters: list[Cluster] | None = _load_clusters(self.cluster_specs, "synthetic")
+        from graphs.schema import is_whole
+
+        for key, v, lo in (("min_ops", min_ops, 2), ("max_ops", max_ops, 2),
+                           ("max_nodes", max_nodes, 1), ("max_edges", max_edges, 1)):  # fmt: skip
+            if v is not None and not (is_whole(v, floats=False) and v >= lo):
+                raise ValueError(  # min_ops=1 failed at the first sample, named min_nodes
+                    f"generator 'synthetic': {key} must be an integer >= {lo}, got {v!r}"
+                )
+        if min_ops > max_ops:
+            raise ValueError(f"generator 'synthetic': min_ops {min_ops} is above max_ops {max_ops}")
         self.sampler = sampler
         self.kwargs = kwargs
         if sampler is None:

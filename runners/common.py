@@ -237,6 +237,22 @@ def oracle_factory(spec: EnvSpec) -> OracleFactory:
                 f"env {spec.name!r}: env.oracle_options {unknown} are not options of the "
                 f"profiled oracle; valid: {valid}"
             )
+        from graphs.schema import is_whole
+
+        for k, v in opts.items():  # taken silently before: 2.5 steps ran 2, "maybe" was true
+            if k in ("steps", "warmup", "threads", "seed") and not is_whole(v, floats=False):
+                raise ValueError(
+                    f"env {spec.name!r}: env.oracle_options.{k} = {v!r}; expected an integer"
+                )
+            if k in ("predict_oom", "capture_grads") and not isinstance(v, bool):
+                raise ValueError(
+                    f"env {spec.name!r}: env.oracle_options.{k} = {v!r}; expected true or false"
+                )
+            if k == "cache_dir" and v is not None and not (isinstance(v, str) and v):
+                raise ValueError(
+                    f"env {spec.name!r}: env.oracle_options.cache_dir = {v!r}; expected a "
+                    "folder path or null"
+                )
         probe = {k: v for k, v in opts.items() if k in fields}
         try:  # a bad value used to fail at the first plan scored, named as RunSpec's field
             RunSpec(mode="oplevel", world_size=1, devices=[0], model={}, **probe).validate()

@@ -84,7 +84,9 @@ def evaluate(
             "runs, or leave runs out to train the suite (envs x agents x seeds)"
         )
     if runs:
-        rows = [row_of_run(p) for p in run_folders(runs)]
+        folders = run_folders(runs)
+        rows = [row_of_run(p) for p in folders]
+        check_one_problem_per_env(rows, folders)
         return _write_all(rows, run_dir, echo)
     for group, names in (("env", cfg.envs), ("agent", cfg.agents)):
         unknown = sorted(set(names) - set(common.available(group)))
@@ -92,11 +94,23 @@ def evaluate(
             raise ValueError(
                 f"evaluate: unknown {group}s {unknown}; available: {common.available(group)}"
             )
+    check_suite(cfg)
+    cells = [(e, a, int(s)) for e in cfg.envs for a in cfg.agents for s in cfg.seeds]
+    configs = {}
+    for env, agent, seed in cells:  # every cell checked before the first one trains
+        configs[env, agent, seed] = sub = _compose_cell(cfg, env, agent, seed)
+        from runners.train import check_config
+
+        try:
+            schema.check_values(schema.TrainConfig, sub)
+            check_config(sub)
+        except ValueError as exc:
+            raise ValueError(f"evaluate: cell {env} x {agent} x seed {seed}: {exc}") from None
     rows: list[dict[str, Any]] = []
     for env in cfg.envs:
         for agent in cfg.agents:
             for seed in cfg.seeds:
-                sub = compose_train(cell_overrides(cfg, env, agent, int(seed)))
+                sub = configs[env, agent, int(seed)]
                 cell = run_dir / env / agent / f"s{seed}"
                 res = train(sub, cell, echo=lambda s: None)
                 row = {
@@ -117,6 +131,58 @@ def evaluate(
     return _write_all(rows, run_dir, echo)
 
 
+#: Keys the suite sets for each cell: an ``overrides`` entry for one of them used to replace
+#: the cell's own (``overrides=['agent=metis']`` filed METIS's result under every agent).
+CELL_KEYS = ("env", "agent", "seed", "output_dir", "resume", "logger", "run_baselines")
+
+
+def check_suite(cfg: DictConfig) -> None:
+    """Refuse an empty or repeated ``envs`` / ``agents`` / ``seeds`` (a repeated seed ran into
+    the same folder and counted as another run; an empty list failed in matplotlib) and
+    ``overrides`` that set what the suite sets per cell (:data:`CELL_KEYS`)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    for key in ("envs", "agents", "seeds"):
+        values = list(cfg[key])
+        if not values:
+            raise ValueError(f"evaluate: {key}=[] names nothing to run; give at least one")
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            raise ValueError(
+                f"evaluate: {key} repeats {repeated}; each cell runs once into its own folder"
+            )
+    for ov in cfg.overrides:
+        try:
+            (parsed,) = OverridesParser.create().parse_overrides([str(ov)])
+        except (OverrideParseException, ValueError) as exc:
+            raise ValueError(
+                f"evaluate: overrides entry {ov!r} is not a hydra override: "
+                f"{common.first_line(exc)}"
+            ) from None
+        full = parsed.key_or_group
+        key = full if full in CELL_KEYS else full.split(".")[0]
+        if full in CELL_KEYS or key == "train":
+            what = "train.* budget (set it as train.KEY=... of evaluate)" if key == "train" else key
+            raise ValueError(
+                f"evaluate: overrides entry {ov!r} sets the {what}, which the suite sets for "
+                f"each cell (envs x agents x seeds); the suite's own keys are {list(CELL_KEYS)} "
+                "and train.*"
+            )
+
+
+def _compose_cell(cfg: DictConfig, env: str, agent: str, seed: int) -> DictConfig:
+    """One cell's train config; a hydra error (a misspelt key inside ``overrides``) is a
+    ``ValueError`` naming the cell (it was hydra's several-line message)."""
+    try:
+        return compose_train(cell_overrides(cfg, env, agent, seed))
+    except Exception as exc:  # noqa: BLE001 - hydra's ConfigCompositionException & co.
+        raise ValueError(
+            f"evaluate: cell {env} x {agent} x seed {seed} (overrides {list(cfg.overrides)}): "
+            f"{common.first_line(exc)}"
+        ) from None
+
+
 def run_folders(paths: Sequence[str]) -> list[Path]:
     """The run folders under ``paths``: each path is a run (it has ``result.json``) or a folder
     of runs (a sweep's ``multirun/.../N`` jobs), searched recursively; sorted, no repeats."""
@@ -135,6 +201,25 @@ def run_folders(paths: Sequence[str]) -> list[Path]:
             )
         found += [h for h in hits if h not in found]
     return found
+
+
+def check_one_problem_per_env(rows: Sequence[dict[str, Any]], folders: Sequence[Path]) -> None:
+    """Runs are grouped by env name; two runs of one name but different problems (another
+    ``env.cluster``, model or microbatches: another lower bound) used to be averaged into one
+    row, under the first run's lower bound (found by fuzzing)."""
+    first: dict[str, tuple[float | None, Path]] = {}
+    for row, folder in zip(rows, folders):
+        lb = row["lower_bound_ms"]
+        if row["env"] not in first:
+            first[row["env"]] = (lb, folder)
+            continue
+        lb0, folder0 = first[row["env"]]
+        if lb is not None and lb0 is not None and not math.isclose(lb, lb0, rel_tol=1e-6):
+            raise ValueError(
+                f"runs: {folder0} and {folder} both ran env {row['env']!r} but on different "
+                f"problems (lower bounds {lb0:.4f} and {lb:.4f} ms: another cluster, model or "
+                "pipeline setting); compare runs of one problem per env name"
+            )
 
 
 def row_of_run(run: Path) -> dict[str, Any]:

@@ -546,6 +546,46 @@ def check_override_values(schema: type, overrides: list[str]) -> None:
         check_value(schema, ov.key_or_group, value, where=f"override {ov.input_line!r}: key")
 
 
+def check_group_choices(overrides: list[str]) -> None:
+    """``agent=nosuch``, ``+env=nosuch``, ``logger=foo``: one line listing the choices (it was
+    hydra's several-line message and exit status 1)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    candidates = [o for o in overrides if "=" in o and not o.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(candidates)
+    except OverrideParseException:
+        return
+    for ov in parsed:
+        group = ov.key_or_group
+        if group not in GROUPS or ov.is_delete():
+            continue
+        try:
+            values = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else [ov.value()]
+        except Exception:  # noqa: BLE001 - range/interval sweeps: hydra reports them
+            continue
+        choices = sorted(p.stem for p in (conf / group).glob("*.yaml"))
+        bad = [v for v in values if not isinstance(v, str) or v not in choices]
+        if bad:
+            raise ValueError(
+                f"{ov.input_line!r}: {bad[0]!r} is not one of the {group} choices {choices}"
+            )
+
+
+def check_multirun_output_dir(argv: list[str]) -> None:
+    """With ``-m`` every job wrote into the one ``output_dir`` (the last job's files won)."""
+    if not any(a in ("-m", "--multirun") for a in argv):
+        return
+    if any(a.lstrip("+").startswith("output_dir=") for a in argv):
+        raise ValueError(
+            "output_dir= with -m (a sweep) would put every job into one folder, each "
+            "overwriting the last; leave it out (the jobs go to hydra.sweep.dir/N, "
+            "multirun/... by default) or set hydra.sweep.dir=DIR"
+        )
+
+
 def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) -> None:
     """Check the command-line keys and values against ``schema`` (exit 2 naming the key, the
     value and what is valid), then run ``hydra_main``: the shared ``main()`` of every runner.
@@ -554,6 +594,8 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
 
     args = sys.argv[1:] if argv is None else argv
     try:
+        check_multirun_output_dir(args)
+        check_group_choices(args)
         check_overrides(schema, args)
         check_override_values(schema, args)
         extra = _resume_dir_overrides(schema, args)

@@ -199,6 +199,25 @@ def check_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any]) -> None:
         raise ValueError(f"env.env_kwargs: {env_id} takes no option(s) {bad}; valid: {valid}")
 
 
+def check_config(cfg: DictConfig) -> common.EnvSpec:
+    """The checks of a train config that need no problem built (seconds at most): the env's
+    keys and options, its generator, the agent's options; the env spec. ``runners.evaluate``
+    runs them on every cell before the first cell trains."""
+    spec = common.env_spec(cfg.env)
+    check_env_kwargs(spec.env_id, spec.env_kwargs)
+    check_generator(spec)
+    agent_cfg = common.to_plain(cfg.agent)
+    if agent_cfg["kind"] in ("ppo", "finetune"):
+        check_ppo_extra((agent_cfg.get("ppo") or {}).get("extra"))
+    if agent_cfg["kind"] == "ppo" and spec.env_id != common.HYBRID_ENV_ID:
+        check_init_policy_network(agent_cfg)
+    if agent_cfg["kind"] == "baseline":  # refuse a misspelled option before any work
+        common.check_baseline_options(
+            agent_cfg.get("baseline") or agent_cfg["name"], agent_cfg.get("options")
+        )
+    return spec
+
+
 def check_generator(spec: common.EnvSpec) -> None:
     """Build ``env.generator`` once before any baseline runs: a bad option (an unknown
     cluster in ``env.generator_options.clusters``) used to fail at PPO's first episode,
@@ -208,8 +227,10 @@ def check_generator(spec: common.EnvSpec) -> None:
     from placement_env import generators
 
     try:
-        generators.make_generator({**dict(spec.generator_options), "kind": spec.generator})
-    except (ValueError, TypeError) as exc:
+        gen = generators.make_generator({**dict(spec.generator_options), "kind": spec.generator})
+        gen.bounds()  # every graph of a zoo / files generator loaded (its padding)
+        gen.sample(np.random.default_rng(0))  # a sampler's own limits (min_ops=1)
+    except (ValueError, TypeError, OSError, KeyError) as exc:
         raise ValueError(
             f"env.generator={spec.generator!r} / env.generator_options: {exc}"
         ) from None
@@ -762,17 +783,27 @@ def check_hybrid_planners(
             )
 
 
-def check_planner_batch(env: str, agent_cfg: Mapping[str, Any], graph: Any) -> None:
+def check_planner_batch(
+    env: str, agent_cfg: Mapping[str, Any], graph: Any, env_kwargs: Mapping[str, Any] | None = None
+) -> None:
     """A hybrid planner's ``global_batch`` option must be the model's batch: the plan it
     writes carries the model (``meta.model``), and ``runners.execute`` refuses a layout whose
     global batch is not the model's (a run with ``agent.options.global_batch=7`` on a model
     of batch 8 wrote such a plan and exited 0)."""
     from agents.baselines.megatron_grid import default_global_batch
 
+    batch = default_global_batch(graph)
+    env_gb = (env_kwargs or {}).get("global_batch")
+    if env_gb is not None and env_gb != batch:  # PPO planned batch 2 against baselines of 8
+        raise ValueError(
+            f"env {env!r}: env.env_kwargs.global_batch={env_gb!r} is not the model's batch "
+            f"({batch} samples per step): the env's layouts would be of another batch than "
+            "the baselines' and than the model the plan names. Set the batch in the model "
+            "instead (env.model_config's batch) and leave env.env_kwargs.global_batch out"
+        )
     gb = (agent_cfg.get("options") or {}).get("global_batch")
     if agent_cfg["kind"] != "baseline" or gb is None:
         return
-    batch = default_global_batch(graph)
     if gb != batch:
         raise ValueError(
             f"env {env!r}: agent.options.global_batch={gb!r} is not the model's batch "
@@ -919,18 +950,8 @@ def train(
 
         torch.set_num_threads(int(cfg.torch_threads))
     common.seed_everything(seed)
-    spec = common.env_spec(cfg.env)
-    check_env_kwargs(spec.env_id, spec.env_kwargs)  # before any baseline runs (minutes)
-    check_generator(spec)
+    spec = check_config(cfg)  # before any baseline runs (minutes)
     agent_cfg = plain["agent"]
-    if agent_cfg["kind"] in ("ppo", "finetune"):
-        check_ppo_extra((agent_cfg.get("ppo") or {}).get("extra"))
-    if agent_cfg["kind"] == "ppo" and spec.env_id != common.HYBRID_ENV_ID:
-        check_init_policy_network(agent_cfg)
-    if agent_cfg["kind"] == "baseline":  # refuse a misspelled option before any work
-        common.check_baseline_options(
-            agent_cfg.get("baseline") or agent_cfg["name"], agent_cfg.get("options")
-        )
 
     # ---- problem
     problem = common.build_problem(spec)
@@ -951,7 +972,7 @@ def train(
         f"{pipeline}, oracle {spec.oracle}{_hybrid_model_note(problem) if hybrid else ''}"
     )
     if hybrid:  # model FLOPs at peak: no op-level tables of a thousand-GPU cluster
-        check_planner_batch(spec.name, agent_cfg, problem.graph)
+        check_planner_batch(spec.name, agent_cfg, problem.graph, spec.env_kwargs)
         from placement_env.oracles.hybrid import hybrid_lower_bound
 
         lower_bound = hybrid_lower_bound(problem.graph, problem.cluster)

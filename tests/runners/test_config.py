@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hydra.errors import ConfigCompositionException, HydraException
@@ -215,3 +217,27 @@ def test_generator_options_of_a_fixed_problem_are_refused() -> None:
     ):
         common.env_spec(cfg.env)
     assert common.env_spec(compose(["+env=synthetic"]).env).generator_options
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["+env=nosuch"], r"'\+env=nosuch': 'nosuch' is not one of the env choices \['bert_8gpu'"),
+        (["+env=gpt2_tiny_cpu4", "agent=metis,nosuch"],
+         r"'agent=metis,nosuch': 'nosuch' is not one of the agent choices"),
+        (["logger=foo"], r"'foo' is not one of the logger choices \['none', 'tensorboard', 'wandb'\]"),
+        (["+experiment=nosuch"], r"'nosuch' is not one of the experiment choices"),
+        (["-m", "+env=gpt2_tiny_cpu4", "agent=metis,expert", "output_dir=/tmp/x"],
+         r"output_dir= with -m \(a sweep\) would put every job into one folder"),
+    ],
+)  # fmt: skip
+def test_group_choices_and_a_sweep_into_one_folder_are_one_error_line(argv, says, capsys):
+    """Found by fuzzing: a wrong group choice was hydra's several-line message (exit 1); with
+    -m and output_dir= every job wrote into one folder, each replacing the last."""
+    from runners import schema
+
+    with pytest.raises(SystemExit) as stop:
+        schema.run_checked(schema.TrainConfig, lambda: pytest.fail("hydra ran"), argv=argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and re.search(says, err), err

@@ -271,3 +271,48 @@ def test_plan_says_which_problem_it_plans_for_a_generator_env(tmp_path: Path) ->
         "runners.plan plans the env's own problem, gpt2 on dgx1_v100_8"
     )
     assert result["step_time"] > 0 and json.loads((tmp_path / "result.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        # found by fuzzing: overrides=['agent=metis'] filed METIS's result under every agent,
+        # seeds=[0,0,0] ran one folder three times and reported 3/3 runs
+        (["agents=[random]", "overrides=['agent=metis']"],
+         r"overrides entry 'agent=metis' sets the agent, which the suite sets for each cell"),
+        (["overrides=['seed=5']"], r"overrides entry 'seed=5' sets the seed"),
+        (["overrides=['train.timesteps=5']"], r"sets the train.\* budget"),
+        (["seeds=[0,0,0]"], r"evaluate: seeds repeats \['0'\]; each cell runs once"),
+        (["agents=[metis,metis]"], r"evaluate: agents repeats \['metis'\]"),
+        (["envs=[]"], r"evaluate: envs=\[\] names nothing to run"),
+        # an option only some agents take failed after the earlier cells had run
+        (["envs=[gpt2_tiny_cpu4]", "agents=[anneal,metis]", "overrides=['+agent.options.t0=0.5']"],
+         r"cell gpt2_tiny_cpu4 x metis x seed 0: baseline 'metis' has no option\(s\) \['t0'\]"),
+        # a misspelt key inside overrides was hydra's several-line message
+        (["envs=[gpt2_tiny_cpu4]", "overrides=['agent.foo=1']"],
+         r"cell gpt2_tiny_cpu4 x placeto x seed 0 \(overrides \['agent.foo=1'\]\): "),
+    ],
+)  # fmt: skip
+def test_evaluate_refuses_a_bad_suite_before_any_cell(tmp_path, monkeypatch, overrides, says):
+    from runners import evaluate as ev
+
+    monkeypatch.setattr(ev, "train", lambda *a, **k: pytest.fail("a cell was trained"))
+    with pytest.raises(ValueError, match=says):
+        evaluate(compose(overrides, config="evaluate"), tmp_path, echo=lambda s: None)
+
+
+def test_evaluate_refuses_runs_of_one_env_name_on_different_problems(tmp_path: Path) -> None:
+    """Found by fuzzing: a run on cpu_4 and one on cpu_2, both of env gpt2_tiny_cpu4, were
+    averaged into one row under the first one's lower bound."""
+    base = ["+env=gpt2_tiny_cpu4", "agent=metis", "logger=none", "env.baselines=[]"]
+    train(compose(base), tmp_path / "a", echo=lambda s: None)
+    train(compose([*base, "env.cluster=cpu_2"]), tmp_path / "b", echo=lambda s: None)
+    cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / 'b'}]"], config="evaluate")
+    with pytest.raises(
+        ValueError, match=r"both ran env 'gpt2_tiny_cpu4' but on different problems"
+    ):
+        evaluate(cfg, tmp_path / "cmp", echo=lambda s: None)
+    train(compose([*base, "seed=1"]), tmp_path / "c", echo=lambda s: None)  # same problem
+    cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / 'c'}]"], config="evaluate")
+    (row,) = aggregate(evaluate(cfg, tmp_path / "ok", echo=lambda s: None))
+    assert row["runs"] == 2

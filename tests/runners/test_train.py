@@ -218,6 +218,12 @@ def test_an_env_id_that_is_no_devplace_env_is_refused(graph_file: Path, tmp_path
         # bad values: named as RunSpec's fields at the first plan scored, after the baselines
         (["env.oracle=profiled", "+env.oracle_options.steps=0"],
          r"env.oracle_options \{'steps': 0\}: RunSpec: steps must be >= 1"),
+        (["env.oracle=profiled", "+env.oracle_options.steps=2.5"],
+         r"env.oracle_options.steps = 2.5; expected an integer"),
+        (["env.oracle=profiled", "+env.oracle_options.predict_oom=maybe"],
+         r"env.oracle_options.predict_oom = 'maybe'; expected true or false"),
+        (["env.oracle=profiled", "+env.oracle_options.cache_dir=123"],
+         r"env.oracle_options.cache_dir = 123; expected a folder path or null"),
         (["env.oracle=profiled", "+env.oracle_options.threads=0"],
          r"env.oracle_options \{'threads': 0\}: RunSpec.threads 0: expected an integer >= 1"),
         # an unknown cluster: blamed on env.env_kwargs at PPO's first episode
@@ -229,6 +235,17 @@ def test_an_env_id_that_is_no_devplace_env_is_refused(graph_file: Path, tmp_path
          r"generator 'zoo': clusters\[0\] \('nope'\): unknown cluster"),
         (["env.generator=bogus", "+env.generator_options.clusters=[cpu_2]"],
          r"env.generator='bogus' / env.generator_options: unknown generator kind 'bogus'"),
+        # round 3 of fuzzing: each failed after the baselines, named env.env_kwargs or the
+        # sampler's min_nodes, or split a cluster name into letters
+        (["env.generator=zoo", "+env.generator_options.models=[nosuch]",
+          "+env.generator_options.clusters=[k40_2]"],
+         r"env.generator='zoo' / env.generator_options: graphs.zoo: unknown model 'nosuch'"),
+        (["env.generator=synthetic", "+env.generator_options.min_ops=1"],
+         r"generator 'synthetic': min_ops must be an integer >= 2, got 1"),
+        (["env.generator=synthetic", "+env.generator_options.max_nodes=0"],
+         r"generator 'synthetic': max_nodes must be an integer >= 1, got 0"),
+        (["env.generator=synthetic", "+env.generator_options.clusters=k40_2"],
+         r"generator 'synthetic': clusters must be a list of cluster names or objects, got 'k40_2'"),
     ],
 )  # fmt: skip
 def test_unknown_oracle_and_generator_options_are_refused(

@@ -339,6 +339,20 @@ def test_a_planner_batch_other_than_the_models_is_refused(tmp_path: Path, monkey
     assert json.loads((tmp_path / "b" / "result.json").read_text())["layout"]["global_batch"] == 8
 
 
+def test_an_env_global_batch_other_than_the_models_is_refused(tmp_path: Path, monkeypatch):
+    """Found by fuzzing: `+env.env_kwargs.global_batch=2` on a model of batch 8 let PPO plan
+    batch 2 and print a speed-up over megatron_grid's batch-8 layouts (below the lower
+    bound); `runners.execute` then refused the plan."""
+    from runners import common
+
+    monkeypatch.setattr(common, "run_baselines", lambda *a, **k: pytest.fail("a baseline ran"))
+    ov = ["+env=gpt2_cpu4_hybrid", "agent=ppo", "logger=none", "train.timesteps=8",
+          "env.baselines=[megatron_grid]"]  # fmt: skip
+    with pytest.raises(ValueError, match=r"env.env_kwargs.global_batch=2 is not the model's batch "
+                       r"\(8 samples per step\)"):  # fmt: skip
+        train(compose([*ov, "+env.env_kwargs.global_batch=2"]), tmp_path / "a", echo=print)
+
+
 def test_a_planner_without_a_plan_says_why_on_the_terminal(tmp_path: Path) -> None:
     """GPT-3 175B on 4 CPU processes fits no layout: the run used to end with `best n/a
     (OOM)` and the planners' reasons only in result.json."""
