@@ -331,18 +331,10 @@ def check_key(schema: type, dotted: str) -> None:
 def check_overrides(schema: type, overrides: list[str]) -> None:
     """Validate the keys of command-line ``overrides`` against ``schema`` before hydra runs.
 
-    Group choices (``+env=...``, ``agent=...``), ``hydra.*`` keys and flags (``-m``) are
-    left to hydra, which already lists the valid options of a group.
+    Group choices (``+env=...``, ``agent=...``: :func:`check_group_choices`), ``hydra.*``
+    keys and flags (``-m``) are left out.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    candidates = [o for o in overrides if "=" in o and not o.startswith("-")]
-    try:
-        parsed = OverridesParser.create().parse_overrides(candidates)
-    except OverrideParseException:
-        return  # hydra reports syntax errors itself
-    for ov in parsed:
+    for ov in _parsed(overrides):
         key = ov.key_or_group
         if key in GROUPS or key.startswith("hydra") or ov.is_delete():
             continue
@@ -526,16 +518,22 @@ def _resume_dir_overrides(schema: type, argv: list[str]) -> list[str]:
     return [f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
 
 
-def check_override_values(schema: type, overrides: list[str]) -> None:
-    """Check the values of command-line ``overrides`` against :data:`RULES` (before hydra)."""
+def _parsed(overrides: list[str]) -> list[Any]:
+    """hydra's parse of the ``key=value`` command-line overrides; ``[]`` on a syntax error,
+    which hydra then reports itself."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
     candidates = [o for o in overrides if "=" in o and not o.startswith("-")]
     try:
-        parsed = OverridesParser.create().parse_overrides(candidates)
+        return list(OverridesParser.create().parse_overrides(candidates))
     except OverrideParseException:
-        return
+        return []
+
+
+def check_override_values(schema: type, overrides: list[str]) -> None:
+    """Check the values of command-line ``overrides`` against :data:`RULES` (before hydra)."""
+    parsed = _parsed(overrides)
     for ov in parsed:
         if ov.is_delete() or ov.is_sweep_override():
             continue
@@ -549,15 +547,8 @@ def check_override_values(schema: type, overrides: list[str]) -> None:
 def check_group_choices(overrides: list[str]) -> None:
     """``agent=nosuch``, ``+env=nosuch``, ``logger=foo``: one line listing the choices (it was
     hydra's several-line message and exit status 1)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
     conf = Path(__file__).resolve().parent.parent / "conf"
-    candidates = [o for o in overrides if "=" in o and not o.startswith("-")]
-    try:
-        parsed = OverridesParser.create().parse_overrides(candidates)
-    except OverrideParseException:
-        return
+    parsed = _parsed(overrides)
     for ov in parsed:
         group = ov.key_or_group
         if group not in GROUPS or ov.is_delete():
