@@ -105,7 +105,23 @@ def check_config(cfg: DictConfig) -> Path:
             f"profile: calibration = {str(path)!r} cannot be written (a folder, or no writable "
             "folder to create it in)"
         )
+    for key, spec in (("model", cfg.get("model")), ("runtime.model", rt.get("model"))):
+        if spec is not None:  # an unknown model or config key failed after the measuring,
+            check_model_builds(spec, key)  # the calibration file already replaced (fuzzing)
     return path
+
+
+def check_model_builds(spec: Any, key: str) -> None:
+    """Build the model of ``spec`` on the meta device (shapes only, about a second) or raise
+    ``ValueError`` naming ``key``."""
+    from runtime.model import load_model
+
+    if OmegaConf.is_config(spec):
+        spec = OmegaConf.to_container(spec, resolve=True)
+    try:
+        load_model(spec, device="meta")
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"profile: {key} = {spec!r} cannot be built: {exc}") from None
 
 
 def _can_create_in(folder: Path) -> bool:

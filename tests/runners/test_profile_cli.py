@@ -75,6 +75,15 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
         (["hybrid.model=gpt2"], "hybrid.model = 'gpt2'; expected {name: gpt2"),
         # model specs that failed after minutes of measuring (an OmegaConf message) or ran
         (["runtime.model=5"], "field 'runtime.model' is 5; expected an object"),
+        # round 3 of fuzzing: measured for 19 s, the calibration file replaced, then refused
+        (
+            ["runtime.model={name: nosuch}"],
+            "runtime.model = {'name': 'nosuch'} cannot be built: graphs.zoo: unknown model",
+        ),
+        (
+            ["model={factory: 'runtime.toy:tiny_lm', config: {foo: 1}}"],
+            "cannot be built: tiny_lm() got an unexpected keyword argument 'foo'",
+        ),
         (["+model.bogus=1"], "field 'model.bogus' is not a known key"),
         ([f"hybrid.model={HYBRID}", "hybrid.tps=4"], "hybrid.tps = 4; expected a list"),
         ([f"hybrid.model={HYBRID}", "hybrid.tps=[3]"], "tps[] = 3: a tensor-parallel degree"),
