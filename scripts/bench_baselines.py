@@ -18,18 +18,23 @@ from placement_env.oracles.simulator import Simulator  # noqa: E402
 
 
 def main() -> None:
+    from scripts.argtypes import positive_float, positive_int
+
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default="gpt2-xl")
     ap.add_argument("--cluster", default="dgx1_v100_8")
-    ap.add_argument("--microbatches", type=int, default=8)
-    ap.add_argument("--anneal-budget", type=int, default=300)
-    ap.add_argument("--random-budget", type=int, default=100)
-    ap.add_argument("--ilp-seconds", type=float, default=60.0)
+    ap.add_argument("--microbatches", type=positive_int, default=8)
+    ap.add_argument("--anneal-budget", type=positive_int, default=300)
+    ap.add_argument("--random-budget", type=positive_int, default=100)
+    ap.add_argument("--ilp-seconds", type=positive_float, default=60.0)
     ap.add_argument("--out", default="docs/baselines_table.md")
     a = ap.parse_args()
     wall0, load0 = time.perf_counter(), os.getloadavg()
-    g = graphs.zoo.build(a.model, max_groups=256)
-    c = graphs.clusters.load(a.cluster)
+    try:  # an unknown name was a ValueError traceback (found by fuzzing)
+        c = graphs.clusters.load(a.cluster)
+        g = graphs.zoo.build(a.model, max_groups=256)
+    except ValueError as exc:
+        ap.error(f"--model {a.model!r} / --cluster {a.cluster!r}: {exc}")
     lb = Simulator(g, c, microbatches=a.microbatches, schedule="1f1b").lower_bound()
     rows = [
         f"{a.model} (<= 256 groups) on {a.cluster}, {a.microbatches} microbatches, 1F1B; "

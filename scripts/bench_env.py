@@ -45,8 +45,10 @@ def bench(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict[str, float]:
 
 
 def main() -> None:
+    from scripts.argtypes import positive_int
+
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--steps", type=int, default=1024)
+    ap.add_argument("--steps", type=positive_int, default=1024)
     ap.add_argument("--no-write", action="store_true", help="print only, leave docs/ alone")
     args = ap.parse_args()
     cases = [

@@ -126,9 +126,11 @@ upper bounds.
 
 
 def main() -> int:
+    from scripts.argtypes import positive_int
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="gpt2-xl")
-    parser.add_argument("--max-groups", type=int, default=256)
+    parser.add_argument("--max-groups", type=positive_int, default=256)
     parser.add_argument(
         "--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "extraction.md")
     )

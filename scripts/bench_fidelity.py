@@ -202,12 +202,14 @@ def main() -> None:
         spec.loader.exec_module(mod)
         mod.main()
         return
+    from scripts.argtypes import positive_int
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "fidelity.md"))
     ap.add_argument("--devices", type=int, nargs="+", default=[2])
     ap.add_argument("--random", type=int, default=14)
-    ap.add_argument("--microbatches", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--microbatches", type=positive_int, default=4)
+    ap.add_argument("--steps", type=positive_int, default=5)
     ap.add_argument(
         "--rounds", type=int, default=2, help="measure every plan this many times, interleaved"
     )

@@ -111,8 +111,10 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    from scripts.argtypes import positive_float
+
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--seconds", type=positive_float, default=3.0)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     md = table(bench(args.seconds))

@@ -124,17 +124,23 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    from scripts.argtypes import int_list
+
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", default="8,1024,3072")
-    ap.add_argument("--seeds", default="0", help="comma-separated seeds, one run per row and seed")
+    ap.add_argument("--rows", type=int_list, default=[8, 1024, 3072])
+    ap.add_argument(
+        "--seeds",
+        type=int_list,
+        default=[0],
+        help="comma-separated seeds, one run per row and seed",
+    )
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--reuse", action="store_true", help="read the rows' existing run folders")
     args = ap.parse_args()
-    rows = [
-        run_row(int(x), int(seed), args.reuse)
-        for x in args.rows.split(",")
-        for seed in args.seeds.split(",")
-    ]
+    bad = [x for x in args.rows if x not in ROWS]
+    if bad:  # a KeyError after the earlier rows had trained (found by fuzzing)
+        ap.error(f"--rows: {bad} are not rows of this benchmark; valid: {sorted(ROWS)}")
+    rows = [run_row(x, seed, args.reuse) for x in args.rows for seed in args.seeds]
     md = table(rows)
     print(md)
     if not args.no_write and DOC.exists():

@@ -41,8 +41,10 @@ CASES = [
 
 
 def main() -> None:
+    from scripts.argtypes import positive_float
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--time-limit", type=positive_float, default=60.0)
     ap.add_argument("--out", default="docs/ilp_symmetry_table.md")
     a = ap.parse_args()
     wall0, load0 = time.perf_counter(), os.getloadavg()

@@ -139,10 +139,14 @@ def time_reference(
 
 
 def main() -> None:
+    from scripts.argtypes import positive_float, positive_int
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=5.0, help="timing window per case")
-    ap.add_argument("--windows", type=int, default=5, help="equal sub-windows per case")
-    ap.add_argument("--ref-evals", type=int, default=3, help="reference evaluations to time")
+    ap.add_argument("--seconds", type=positive_float, default=5.0, help="timing window per case")
+    ap.add_argument("--windows", type=positive_int, default=5, help="equal sub-windows per case")
+    ap.add_argument(
+        "--ref-evals", type=positive_int, default=3, help="reference evaluations to time"
+    )
     ap.add_argument("--ref-oplevel", action="store_true", help="also time the reference op-level")
     ap.add_argument("--skip-oplevel", action="store_true", help="only the coarsened graph")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/simulator.md")

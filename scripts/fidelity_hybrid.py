@@ -173,11 +173,13 @@ def make_plans(graph: Any, cases: tuple[HybridCase, ...] = CASES) -> list[tuple[
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from scripts.argtypes import positive_int
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hybrid", action="store_true", help="(selects this benchmark)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "fidelity.md"))
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=positive_int, default=6)
+    ap.add_argument("--steps", type=positive_int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="only the first N plans")
     ap.add_argument(
@@ -214,10 +216,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--deadline", type=float, default=None, help="stop starting rounds after this many minutes"
     )
-    args = ap.parse_args(argv)
-    if args.rounds < 1 or args.steps < 1:
-        raise SystemExit("--rounds and --steps must be >= 1")
-    return args
+    return ap.parse_args(argv)
 
 
 # ------------------------------------------------------------------ prediction

@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def main(argv: list[str] | None = None) -> None:
+    from scripts.argtypes import positive_int
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--microbatch", type=int, default=2)
+    ap.add_argument("--repeats", type=positive_int, default=7)
+    ap.add_argument("--microbatch", type=positive_int, default=2)
     args = ap.parse_args(argv)
-    if args.repeats < 1 or args.microbatch < 1:
-        raise SystemExit("--repeats and --microbatch must be >= 1")
     from runtime.hybrid_profile import measure_wrappers
     from scripts.fidelity_hybrid import MODEL
 

@@ -143,8 +143,10 @@ def plot(thr: list[Series], mem: list[Series], out: Path) -> None:
 
 
 def main() -> None:
+    from scripts.argtypes import image_path
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=image_path, default=OUT)
     args = ap.parse_args()
     thr, mem = throughput_series(), memory_series()
     for s in thr + mem:

@@ -33,7 +33,9 @@ def test_measures_every_wrapper_on_a_one_rank_group(capsys) -> None:
     assert "fully_shard_fwd_bwd" in out and "52 parameter tensors" in out
 
 
-def test_bad_arguments_are_refused() -> None:
+def test_bad_arguments_are_refused(capsys) -> None:
     mod = load_script("measure_dp_wrappers")
-    with pytest.raises(SystemExit, match="must be >= 1"):
+    with pytest.raises(SystemExit) as stop:  # argparse's error line, exit status 2
         mod.main(["--repeats", "0"])
+    assert stop.value.code == 2
+    assert "argument --repeats: expected an integer >= 1, got '0'" in capsys.readouterr().err
