@@ -352,6 +352,24 @@ GENERATORS: dict[str, Callable[..., Generator]] = {
 }
 
 
+def check_generator_object(
+    generator: Any, oracle_factory: Any, env: str, needs: tuple[str, ...] = ("sample", "bounds")
+) -> None:
+    """An env's ``generator`` and ``oracle_factory`` arguments: ``generator=42`` built an env
+    whose ``reset()`` raised ``AttributeError``, ``oracle_factory="sim"`` an unnamed
+    ``TypeError`` (found by fuzzing). ``needs``: the generator methods the env calls."""
+    if generator is not None and not all(callable(getattr(generator, m, None)) for m in needs):
+        raise TypeError(
+            f"{env}: generator must be an instance generator (placement_env.generators: "
+            f"fixed(...), make_generator({{...}}); with {', '.join(needs)}), got {generator!r}"
+        )
+    if oracle_factory is not None and not callable(oracle_factory):
+        raise TypeError(
+            f"{env}: oracle_factory must be a callable (graph, cluster) -> oracle, got "
+            f"{oracle_factory!r}"
+        )
+
+
 def make_generator(spec: Mapping[str, Any]) -> Generator:
     """Build a generator from a plain mapping, e.g. ``{"kind": "zoo", "models": ["gpt2"]}``.
 

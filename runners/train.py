@@ -207,6 +207,12 @@ def check_config(cfg: DictConfig) -> common.EnvSpec:
     check_env_kwargs(spec.env_id, spec.env_kwargs)
     check_generator(spec)
     agent_cfg = common.to_plain(cfg.agent)
+    if agent_cfg["kind"] == "ppo" and (agent_cfg.get("options") or agent_cfg.get("budget")):
+        raise ValueError(  # both were ignored without a word (found by fuzzing)
+            f"agent {agent_cfg.get('name')!r} (PPO) takes no agent.options "
+            f"({agent_cfg.get('options') or {}}) or agent.budget ({agent_cfg.get('budget')}): "
+            "its budget is train.timesteps / train.seconds and its settings agent.ppo.*"
+        )
     if agent_cfg["kind"] in ("ppo", "finetune"):
         check_ppo_extra((agent_cfg.get("ppo") or {}).get("extra"))
     if agent_cfg["kind"] == "ppo" and spec.env_id != common.HYBRID_ENV_ID:

@@ -146,7 +146,9 @@ class PlacementEnv(gym.Env[dict, Any]):
                 f"{self.metadata['render_modes']} or None"
             )
         from graphs.schema import is_number
+        from placement_env.generators import check_generator_object
 
+        check_generator_object(generator, oracle_factory, type(self).__name__)
         if not (is_number(oom_penalty) and oom_penalty >= 0):  # "abc": a numpy TypeError
             raise ValueError(f"oom_penalty must be finite and >= 0, got {oom_penalty!r}")
         self.generator: Generator = generator if generator is not None else default_generator()

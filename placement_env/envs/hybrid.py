@@ -179,6 +179,9 @@ class HybridEnv(gym.Env[dict, Any]):
             raise ValueError(f"HybridEnv: stage_zero {stage_zero!r}: expected true or false")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode {render_mode!r} is not supported")
+        from placement_env.generators import check_generator_object
+
+        check_generator_object(generator, oracle_factory, "HybridEnv", needs=("sample",))
         self.generator = generator if generator is not None else _FixedHybrid()
         self.oracle_factory = oracle_factory
         self.global_batch = global_batch

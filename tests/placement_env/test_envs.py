@@ -528,3 +528,15 @@ def test_a_horizon_must_be_a_whole_number(env_id: str, bad) -> None:
     with pytest.raises(ValueError, match=r"horizon must be an integer >= 1 or None, got"):
         _toy(env_id, horizon=bad)
     assert _toy(env_id, horizon=None).horizon is None
+
+
+@pytest.mark.parametrize(
+    "env_id", ["placement_env/Sweep-v0", "placement_env/OneShot-v0", "placement_env/Hybrid-v0"]
+)
+def test_an_env_refuses_a_generator_or_oracle_factory_of_the_wrong_kind(env_id: str) -> None:
+    """Found by fuzzing: ``generator=42`` built an env whose reset() raised AttributeError;
+    ``oracle_factory="sim"`` failed at reset with an unnamed TypeError."""
+    with pytest.raises(TypeError, match=r"generator must be an instance generator .* got 42"):
+        gym.make(env_id, generator=42)
+    with pytest.raises(TypeError, match=r"oracle_factory must be a callable .* got 'sim'"):
+        gym.make(env_id, generator=fixed(chain3(), make_cluster(2)), oracle_factory="sim")
