@@ -71,8 +71,8 @@ def summary(graph: CompGraph, device: str | None = None, cluster: str | None = N
         cl = clusters.load(cluster or "dgx1_v100_8")
         devs = [d for d in cl.devices if device is None or d.kind == device]
         if not devs:
-            raise SystemExit(
-                f"graphs info: no device of kind {device!r} in cluster {cluster!r}; "
+            raise ValueError(
+                f"no device of kind {device!r} in cluster {cl.name!r}; "
                 f"kinds there: {sorted({d.kind for d in cl.devices})}"
             )
         d = devs[0]
@@ -106,15 +106,14 @@ def _load(args: argparse.Namespace) -> CompGraph:
             graph = coarsen(graph, args.max_groups)
         return graph
     if target not in zoo.names():
-        raise SystemExit(
-            f"graphs info: {target!r} is neither a file nor a zoo model; "
-            f"zoo models: {', '.join(zoo.names())}"
+        raise ValueError(
+            f"{target!r} is neither a file nor a zoo model; zoo models: {', '.join(zoo.names())}"
         )
     config = {}
     for item in args.config:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"graphs info: --config expects KEY=VALUE, got {item!r}")
+            raise ValueError(f"--config expects KEY=VALUE, got {item!r}")
         config[key] = yaml.safe_load(value)
     return zoo.build(
         target,
@@ -152,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         graph = _load(args)
         text = summary(graph, device=args.device, cluster=args.cluster)
     except ValueError as exc:  # a bad file, model, option or value: one line, exit 2
-        print(f"graphs info: {exc}", file=sys.stderr)
+        print(f"error: graphs info: {exc}", file=sys.stderr)  # the runners' "error:" form
         return 2
     print(text)
     return 0

@@ -41,11 +41,17 @@ def test_sizes_print_in_the_unit_named() -> None:
     assert fmt_bytes(2**50) == "1024.00 TiB"
 
 
-def test_info_rejects_unknown_name() -> None:
-    with pytest.raises(SystemExit, match="neither a file nor a zoo model"):
-        main(["info", "no-such-model"])
-    with pytest.raises(SystemExit, match="KEY=VALUE"):
-        main(["info", "gpt2", "-c", "n_layer"])
+def test_info_rejects_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown model, a bad -c and a device kind the cluster lacks: one `error:` line and
+    exit status 2 (they exited 1; the device error said "in cluster None" for the default)."""
+    for argv, says in (
+        (["info", "no-such-model"], "neither a file nor a zoo model"),
+        (["info", "gpt2", "-c", "n_layer"], "--config expects KEY=VALUE, got 'n_layer'"),
+        (["info", "gpt2", "--device", "k40"], "no device of kind 'k40' in cluster 'dgx1_v100_8'"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: graphs info: ") and says in err and err.count("\n") == 1
 
 
 def test_info_reports_a_bad_file_or_value_in_one_line(
@@ -57,7 +63,7 @@ def test_info_reports_a_bad_file_or_value_in_one_line(
     bad.write_text("not json")
     assert main(["info", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("graphs info: ") and "not valid JSON" in err and str(bad) in err
+    assert err.startswith("error: graphs info: ") and "not valid JSON" in err and str(bad) in err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert main(["info", "gpt2", "--max-groups", "0"]) == 2
     assert "max_groups must be an integer >= 1 or None, got 0" in capsys.readouterr().err
