@@ -114,6 +114,14 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
         raise FileNotFoundError(f"plan={cfg.plan}: no such file (a plan JSON from runners.*)")
     plan = Plan.load(cfg.plan)
     graph, cluster = resolve(plan, cfg.graph, cfg.cluster, source=str(cfg.plan))
+    if plan.cluster_hash and plan.cluster_hash != cluster.content_hash():
+        made = plan.meta.get("cluster")
+        raise ValueError(  # it said "made for cluster 96844..." naming neither (fuzzing)
+            f"plan={cfg.plan} was made for cluster {made or plan.cluster_hash!r}, not "
+            f"{cluster.name!r} ({'cluster=' + str(cfg.cluster) if cfg.cluster else 'its meta.cluster'}"
+            "); a placement only runs on the cluster it was made for: drop cluster= or plan "
+            "again on that cluster"
+        )
     optimizer = cfg.optimizer or default_optimizer(plan, cluster)
     from runtime.execute import execute  # torch: only once the plan and its settings are checked
 

@@ -365,6 +365,25 @@ def test_execute_names_the_plans_unknown_cluster(tmp_path: Path) -> None:
         run(cfg, tmp_path / "out")
 
 
+def test_execute_names_both_clusters_of_a_plan_made_for_another(tmp_path: Path) -> None:
+    """Found by fuzzing: `cluster=cpu_8` for a plan made on cpu_2 said "Plan was made for
+    cluster 96844..." naming neither the plan's cluster nor `cluster=`."""
+    from omegaconf import OmegaConf
+
+    from runners.execute import run
+
+    path = tmp_path / "best_plan.json"
+    graph = tmp_path / "g.json"
+    save(_graph(), graph)
+    _stamped(meta={"model": {"name": "gpt2"}, "cluster": "cpu_2"}).save(path)
+    cfg = OmegaConf.load(ROOT / "conf" / "execute" / "config.yaml")
+    cfg.pop("defaults"), cfg.pop("hydra")
+    cfg.plan, cfg.graph, cfg.cluster = str(path), str(graph), "cpu_8"
+    with pytest.raises(ValueError, match=rf"^plan={path} was made for cluster 'cpu_2', not "
+                       r"'cpu_8' \(cluster=cpu_8\); a placement only runs on the cluster"):  # fmt: skip
+        run(cfg, tmp_path / "out")
+
+
 @pytest.mark.parametrize(
     ("stage", "says"),
     [
