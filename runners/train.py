@@ -674,8 +674,9 @@ def search_hybrid_ppo(
     name = problem.spec.name
     if agent_cfg.get("policy", "auto") != "auto":
         raise ValueError(
-            f"env {name!r} (Hybrid-v0): agent.policy={agent_cfg['policy']!r} is a graph policy; "
-            "PPO on hybrid layouts uses SB3's MultiInputPolicy: set agent.policy=auto"
+            f"env {name!r} (Hybrid-v0): agent.policy={agent_cfg['policy']!r} is not taken here "
+            "(the graph policies are for op-placement envs); PPO on hybrid layouts uses SB3's "
+            "MultiInputPolicy: set agent.policy=auto"
         )
     if agent_cfg.get("init_policy"):
         raise ValueError(
