@@ -95,12 +95,12 @@ def evaluate(
                 f"evaluate: unknown {group}s {unknown}; available: {common.available(group)}"
             )
     check_suite(cfg)
+    from runners.train import check_config
+
     cells = [(e, a, int(s)) for e in cfg.envs for a in cfg.agents for s in cfg.seeds]
     configs = {}
     for env, agent, seed in cells:  # every cell checked before the first one trains
         configs[env, agent, seed] = sub = _compose_cell(cfg, env, agent, seed)
-        from runners.train import check_config
-
         try:
             schema.check_values(schema.TrainConfig, sub)
             check_config(sub)
