@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from runners import common, schema
-from runners.train import train
+from runners.train import check_config, train
 
 schema.register()
 
@@ -95,8 +95,6 @@ def evaluate(
                 f"evaluate: unknown {group}s {unknown}; available: {common.available(group)}"
             )
     check_suite(cfg)
-    from runners.train import check_config
-
     cells = [(e, a, int(s)) for e in cfg.envs for a in cfg.agents for s in cfg.seeds]
     configs = {}
     for env, agent, seed in cells:  # every cell checked before the first one trains
