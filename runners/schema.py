@@ -565,6 +565,34 @@ def check_group_choices(overrides: list[str]) -> None:
             )
 
 
+def check_experiment_fits(schema: type, overrides: list[str]) -> None:
+    """``+experiment=NAME`` files are written for one runner (``eval_mirhoseini`` sets the
+    suite of ``runners.evaluate``, ``generalist`` a ``runners.train`` run): given to another
+    runner they ended in hydra's several-line message. One line naming the key instead."""
+    import yaml
+
+    conf = Path(__file__).resolve().parent.parent / "conf" / "experiment"
+    fields = {f.name for f in dataclasses.fields(schema)}
+    for ov in _parsed(overrides):
+        if ov.key_or_group != "experiment" or ov.is_delete() or ov.is_sweep_override():
+            continue
+        path = conf / f"{ov.value()}.yaml"
+        if not path.is_file():
+            continue  # check_group_choices names it
+        data = yaml.safe_load(path.read_text()) or {}
+        groups = []
+        for item in data.get("defaults") or []:
+            if isinstance(item, dict):
+                groups += [k.split()[-1].strip("/").split("@")[0] for k in item]
+        keys = sorted({*(k for k in data if k != "defaults"), *groups} - fields)
+        if keys:
+            raise ValueError(
+                f"{ov.input_line!r}: experiment {ov.value()!r} sets {keys}, which "
+                f"{schema.__name__} has no keys for: it is written for another runner (its "
+                f"first lines say which)"
+            )
+
+
 def check_multirun_output_dir(argv: list[str]) -> None:
     """With ``-m`` every job wrote into the one ``output_dir`` (the last job's files won)."""
     if not any(a in ("-m", "--multirun") for a in argv):
@@ -587,6 +615,7 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
     try:
         check_multirun_output_dir(args)
         check_group_choices(args)
+        check_experiment_fits(schema, args)
         check_overrides(schema, args)
         check_override_values(schema, args)
         extra = _resume_dir_overrides(schema, args)

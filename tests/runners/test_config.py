@@ -241,3 +241,26 @@ def test_group_choices_and_a_sweep_into_one_folder_are_one_error_line(argv, says
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and re.search(says, err), err
+
+
+def test_an_experiment_for_another_runner_is_one_error_line(capsys):
+    """Found by fuzzing: `+experiment=eval_mirhoseini` (the evaluate suite) on runners.train
+    and `+experiment=generalist` on runners.evaluate were hydra's several-line messages."""
+    from runners import schema
+
+    for cls, argv, says in (
+        (schema.TrainConfig, ["+experiment=eval_mirhoseini"],
+         "experiment 'eval_mirhoseini' sets ['agents', 'envs', 'seeds'], which TrainConfig"),
+        (schema.EvaluateConfig, ["+experiment=generalist"],
+         "experiment 'generalist' sets ['agent', 'env'], which EvaluateConfig has no keys"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            schema.run_checked(cls, lambda: pytest.fail("hydra ran"), argv=argv)
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("\n") == 1 and says in err, err
+    ran = []
+    schema.run_checked(schema.TrainConfig, lambda: ran.append(1), argv=["+experiment=generalist"])
+    schema.run_checked(
+        schema.EvaluateConfig, lambda: ran.append(1), argv=["+experiment=eval_mirhoseini"]
+    )
+    assert ran == [1, 1]
