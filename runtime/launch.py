@@ -35,7 +35,8 @@ class RankFailure(RuntimeError):
         remote_traceback: str = "",
         exit_codes: Sequence[int | None] = (),
     ) -> None:
-        super().__init__(f"rank {rank} failed with {error_type}: {message}")
+        who = f"rank {rank}" if rank >= 0 else "the job"  # -1: no one rank (a timeout)
+        super().__init__(f"{who} failed with {error_type}: {message}")
         self.rank = rank
         self.error_type = error_type
         self.message = message

@@ -213,3 +213,13 @@ def test_torchrun_rank_that_died_or_left_is_blamed(tmp_path, how, error_type, sa
     f = first_failure(records, with_silent_exits(torchrun_failures(log), 3, records, set()))
     assert f is not None and (f.rank, f.error_type) == (1, error_type), (str(f), log[-2000:])
     assert says in str(f)
+
+
+def test_a_failure_of_no_one_rank_is_the_jobs() -> None:
+    """A timeout has no failing rank (rank -1): the message said "rank -1 failed" (fuzzing)."""
+    from runtime.launch import RankFailure
+
+    assert str(RankFailure(-1, "timeout", "job did not finish within 0.5 s")) == (
+        "the job failed with timeout: job did not finish within 0.5 s"
+    )
+    assert str(RankFailure(2, "ValueError", "bad")) == "rank 2 failed with ValueError: bad"
