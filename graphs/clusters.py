@@ -10,7 +10,7 @@ from graphs.cluster import Cluster
 from graphs.schema import check_path
 
 _CPU_RE = re.compile(r"^cpu_([1-9]\d*|0)(?:@(.+))?$")  # "cpu_01" was taken as cpu_1
-_NODES_RE = re.compile(r"^(.+)_x(\d+)$")
+_NODES_RE = re.compile(r"^(.+)_x([1-9]\d*|0)$")  # "_x01" was taken as 1 node
 #: Most processes ``cpu_N`` may have (its links are all-to-all: N * (N - 1)).
 MAX_CPU_PROCESSES = 1024
 

@@ -628,9 +628,10 @@ def test_cpu_n_out_of_range_is_refused(name: str) -> None:
         clusters.load(name)
 
 
-@pytest.mark.parametrize("name", ["cpu_01", "cpu_00", "cpu_007@cal.json"])
+@pytest.mark.parametrize("name", ["cpu_01", "cpu_00", "cpu_007@cal.json", "dgx_h100_x01"])
 def test_cpu_n_with_leading_zeros_is_not_another_count(name: str) -> None:
-    """Found by fuzzing: ``cpu_01`` loaded as ``cpu_1``, a cluster of another name."""
+    """Found by fuzzing: ``cpu_01`` loaded as ``cpu_1`` and ``dgx_h100_x01`` as one node,
+    clusters of another name."""
     with pytest.raises(ValueError, match=f"unknown cluster '{name}'"):
         clusters.load(name)
     assert clusters.load("cpu_10").num_devices == 10
