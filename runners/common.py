@@ -175,9 +175,11 @@ def load_graph(spec: EnvSpec) -> CompGraph:
 
         graph = gio.load(spec.graph_file)
         if spec.max_groups and graph.num_groups > spec.max_groups:
-            from graphs.coarsening import coarsen
+            from graphs import clusters
+            from graphs.coarsening import coarsen, fill_times
 
-            graph = coarsen(graph, spec.max_groups)
+            # partly measured times: the unmeasured nodes' roofline on the env's cluster first
+            graph = coarsen(fill_times(graph, clusters.load(spec.cluster)), spec.max_groups)
         return graph
     model = model_spec(spec)
     if model is None:

@@ -114,3 +114,34 @@ def test_random_dags_conserve_and_stay_acyclic(g: CompGraph, k: int) -> None:
     assert sorted(owner) == sorted(g.name)
     for grp in np.unique(g.group):  # input colocation respected
         assert len({owner[g.name[i]] for i in np.flatnonzero(g.group == grp)}) == 1
+
+
+def test_partly_measured_times_are_refused_or_filled_not_dropped() -> None:
+    """Found by fuzzing: a coarse node with one measured member (50 ms) and one unmeasured
+    summed to NaN, so the simulator used the roofline (0.011 ms) for the whole node."""
+    import numpy as np
+
+    from graphs import CompGraph, clusters
+    from graphs.coarsening import coarsen, fill_times
+    from placement_env.oracles import Simulator
+
+    cl = clusters.load("k40_2")
+    g = CompGraph.build(
+        3, [(0, 1), (1, 2)], flops=1e6, out_bytes=10.0,
+        times={"k40": [50000.0, np.nan, 7.0], "v100": [1.0, 2.0, 3.0]}, layer=0,
+    )  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"times\['k40'\] measures 2 of the 3 nodes of coarse node"
+    ):
+        coarsen(g, 1)
+    filled = fill_times(g, cl)
+    assert filled.times["k40"][0] == 50000.0 and filled.times["k40"][2] == 7.0
+    assert filled.times["v100"].tolist() == [1.0, 2.0, 3.0]  # no v100 in k40_2: untouched
+    c = coarsen(filled, 1)
+    zero = np.zeros
+    t_fine = Simulator(g, cl).evaluate(zero(3, dtype=np.int64)).step_time
+    t_coarse = Simulator(c, cl).evaluate(zero(1, dtype=np.int64)).step_time
+    assert t_coarse == pytest.approx(t_fine, rel=1e-9) and t_fine > 0.05
+    # all measured or none measured: coarsened as before
+    assert coarsen(g.replace(times={"v100": g.times["v100"]}), 1).times["v100"].tolist() == [6.0]
+    assert np.isnan(coarsen(g.replace(times={"k40": np.full(3, np.nan)}), 1).times["k40"]).all()
