@@ -292,7 +292,11 @@ class HybridModel:
 
         # ---- per pipeline rank: its submesh's terms (uniform layouts: one representative
         # group at device 0, as every stage's is alike; heterogeneous: each stage's own)
-        het = lay.heterogeneous
+        # a uniform layout's stages sit on different GPUs: alike only where the cluster's
+        # nodes are (node-structured or all-to-all); on others (a DGX-1's cube mesh) each
+        # stage is scored on its own group, as stage_meshes of the same shape are (the
+        # representative group made the two forms of one layout differ by 7-10 %: fuzzing)
+        het = lay.heterogeneous or (not topo.uniform and lay.pp > 1)
         meshes = lay.meshes
         recs = lay.recomputes
         zeros = lay.zeros
