@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.scripts import load_script
 
 
@@ -14,12 +16,14 @@ def test_the_small_problem_row_shows_the_per_stage_gain(monkeypatch):
     rows = b.run()
     (r,) = rows
     assert r["gpus"] == 8
-    assert r["meshes"]["step"] < r["pass1"]["step"] * 0.995  # the DP's layout is faster
+    # submeshes alone: the DP ties pass 1 (its +0.96 % came from the uniform layout being
+    # scored with stage 0's GPUs for every stage of the DGX-1, fixed 29 Nov 2026)
+    assert r["meshes"]["step"] == pytest.approx(r["pass1"]["step"], rel=1e-12)
     assert r["meshes"]["calls"] > r["pass1"]["calls"]
     # a recomputation mode per stage: the last stage keeps one microbatch and needs none
     assert r["full"]["step"] < r["meshes"]["step"] * 0.98
     md = b.table(rows)
-    assert "dp x tp per stage [1x2, 2x2, 1x2]" in md and "+0.96%" in md and "+3.95%" in md
+    assert "dp x tp per stage [1x2, 2x2, 1x2]" in md and "+0.00%" in md and "+2.62%" in md
     assert "recompute [selective, selective, none]" in md
     # this row allows ZeRO-0 only, so a ZeRO stage per stage has nothing to choose
     assert r["zero"]["step"] == r["full"]["step"] and "ZeRO stage per stage" in md
