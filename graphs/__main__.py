@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from graphs.coarsening import node_seconds
 from graphs.compgraph import BWD, FWD, OPT, CompGraph
 
 
@@ -24,15 +25,6 @@ def critical_path(graph: CompGraph, cost: np.ndarray) -> float:
         start[i] = max((finish[p] for p in preds[i]), default=0.0)
         finish[i] = start[i] + cost[i]
     return float(finish.max()) if graph.num_nodes else 0.0
-
-
-def node_seconds(
-    graph: CompGraph, peak_flops: float, mem_bw: float, efficiency: float, launch: float = 0.0
-) -> np.ndarray:
-    """Roofline time per node: ``max(flops / (peak * eff), bytes / mem_bw) + launch``."""
-    return (
-        np.maximum(graph.flops / (peak_flops * efficiency), graph.bytes_accessed / mem_bw) + launch
-    )
 
 
 def fmt_bytes(b: float) -> str:

@@ -129,6 +129,15 @@ def _total_times(
     )
 
 
+def node_seconds(
+    graph: CompGraph, peak_flops: float, mem_bw: float, efficiency: float, launch: float = 0.0
+) -> np.ndarray:
+    """Roofline time per node: ``max(flops / (peak * eff), bytes / mem_bw) + launch``."""
+    return (
+        np.maximum(graph.flops / (peak_flops * efficiency), graph.bytes_accessed / mem_bw) + launch
+    )
+
+
 def fill_times(graph: CompGraph, cluster: Any) -> CompGraph:
     """``graph`` with the unmeasured (NaN) entries of ``times[k]`` replaced, for every device
     kind ``k`` of ``cluster``, by what the simulator uses for an unmeasured node on that kind:
@@ -142,10 +151,8 @@ def fill_times(graph: CompGraph, cluster: Any) -> CompGraph:
         t = np.asarray(t, dtype=float)
         if dev is None or not np.isnan(t).any():
             continue
-        roof = np.maximum(
-            graph.flops / (dev.peak_flops * dev.efficiency), graph.bytes_accessed / dev.mem_bw
-        )
-        times[k] = np.where(np.isnan(t), (roof + dev.launch_overhead) * 1e6, t)
+        roof = node_seconds(graph, dev.peak_flops, dev.mem_bw, dev.efficiency, dev.launch_overhead)
+        times[k] = np.where(np.isnan(t), roof * 1e6, t)
         changed = True
     return graph.replace(times=times) if changed else graph
 

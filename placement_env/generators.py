@@ -99,13 +99,15 @@ def fixed(graph: CompGraph, cluster: ClusterLike) -> InstanceList:
 class _LazyProduct:
     """Every (graph source, cluster) pair, graphs loaded on first use and kept."""
 
+    KIND = "?"  # the generator's name in make_generator (its errors name it)
+
     def __init__(self, sources: Sequence[Any], clusters: Sequence[ClusterLike], what: str) -> None:
         if not sources:
             raise ValueError(f"{type(self).__name__} needs at least one {what}")
         if not clusters:
             raise ValueError(f"{type(self).__name__} needs at least one cluster")
         self.sources = list(sources)
-        loaded = _load_clusters(clusters, {"model": "zoo", "path": "files"}.get(what, what))
+        loaded = _load_clusters(clusters, self.KIND)
         self.cluster_specs = list(clusters)
         self._graphs: dict[int, CompGraph] = {}
         self._clusters: dict[int, Cluster] = dict(enumerate(loaded))
@@ -155,6 +157,8 @@ class ZooGenerator(_LazyProduct):
         config: extra keyword arguments for ``graphs.zoo.build``.
     """
 
+    KIND = "zoo"
+
     def __init__(
         self,
         models: Sequence[str] = (DEFAULT_MODEL,),
@@ -178,6 +182,8 @@ class ZooGenerator(_LazyProduct):
 
 class FileGenerator(_LazyProduct):
     """Graphs from JSON files (``graphs.io.load``) on one or more clusters."""
+
+    KIND = "files"
 
     def __init__(
         self, paths: Sequence[str | Path], clusters: Sequence[ClusterLike] = (DEFAULT_CLUSTER,)

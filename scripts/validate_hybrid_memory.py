@@ -293,11 +293,11 @@ def llama13b_run(row: tuple) -> list[float]:
     _, vocab, dp, tp, pp, _, _ = row
     shapes = dict(hidden=5120, layers=40, heads=40, kv_heads=40, ffn=13824, vocab=vocab,
                   tied=False)  # fmt: skip
-    g = zoo.build("llama", seq=4096, **shapes, flash_attention=True, grad_bytes=4.0, dropout=False)
-    cl = clusters.load("dgx_a100_80g", nodes=dp * tp * pp // 8)
-    plan = Plan.hybrid(g, cl, dp=dp, tp=tp, pp=pp, microbatch_size=1, global_batch=1024,
-                       recompute="selective", sequence_parallel=True, zero=1)  # fmt: skip
-    peak = np.asarray(Simulator(g, cl).evaluate(plan).peak_memory) / 2**20
+    kw = dict(flash_attention=True, grad_bytes=4.0, dropout=False)
+    layout = dict(dp=dp, tp=tp, pp=pp, microbatch_size=1, global_batch=1024,
+                  recompute="selective", sequence_parallel=True, zero=1)  # fmt: skip
+    res = evaluate_llama(shapes, 4096, kw, "dgx_a100_80g", dp * tp * pp // 8, layout)
+    peak = np.asarray(res.peak_memory) / 2**20
     return [float(peak[k * dp * tp]) for k in range(pp)]  # rank = stage * dp * tp + ...
 
 
@@ -600,10 +600,16 @@ def peak_memory(
 ) -> tuple[float, bool]:
     """(peak GiB per GPU, OOM flag) of a LLaMA of ``shapes`` (``ModelDims`` switches ``kw``)
     under ``layout`` on ``nodes`` nodes of the ``cluster`` preset."""
+    res = evaluate_llama(shapes, seq, kw, cluster, nodes, layout)
+    return float(res.peak_memory.max()) / GiB, bool(res.oom)
+
+
+def evaluate_llama(shapes: dict, seq: int, kw: dict, cluster: str, nodes: int, layout: dict):
+    """The simulator's result for a LLaMA of ``shapes`` (``ModelDims`` switches ``kw``) under
+    ``layout`` on ``nodes`` nodes of the ``cluster`` preset."""
     g = zoo.build("llama", seq=seq, **shapes, **kw)
     cl = clusters.load(cluster, nodes=nodes)
-    res = Simulator(g, cl).evaluate(Plan.hybrid(g, cl, **layout))
-    return float(res.peak_memory.max()) / GiB, bool(res.oom)
+    return Simulator(g, cl).evaluate(Plan.hybrid(g, cl, **layout))
 
 
 def table() -> tuple[str, dict[str, float]]:

@@ -409,10 +409,9 @@ def build(
                 )  # fmt: skip
         except RuntimeError as exc:  # a config the model cannot run (image_size=16 for
             # inception-v3: a kernel larger than its input): torch's error, named
-            given = {k: v for k, v in config.items()}
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ValueError(
-                f"graphs.zoo.build: {name!r} with {given} cannot run on its example input "
+                f"graphs.zoo.build: {name!r} with {dict(config)} cannot run on its example input "
                 f"(batch {cfg['batch']}{', seq ' + str(cfg['seq']) if 'seq' in cfg else ''}): "
                 f"{first}"
             ) from exc

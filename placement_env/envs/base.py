@@ -115,6 +115,15 @@ def _integral(a: np.ndarray) -> bool:
     return np.issubdtype(a.dtype, np.floating) and bool(np.all(np.mod(a, 1) == 0))
 
 
+def check_horizon(horizon: Any) -> None:
+    """The ``horizon`` of the stepwise envs (the ``progress`` feature's step budget): an
+    integer >= 1 or None (``1.5`` was taken: found by fuzzing)."""
+    from graphs.schema import is_whole
+
+    if horizon is not None and not (is_whole(horizon, floats=False) and horizon >= 1):
+        raise ValueError(f"horizon must be an integer >= 1 or None, got {horizon!r}")
+
+
 class PlacementEnv(gym.Env[dict, Any]):
     """Base of the placement environments; see the subclasses for their spec.
 

@@ -7,7 +7,13 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from placement_env.envs.base import OracleFactory, PlacementEnv, as_int_action, check_init
+from placement_env.envs.base import (
+    OracleFactory,
+    PlacementEnv,
+    as_int_action,
+    check_horizon,
+    check_init,
+)
 from placement_env.generators import Generator
 
 
@@ -76,10 +82,7 @@ class ReassignEnv(PlacementEnv):
         render_mode: str | None = None,
     ) -> None:
         init = check_init(init)
-        from graphs.schema import is_whole
-
-        if horizon is not None and not (is_whole(horizon, floats=False) and horizon >= 1):
-            raise ValueError(f"horizon must be an integer >= 1 or None, got {horizon!r}")
+        check_horizon(horizon)
         super().__init__(
             generator,
             oracle_factory,

@@ -13,6 +13,7 @@ from placement_env.envs.base import (
     PlacementEnv,
     as_int_action,
     balanced_boundaries,
+    check_horizon,
     stages_to_placement,
 )
 from placement_env.generators import Generator
@@ -100,10 +101,7 @@ class StageEnv(PlacementEnv):
             raise ValueError(f"init {init!r} is unknown; expected one of {STAGE_INITS}")
         if stages is not None and stages < 1:
             raise ValueError(f"stages must be >= 1 or None, got {stages}")
-        from graphs.schema import is_whole
-
-        if horizon is not None and not (is_whole(horizon, floats=False) and horizon >= 1):
-            raise ValueError(f"horizon must be an integer >= 1 or None, got {horizon!r}")
+        check_horizon(horizon)
         super().__init__(
             generator,
             oracle_factory,
