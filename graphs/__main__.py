@@ -91,21 +91,33 @@ def _load(args: argparse.Namespace) -> CompGraph:
     if Path(target).suffix == ".json" or Path(target).exists():
         from graphs import io
 
+        ignored = [f for f, v in (("--batch", args.batch), ("--seq", args.seq),
+                                  ("-c/--config", args.config)) if v]  # fmt: skip
+        if ignored:  # they were ignored without a word for a file (found by fuzzing)
+            raise ValueError(
+                f"only zoo models take {' and '.join(ignored)}; {target!r} is a graph file, "
+                "whose batch, sequence and configuration are fixed"
+            )
         graph = io.load(target)
         if args.max_groups is not None:
             from graphs.coarsening import coarsen
 
             graph = coarsen(graph, args.max_groups)
         return graph
-    if target not in zoo.names():
+    if target not in zoo.names() and target != "gpt":  # "gpt": the parametric GPT (-c hidden=...)
         raise ValueError(
-            f"{target!r} is neither a file nor a zoo model; zoo models: {', '.join(zoo.names())}"
+            f"{target!r} is neither a file nor a zoo model; zoo models: "
+            f"{', '.join(zoo.names())}, and gpt (parametric: -c hidden=H -c layers=L ...)"
         )
     config = {}
     for item in args.config:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--config expects KEY=VALUE, got {item!r}")
+        flag = {"batch": "--batch", "seq": "--seq", "max_groups": "--max-groups",
+                "cache": "--no-cache"}.get(key)  # fmt: skip
+        if flag is not None:  # zoo.build's TypeError "got multiple values" (found by fuzzing)
+            raise ValueError(f"-c {key}=...: give it as {flag}, not as a model config key")
         config[key] = yaml.safe_load(value)
     return zoo.build(
         target,

@@ -165,6 +165,14 @@ def _expect(key: str) -> str:
     return out + (' (a string such as "25e9" is read as a number)')
 
 
+#: ``Cluster.meta`` entries that change routes or costs, so part of the content hash:
+#: routing through devices, the hybrid model's GEMM efficiency (as a device's
+#: ``efficiency``) and gradient overlap, the node size of hierarchical collectives. A CPU
+#: cluster's ``hybrid_calibration`` is left out on purpose: measurements of the same
+#: machine, so plans made before a calibration stay valid for it.
+COST_META = ("device_forwarding", "gemm_efficiency", "overlap_grad_reduce", "gpus_per_node")
+
+
 @dataclass(frozen=True, eq=False)
 class Cluster:
     """Devices plus a directed link graph over devices and switch/host nodes.
@@ -523,6 +531,12 @@ class Cluster:
             label = f.text(spec.get("name", ln.get("type", "")), origin.get("name", where))
             directed = f.boolean(spec.get("directed", False), f"{where}.directed")
             a, b = idx[spec["src"]], idx[spec["dst"]]
+            if not (math.isfinite(bw * mult) and bw * mult > 0):  # 1e200 x 1e200, 1e-200 x 1e-200
+                raise f.fail(
+                    where,
+                    f"has bandwidth {bw!r} x mult {mult!r} = {bw * mult!r} bytes/s; the product "
+                    "must be finite and > 0",
+                )
             for pair in [(a, b)] if directed else [(a, b), (b, a)]:
                 if pair in joined:  # two links of one direction: which one the routes took was
                     # an accident of order (found by fuzzing, 29 Nov 2026)
@@ -561,13 +575,23 @@ class Cluster:
             raise f.fail("links", f"leave a pair of devices unconnected: {exc}") from None
 
     def content_hash(self) -> str:
-        """SHA-256 (hex, 16 chars) of the devices and links."""
+        """SHA-256 (hex, 16 chars) of the devices and links, and of the ``meta`` entries
+        that change routes or costs (:data:`COST_META`; ``gpus_per_node`` only when the
+        devices span several nodes). Until 29 Nov 2026 ``meta`` was left out, so a cluster
+        with ``device_forwarding`` (other routes, found by fuzzing: 100x another transfer
+        time) had the hash of the one without: a plan made for one passed the other's check."""
         h = self.__dict__.get("_hash")
         if h is None:
             payload = self.to_dict()
-            payload.pop("meta")
+            meta = payload.pop("meta")
             payload.pop("name")
-            h = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+            cost = {k: meta[k] for k in COST_META if k in meta}
+            if int(cost.get("gpus_per_node", 0)) >= self.num_devices:
+                cost.pop("gpus_per_node")  # one node: as if unset
+            if cost:
+                payload["cost_meta"] = cost
+            text = json.dumps(payload, sort_keys=True, default=repr)
+            h = hashlib.sha256(text.encode()).hexdigest()[:16]
             object.__setattr__(self, "_hash", h)
         return h
 

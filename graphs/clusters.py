@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from graphs.cluster import Cluster
 from graphs.schema import check_path
@@ -109,6 +110,44 @@ def from_file(path: str | Path, *, nodes: int = 1) -> Cluster:
     return Cluster.from_dict(data, source=str(path))
 
 
+def _check_scale_out(scale: Any, source: str) -> None:
+    """``scale_out`` is ``{fabric: NAME, nic: {bandwidth: ..., latency: ..., ...}}``: the
+    fabric switch's name and the link every GPU gets to it. Until 29 Nov 2026 other shapes
+    failed with ``TypeError`` s (``scale_out: 5``, ``nic: 5``), or loaded wrongly
+    (``fabric: null`` made a switch named 'None', an unknown key was ignored, ``nic.src``
+    was overwritten), and with one node nothing was checked (found by fuzzing)."""
+    if not isinstance(scale, dict):
+        raise ValueError(
+            f"{source}: field 'scale_out' is {scale!r}; expected a mapping "
+            "{fabric: SWITCH_NAME, nic: {bandwidth: ..., latency: ...}}"
+        )
+    extra = sorted(set(map(str, scale)) - {"fabric", "nic"})
+    if extra:
+        raise ValueError(
+            f"{source}: field 'scale_out' has unknown key(s) {extra}; valid keys: ['fabric', 'nic']"
+        )
+    for key in ("fabric", "nic"):
+        if key not in scale:
+            raise ValueError(f"{source}: scale_out is missing {key!r}")
+    fabric = scale["fabric"]
+    if not isinstance(fabric, str) or not fabric.strip():
+        raise ValueError(
+            f"{source}: field 'scale_out.fabric' is {fabric!r}; expected the fabric switch's name"
+        )
+    nic = scale["nic"]
+    if not isinstance(nic, dict):
+        raise ValueError(
+            f"{source}: field 'scale_out.nic' is {nic!r}; expected a link mapping "
+            "{bandwidth: BYTES_PER_S, latency: SECONDS, ...}"
+        )
+    for key in ("src", "dst"):
+        if key in nic:
+            raise ValueError(
+                f"{source}: field 'scale_out.nic.{key}' is set ({nic[key]!r}); the NIC link "
+                "runs from every GPU to the fabric, so it takes no src or dst"
+            )
+
+
 def _scaled(data: dict, scale: dict | None, nodes: int, source: str) -> dict:
     """The dict form of ``nodes`` copies of a one-node cluster joined per ``scale_out``."""
     if scale is None:
@@ -116,9 +155,7 @@ def _scaled(data: dict, scale: dict | None, nodes: int, source: str) -> dict:
             f"{source}: cluster {data.get('name')!r} has no scale_out section, so it has no "
             f"multi-node form (asked for nodes={nodes})"
         )
-    for key in ("fabric", "nic"):
-        if key not in scale:
-            raise ValueError(f"{source}: scale_out is missing {key!r}")
+    _check_scale_out(scale, source)
     devs = list(data["devices"])
     G = len(devs)
     sw = [str(x) for x in data.get("switches", ()) or ()]

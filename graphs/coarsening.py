@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,6 +104,23 @@ def _segments(weight: np.ndarray, layer: np.ndarray, cut_bytes: np.ndarray, k: i
     return seg.astype(np.int64)
 
 
+def _sum_measured(
+    values: np.ndarray, into: np.ndarray, n_out: int, refuse: Callable[[int, int, int, int], str]
+) -> np.ndarray:
+    """Per output ``o``: the sum of ``values`` (NaN = unmeasured) mapped to ``o`` by ``into``;
+    NaN where none is measured. An output mixing measured and unmeasured values raises
+    ``ValueError(refuse(o, measured, size, how many such outputs))``: the sum would drop them."""
+    has = ~np.isnan(values)
+    measured = np.bincount(into, weights=has.astype(float), minlength=n_out)
+    size = np.bincount(into, minlength=n_out)
+    mixed = np.flatnonzero((measured > 0) & (measured < size))
+    if len(mixed):
+        c = int(mixed[0])
+        raise ValueError(refuse(c, int(measured[c]), int(size[c]), len(mixed)))
+    total = np.bincount(into, weights=np.where(has, values, 0.0), minlength=n_out)
+    return total + np.where(measured > 0, 0.0, np.nan)
+
+
 def _total_times(
     graph: CompGraph, kind: str, cidx: np.ndarray, nc: int, names: Sequence[str]
 ) -> np.ndarray:
@@ -111,21 +128,53 @@ def _total_times(
     coarse node with measured and unmeasured members is refused: the sum was NaN, so the
     simulator used the roofline for the whole node and the measurements were lost without
     a word (found by fuzzing: a 50 ms measured op became 0.011 ms)."""
-    t = np.asarray(graph.times[kind], dtype=float)
-    has = ~np.isnan(t)
-    measured = np.bincount(cidx, weights=has.astype(float), minlength=nc)
-    size = np.bincount(cidx, minlength=nc)
-    mixed = np.flatnonzero((measured > 0) & (measured < size))
-    if len(mixed):
-        c = int(mixed[0])
-        raise ValueError(
-            f"coarsen: times[{kind!r}] measures {int(measured[c])} of the {int(size[c])} "
-            f"nodes of coarse node {names[c]!r} ({len(mixed)} such node(s)); a sum would drop "
-            "the measurements. Fill the others first (graphs.coarsening.fill_times(graph, "
-            f"cluster): the simulator's roofline on a {kind!r} device) or drop times[{kind!r}]"
-        )
-    return np.bincount(cidx, weights=np.where(has, t, 0.0), minlength=nc) + np.where(
-        measured > 0, 0.0, np.nan
+    return _sum_measured(
+        np.asarray(graph.times[kind], dtype=float),
+        cidx,
+        nc,
+        lambda c, k, size, many: (
+            f"coarsen: times[{kind!r}] measures {k} of the {size} nodes of coarse node "
+            f"{names[c]!r} ({many} such node(s)); a sum would drop the measurements. Fill the "
+            "others first (graphs.coarsening.fill_times(graph, cluster): the simulator's "
+            f"roofline on a {kind!r} device) or drop times[{kind!r}]"
+        ),
+    )
+
+
+def _edge_times(
+    graph: CompGraph,
+    ext: np.ndarray,
+    inv: np.ndarray,
+    n_tensor: int,
+    cinv: np.ndarray,
+    n_coarse: int,
+    names: Sequence[str],
+    src: np.ndarray,
+    dst: np.ndarray,
+) -> np.ndarray | None:
+    """Measured transfer times (``edge_time``) of the coarse edges, as their bytes: the
+    largest time of each distinct (source tensor, destination coarse node), summed per
+    coarse edge; NaN where none is measured. A coarse edge that would sum measured and
+    unmeasured transfers is refused (the simulator reads a set ``edge_time`` instead of
+    the bytes, so the unmeasured ones would be dropped). Until 29 Nov 2026 ``edge_time``
+    was dropped, so a Fiddle graph (every cost in ``edge_time``, no bytes) lost all its
+    transfer costs when coarsened (found by fuzzing)."""
+    if graph.edge_time is None:
+        return None
+    et = np.asarray(graph.edge_time, dtype=float)[ext]
+    has = ~np.isnan(et)
+    per = np.full(n_tensor, -np.inf)
+    np.maximum.at(per, inv[has], et[has])
+    per[np.isneginf(per)] = np.nan
+    return _sum_measured(
+        per,
+        cinv,
+        n_coarse,
+        lambda c, k, size, many: (
+            f"coarsen: edge_time measures {k} of the {size} transfers merged into the edge "
+            f"{names[int(src[c])]!r} -> {names[int(dst[c])]!r} ({many} such edge(s)); a sum "
+            "would drop the unmeasured ones. Give every edge an edge_time, or none"
+        ),
     )
 
 
@@ -187,7 +236,7 @@ def coarsen(graph: CompGraph, max_groups: int) -> CompGraph:
     the members whose output leaves the coarse node. A cross-group edge
     carries the bytes of each distinct source tensor it moves to the
     destination (one transfer per tensor and destination), summed; edges
-    inside a coarse node vanish; ``edge_time`` is dropped. A coarse node is
+    inside a coarse node vanish; measured ``edge_time`` is merged as the bytes are. A coarse node is
     named after its first member (``"name+N"`` when it has ``N`` more), with
     ``"bwd:"`` / ``"opt:"`` prefixes, and ``meta["members"]`` lists the
     original names per coarse node.
@@ -245,8 +294,17 @@ def coarsen(graph: CompGraph, max_groups: int) -> CompGraph:
     nc = len(present)
     ckind, cseg = (present // n_seg).astype(np.int8), present % n_seg
     members: list[list[str]] = [[] for _ in range(nc)]
+    # a graph coarsened before lists its own members: keep the original names, which the
+    # runtime and the profiler look up (found by fuzzing: a re-coarsened graph listed
+    # intermediate coarse names such as 'add+10', which the runtime placed by its fallback)
+    inner = graph.meta.get("members")
+    if not (isinstance(inner, list) and len(inner) == n):
+        inner = None
     for i in np.lexsort((np.arange(n), pos_of_node)).tolist():
-        members[cidx[i]].append(graph.name[i])
+        if inner is None:
+            members[cidx[i]].append(graph.name[i])
+        else:
+            members[cidx[i]].extend(inner[i])
     fwd_name: dict[int, str] = {}
     for c in range(nc):
         if ckind[c] == FWD:
@@ -258,6 +316,15 @@ def coarsen(graph: CompGraph, max_groups: int) -> CompGraph:
         else f"{KIND_NAMES[ckind[c]]}:{fwd_name[int(cseg[c])]}"
         for c in range(nc)
     ]
+    # "x+1" (x and one more) may already be a member's own name: number the later ones
+    seen: dict[str, int] = {}
+    for c, nm in enumerate(names):
+        if nm in seen:
+            k = 2
+            while f"{nm}#{k}" in seen:
+                k += 1
+            names[c] = f"{nm}#{k}"
+        seen[names[c]] = c
 
     def total(arr: np.ndarray) -> np.ndarray:
         return np.bincount(cidx, weights=arr, minlength=nc)
@@ -280,9 +347,11 @@ def coarsen(graph: CompGraph, max_groups: int) -> CompGraph:
         cu, cinv = np.unique(cpair, return_inverse=True)
         ebytes = np.bincount(cinv, weights=per, minlength=len(cu))
         src, dst = cu // nc, cu % nc
+        etime = _edge_times(graph, ext, inv, len(uniq), cinv, len(cu), names, src, dst)
     else:
         src = dst = np.zeros(0, dtype=np.int64)
         ebytes = np.zeros(0)
+        etime = None if graph.edge_time is None else np.zeros(0)
     layers = np.full(nc, -1, dtype=np.int64)
     mods: list[list[str]] = [[] for _ in range(nc)]
     for i in range(n):
@@ -313,7 +382,7 @@ def coarsen(graph: CompGraph, max_groups: int) -> CompGraph:
             dst=dst.astype(np.int64),
             edge_bytes=ebytes,
             times={k: _total_times(graph, k, cidx, nc, names) for k in graph.times},
-            edge_time=None,
+            edge_time=etime,
             meta=meta,
         )
     except ValueError as exc:

@@ -245,7 +245,10 @@ def extract(
     * ``param_bytes``: ``bytes_per_param`` (``STATE_BYTES[precision, optimizer]``,
       16 for mixed-precision Adam) per parameter, on the first op that reads
       the parameter; tied parameters are counted once; the other ops reading a
-      shared parameter are listed in ``meta["shared_params"]``.
+      shared parameter are listed in ``meta["shared_params"]``. A frozen
+      parameter (``requires_grad=False``) counts its weight bytes only, needs no
+      gradient, optimizer node or grad-weight work; ``meta["frozen_params"]`` /
+      ``meta["frozen_param_bytes"]`` total them.
     * ``act_bytes`` (saved for backward), for ops that need gradients: the
       output for ops in ``SAVES_OUTPUT`` (softmax, exp, tanh, relu, ...),
       nothing for ``SAVES_NOTHING`` (add, sum, cat, ...), for ``mul``/``div``
@@ -274,6 +277,12 @@ def extract(
     param_of = dict(sig.inputs_to_parameters)  # placeholder name -> parameter FQN
     root = WithLoss(module, loss_fn) if loss_fn is not None else module
     pid = {n: id(p) for n, p in root.named_parameters(remove_duplicate=False)}
+    # frozen parameters (requires_grad=False: fine-tuning, adapters) hold their weights only:
+    # no gradient, no optimizer state, no grad-weight work (until 29 Nov 2026 they were
+    # charged as trainable; found by fuzzing)
+    trainable = {n for n, p in root.named_parameters(remove_duplicate=False) if p.requires_grad}
+    frozen_count = 0.0
+    frozen_bytes = 0.0
 
     def nbytes(t: torch.Tensor) -> float:
         size = elem_bytes if t.dtype.is_floating_point else t.element_size()
@@ -287,6 +296,7 @@ def extract(
     outb: list[float] = []
     actb: list[float] = []
     pbytes: list[float] = []
+    ptrain: list[float] = []  # parameters per op that the optimizer updates
     needs_grad: list[bool] = []
     bwd_factor: list[float] = []
     edges: dict[tuple[int, int], float] = {}
@@ -304,7 +314,7 @@ def extract(
             is_param = node.name in param_of
             if is_param:
                 param_root[node] = node
-            src_of[node] = (-1, b, b, is_param)
+            src_of[node] = (-1, b, b, is_param and param_of[node.name] in trainable)
             continue
         if node.op != "call_function":
             continue
@@ -337,6 +347,7 @@ def extract(
         ob = sum(nbytes(t) for t in out)
         outb.append(ob)
         own = 0.0
+        own_train = 0.0
         reads_param = False
         rg_any = False
         per_src: dict[int, float] = {}
@@ -351,12 +362,20 @@ def extract(
                     act_in += vb
             elif a in param_root:
                 read += vb
-                reads_param = True
                 ph = param_root[a]
+                is_trained = param_of[ph.name] in trainable
+                reads_param |= is_trained  # grad-weight work only for a trained parameter
                 p = pid.get(param_of[ph.name], id(ph))
                 if p not in param_owner:
                     param_owner[p] = k
-                    own += _numel(_tensors(ph.meta.get("val"))[0]) * bpp
+                    t0 = _tensors(ph.meta.get("val"))[0]
+                    if is_trained:
+                        own += _numel(t0) * bpp
+                        own_train += _numel(t0)
+                    else:
+                        own += nbytes(t0)
+                        frozen_count += _numel(t0)
+                        frozen_bytes += nbytes(t0)
                 shared.setdefault(p, []).append(node.name)
             else:
                 read += vb
@@ -365,9 +384,10 @@ def extract(
             read += b
         bacc.append(read + ob)
         pbytes.append(own)
+        ptrain.append(own_train)
         rg_out = rg_any and any(t.dtype.is_floating_point for t in out)
-        needs_grad.append(rg_out or own > 0)
-        if not rg_out and own == 0:
+        needs_grad.append(rg_out or own_train > 0)
+        if not rg_out and own_train == 0:
             act = 0.0
         elif op in SAVES_NOTHING:
             act = 0.0
@@ -401,7 +421,7 @@ def extract(
             saved.update(src_of[a][0] for a in inputs if src_of[a][0] >= 0)
         actb.append(act)
         bwd_factor.append(2.0 if reads_param or op in ATTENTION_OPS else 1.0)
-        src_of[node] = (k, ob, ob, rg_out or own > 0)
+        src_of[node] = (k, ob, ob, rg_out or own_train > 0)
 
     n = len(names)
     e = np.array(list(edges), dtype=np.int64).reshape(-1, 2)
@@ -421,6 +441,9 @@ def extract(
         "unknown_ops": sorted(unknown),
         "source": "torch.export",
     }
+    if frozen_count:
+        meta["frozen_params"] = frozen_count
+        meta["frozen_param_bytes"] = frozen_bytes
     fwd = CompGraph.build(
         n,
         e,
@@ -442,4 +465,5 @@ def extract(
         bwd_flops_factor=np.array(bwd_factor),
         opt_flops_per_param=OPT_FLOPS[optimizer],
         requires_grad=np.array(needs_grad, dtype=bool),
+        trainable_params=np.array(ptrain),
     )

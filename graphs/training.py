@@ -35,13 +35,14 @@ def with_backward(
     optimizer: bool = True,
     opt_flops_per_param: float = 12.0,
     requires_grad: np.ndarray | None = None,
+    trainable_params: np.ndarray | None = None,
 ) -> CompGraph:
     """Return the training graph of a forward-only graph.
 
     Node order: the ``n`` forward nodes first (same indices), then one backward
     node ``"bwd:" + name`` per forward node that needs gradient work, then (if
     ``optimizer``) one optimizer node ``"opt:" + name`` per forward node with
-    ``param_bytes > 0``. A forward node, its backward and its optimizer node
+    parameters to train (``trainable_params``, default ``param_bytes > 0``). A forward node, its backward and its optimizer node
     share the forward node's colocation ``group``, ``layer`` and ``module``.
 
     Edges: the forward edges; for each forward edge ``u -> v`` with bytes ``b``
@@ -55,9 +56,9 @@ def with_backward(
     bytes accessed (scalar or one value per forward node; 2 = grad-input plus
     grad-weight of a matmul), ``out_bytes`` = the sum of its gradient edges'
     bytes, and no parameter or activation bytes. An optimizer node updating
-    ``p = param_bytes / bytes_per_param`` parameters has
+    ``p`` parameters (``trainable_params``, default ``param_bytes / bytes_per_param``) has
     ``opt_flops_per_param * p`` flops and reads and writes its state
-    (``bytes_accessed = 2 * param_bytes``). Measured forward ``times`` are
+    (``bytes_accessed = 2 * p * bytes_per_param``). Measured forward ``times`` are
     scaled by the factor for backward nodes; optimizer times are NaN (use the
     cost model). Forward ``edge_time`` is copied onto the matching gradient
     edge; new edges get NaN.
@@ -69,6 +70,9 @@ def with_backward(
         opt_flops_per_param: optimizer flops per parameter (Adam ~12).
         requires_grad: optional ``bool[n]``; forward nodes marked False get no
             backward node (e.g. position ids, masks). Default: all True.
+        trainable_params: optional ``float[n]``, the parameters of each node the
+            optimizer updates (frozen weights are in ``param_bytes`` but not here).
+            Default: ``param_bytes / bytes_per_param``.
     """
     n = fwd.num_nodes
     if n and (fwd.kind != FWD).any():
@@ -93,13 +97,27 @@ def with_backward(
     nb = len(bwd_of)
     bidx = np.full(n, -1, dtype=np.int64)
     bidx[bwd_of] = n + np.arange(nb)
-    has_opt = (fwd.param_bytes > 0) if optimizer else np.zeros(n, dtype=bool)
+    bpp = fwd.bytes_per_param
+    if trainable_params is None:
+        nparams = fwd.param_bytes / bpp
+    else:
+        nparams = np.asarray(trainable_params, dtype=np.float64).reshape(-1)
+        if nparams.shape != (n,) or not (np.isfinite(nparams) & (nparams >= 0)).all():
+            raise ValueError(
+                f"with_backward: trainable_params must be {n} finite counts >= 0, got "
+                f"shape {nparams.shape}"
+            )
+        if (nparams * bpp > fwd.param_bytes * (1 + 1e-9) + 1e-9).any():
+            i = int(np.flatnonzero(nparams * bpp > fwd.param_bytes * (1 + 1e-9) + 1e-9)[0])
+            raise ValueError(
+                f"with_backward: node {fwd.name[i]!r} trains {nparams[i]:g} parameters, "
+                f"more than its param_bytes {fwd.param_bytes[i]:g} hold at {bpp:g} bytes each"
+            )
+    has_opt = (nparams > 0) if optimizer else np.zeros(n, dtype=bool)
     opt_of = np.flatnonzero(has_opt)
     no = len(opt_of)
 
-    bpp = fwd.bytes_per_param
     gbpp = float(fwd.meta.get("grad_bytes_per_param", DEFAULT_GRAD_BYTES_PER_PARAM))
-    nparams = fwd.param_bytes / bpp
 
     # ---- edges: forward, gradient (reversed), fwd->bwd (saved activations), bwd->opt
     src_f, dst_f, eb_f = fwd.src, fwd.dst, fwd.edge_bytes
@@ -127,7 +145,7 @@ def with_backward(
     bytes_acc = cat(
         fwd.bytes_accessed,
         fwd.bytes_accessed[bwd_of] * factor[bwd_of],
-        2.0 * fwd.param_bytes[opt_of],
+        2.0 * nparams[opt_of] * bpp,
     )
     kind = cat(
         fwd.kind.astype(np.int8), np.full(nb, BWD, np.int8), np.full(no, OPT, np.int8)

@@ -269,7 +269,13 @@ def resolve_config(
     if spec.seq is not None:
         cfg["seq"] = int(seq if seq is not None else spec.seq)
         if "n_ctx" in cfg and cfg["seq"] > cfg["n_ctx"]:
-            cfg["n_ctx"] = cfg["seq"]
+            if "n_ctx" in config:  # the user's own context length: refused, not raised
+                raise ValueError(
+                    f"graphs.zoo: {name!r} config n_ctx = {config['n_ctx']} is shorter than "
+                    f"seq = {cfg['seq']}: the model has n_ctx positions; raise n_ctx or "
+                    "leave it out (it then follows seq)"
+                )
+            cfg["n_ctx"] = cfg["seq"]  # the zoo's default context follows a longer seq
     if cfg["batch"] < 1 or cfg.get("seq", 1) < 1:
         raise ValueError(
             f"graphs.zoo: batch and seq must be >= 1, got {cfg['batch']}, {cfg.get('seq')}"
@@ -407,8 +413,11 @@ def build(
                     zm.module, zm.example_inputs, name=name, loss_fn=zm.loss_fn,
                     precision=precision, optimizer=optimizer, batch=cfg["batch"],
                 )  # fmt: skip
-        except RuntimeError as exc:  # a config the model cannot run (image_size=16 for
-            # inception-v3: a kernel larger than its input): torch's error, named
+        except (RuntimeError, ValueError) as exc:  # a config the model cannot run
+            # (image_size=16 for inception-v3: a kernel larger than its input; 75: torch's
+            # batch norm "Expected more than 1 value per channel", a ValueError): named
+            if isinstance(exc, ValueError) and str(exc).startswith("graphs."):
+                raise  # this package's own check, already named
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ValueError(
                 f"graphs.zoo.build: {name!r} with {dict(config)} cannot run on its example input "

@@ -685,3 +685,43 @@ def test_clusters_load_takes_a_path_object_as_a_name_or_a_file(tmp_path: Path) -
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(clusters.load("dgx1_v100_8").to_dict()))
     assert clusters.load(path).num_devices == 8
+
+
+@pytest.mark.parametrize(
+    "scale, says",
+    [  # found by fuzzing, 29 Nov 2026: TypeErrors, or loaded wrongly without a word
+        (5, "field 'scale_out' is 5; expected a mapping"),
+        ("fabricnic", "field 'scale_out' is 'fabricnic'; expected a mapping"),
+        ({"fabric": "ib", "nic": 5}, "field 'scale_out.nic' is 5; expected a link mapping"),
+        ({"fabric": None, "nic": {"bandwidth": 1e9}}, "field 'scale_out.fabric' is None"),
+        ({"fabric": 7, "nic": {"bandwidth": 1e9}}, "field 'scale_out.fabric' is 7"),
+        ({"fabric": "ib", "nic": {"bandwidth": 1e9}, "nicc": 1}, "unknown key(s) ['nicc']"),
+        ({"fabric": "ib", "nic": {"src": "gpu0", "bandwidth": 1e9}}, "'scale_out.nic.src' is set"),
+        ({"fabric": "ib"}, "scale_out is missing 'nic'"),
+    ],
+)
+def test_a_bad_scale_out_section_is_refused_at_any_node_count(tmp_path: Path, scale, says) -> None:
+    d = yaml.safe_load((clusters.preset_dir() / "dgx_a100_80g.yaml").read_text())
+    d["scale_out"] = scale
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(d))
+    for nodes in (1, 2):  # with one node it was not read at all
+        with pytest.raises(ValueError, match=re.escape(says)) as err:
+            clusters.load(str(f), nodes=nodes)
+        assert str(f) in str(err.value)
+    d["scale_out"] = {"fabric": "ib", "nic": {"bandwidth": 25e9, "latency": 5e-6}}
+    f.write_text(yaml.safe_dump(d))
+    assert clusters.load(str(f), nodes=2).num_devices == 16
+
+
+def test_a_link_whose_bandwidth_times_mult_overflows_is_named(tmp_path: Path) -> None:
+    dev = {"kind": "gpu", "peak_flops": 1e12, "mem_bw": 1e11, "memory": 1e9}
+    for bw, mult, prod in ((1e200, 1e200, "inf"), (1e-200, 1e-200, "0.0")):
+        f = tmp_path / "c.yaml"
+        f.write_text(yaml.safe_dump({
+            "name": "t", "devices": [dict(dev, name="g0"), dict(dev, name="g1")],
+            "links": [{"src": "g0", "dst": "g1", "bandwidth": bw, "mult": mult}],
+        }))  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape("field 'links[0]' has bandwidth")) as err:
+            clusters.load(str(f))
+        assert str(f) in str(err.value) and f"= {prod} bytes/s" in str(err.value)

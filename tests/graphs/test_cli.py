@@ -69,3 +69,30 @@ def test_info_reports_a_bad_file_or_value_in_one_line(
     assert "max_groups must be an integer >= 1 or None, got 0" in capsys.readouterr().err
     assert main(["info", "gpt2", "-c", "n_layer=abc"]) == 2
     assert "config n_layer = 'abc'; expected an integer" in capsys.readouterr().err
+
+
+def test_info_refuses_flags_it_would_ignore_or_pass_twice(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-c batch=2`` raised zoo.build's TypeError "got multiple values" (a traceback);
+    ``--batch`` / ``--seq`` / ``-c`` on a graph file were ignored without a word; the
+    parametric ``gpt`` was "neither a file nor a zoo model" (found by fuzzing, 29 Nov 2026)."""
+    monkeypatch.setenv("DEVPLACE_CACHE", str(tmp_path))
+    diamond = str(Path(__file__).parents[1] / "data" / "diamond.graph.json")
+    for argv, says in (
+        (["info", "gpt2", "-c", "batch=2"], "-c batch=...: give it as --batch"),
+        (["info", "gpt2", "-c", "max_groups=2"], "-c max_groups=...: give it as --max-groups"),
+        (["info", diamond, "--batch", "4"], "only zoo models take --batch;"),
+        (
+            ["info", diamond, "--seq", "4", "-c", "x=1"],
+            "only zoo models take --seq and -c/--config",
+        ),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: graphs info: ") and says in err and err.count("\n") == 1
+    gpt = ["info", "gpt", "-c", "hidden=256", "-c", "layers=2", "-c", "heads=4", "-c",
+           "vocab=1000", "--seq", "128", "--no-cache"]  # fmt: skip
+    assert main(gpt) == 0
+    out = capsys.readouterr().out
+    assert "graph            gpt" in out and "nodes            18  (fwd 6, bwd 6, opt 6)" in out

@@ -320,3 +320,39 @@ def test_with_memory_fraction_scales_every_capacity() -> None:
     for bad in (0, -0.5, 1.5, float("nan"), True, "0.8"):
         with pytest.raises(ValueError, match="memory_fraction must be a number in \\(0, 1\\]"):
             cl.with_memory_fraction(bad)
+
+
+def test_content_hash_covers_the_meta_entries_that_change_routes_and_costs() -> None:
+    # g0 - g1 - g2 chained at 100 GB/s, each GPU also on a 1 GB/s switch: with
+    # device_forwarding g0 -> g2 goes through g1 (10 ms per GB), without through the switch
+    # (1 s). Until 29 Nov 2026 both had one hash, so a plan for one passed the other's check.
+    def chain(forwarding: bool | None) -> Cluster:
+        d = {
+            "name": "fw",
+            "devices": [
+                {"name": f"g{i}", "kind": "gpu", "peak_flops": 1e12, "mem_bw": 1e11, "memory": 1e9}
+                for i in range(3)
+            ],  # fmt: skip
+            "switches": ["host"],
+            "links": [
+                {"src": "g0", "dst": "g1", "bandwidth": 100e9},
+                {"src": "g1", "dst": "g2", "bandwidth": 100e9},
+                *({"src": f"g{i}", "dst": "host", "bandwidth": 1e9} for i in range(3)),
+            ],  # fmt: skip
+        }
+        if forwarding is not None:
+            d["meta"] = {"device_forwarding": forwarding}
+        return Cluster.from_dict(d)
+
+    plain, fwd = chain(None), chain(True)
+    assert plain.transfer_time(0, 2, 1e9) == pytest.approx(1.0, rel=1e-3)
+    assert fwd.transfer_time(0, 2, 1e9) == pytest.approx(0.01, rel=1e-3)
+    assert plain.content_hash() != fwd.content_hash()
+    assert chain(False).content_hash() != fwd.content_hash()
+    # what does not change costs keeps the hash: a description, a one-node gpus_per_node
+    desc = Cluster(plain.name, plain.devices, plain.links, plain.switches, {"description": "x"})
+    assert desc.content_hash() == plain.content_hash()
+    one = Cluster(plain.name, plain.devices, plain.links, plain.switches, {"gpus_per_node": 3})
+    assert one.content_hash() == plain.content_hash()
+    eff = Cluster(plain.name, plain.devices, plain.links, plain.switches, {"gemm_efficiency": 0.5})
+    assert eff.content_hash() != plain.content_hash()

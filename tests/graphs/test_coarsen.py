@@ -145,3 +145,67 @@ def test_partly_measured_times_are_refused_or_filled_not_dropped() -> None:
     # all measured or none measured: coarsened as before
     assert coarsen(g.replace(times={"v100": g.times["v100"]}), 1).times["v100"].tolist() == [6.0]
     assert np.isnan(coarsen(g.replace(times={"k40": np.full(3, np.nan)}), 1).times["k40"]).all()
+
+
+def test_measured_edge_times_merge_as_bytes_do_on_the_fiddle_graph() -> None:
+    # fiddle_tiny_training: 1->2->3 forward (costs 0.1, 0.2), 3->4 (0.3), 4->5 (0.3),
+    # 5->6 (0.2), 1->6 (0.1), 2->5 (0.2); coarse nodes {1,2}, {3}, {6,5}, {4}. The edge
+    # {1,2} -> {6,5} moves two tensors (1's and 2's): 0.1 + 0.2. Until 29 Nov 2026 every
+    # edge_time was dropped and the coarse graph's transfers (0 bytes) were free.
+    from pathlib import Path
+
+    from graphs import io
+
+    g, _ = io.read_fiddle(Path(__file__).parents[1] / "data" / "fiddle_tiny_training.json")
+    c = coarsen(g, 2)
+    assert c.meta["members"] == [["1", "2"], ["3"], ["6", "5"], ["4"]]
+    got = {(int(s), int(d)): t for s, d, t in zip(c.src, c.dst, c.edge_time)}
+    assert got == pytest.approx({(0, 1): 0.2, (0, 2): 0.3, (1, 3): 0.3, (3, 2): 0.3})
+    assert (c.edge_bytes == 0).all()
+
+
+def test_partly_measured_transfers_into_one_coarse_edge_are_refused() -> None:
+    g = _chain4()
+    et = np.full(g.num_edges, np.nan)
+    et[0] = 5.0  # a -> b only; a+b -> c+d then merges b->c (unmeasured) alone: fine
+    k = int(np.flatnonzero((g.src == 1) & (g.dst == 2))[0])
+    et[k] = 7.0
+    ok = g.replace(edge_time=et)
+    c = coarsen(ok, 2)
+    fwd = int(np.flatnonzero((c.src == 0) & (c.dst == 1))[0])
+    assert c.edge_time[fwd] == 7.0  # b -> c measured, a -> b inside a coarse node
+    assert np.isnan(c.edge_time[np.arange(c.num_edges) != fwd]).all()
+    # two measured and one unmeasured transfer into one coarse edge: refused, named
+    g2 = CompGraph.build(
+        3, [(0, 2), (1, 2)], flops=[1.0, 1.0, 1.0], out_bytes=[1.0, 1.0, 1.0],
+        edge_time=[3.0, np.nan], name=["p", "q", "r"], layer=[0, 0, 1],
+    )  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"edge_time measures 1 of the 2 transfers .*'p\+1' -> 'r'"
+    ):
+        coarsen(g2, 2)
+
+
+def test_recoarsening_keeps_the_original_names_as_members() -> None:
+    from graphs import zoo
+
+    g = zoo.build("gpt2", n_layer=2, d_model=64, n_head=4, vocab=100, seq=16, batch=2)
+    once = coarsen(g, 8)
+    twice = coarsen(once, 3)
+    flat = [m for ms in twice.meta["members"] for m in ms]
+    assert sorted(flat) == sorted(g.name)  # every original node, once, by its own name
+    # a forward coarse node is named after its first original member
+    for c, ms in enumerate(twice.meta["members"]):
+        if twice.kind[c] == FWD:
+            assert twice.name[c] == (ms[0] if len(ms) == 1 else f"{ms[0]}+{len(ms) - 1}")
+
+
+def test_coarse_names_that_collide_with_a_member_name_are_numbered() -> None:
+    # nodes x, y, "x+1", z: the coarse node {x, y} would be named "x+1" like the third node
+    fwd = CompGraph.build(
+        4, [(0, 1), (1, 2), (2, 3)], flops=[100.0, 1.0, 100.0, 100.0],
+        out_bytes=[1.0] * 4, name=["x", "y", "x+1", "z"], layer=[0, 0, 1, 2],
+    )  # fmt: skip
+    c = coarsen(fwd, 3)
+    assert len(set(c.name)) == c.num_nodes
+    assert sorted(m for ms in c.meta["members"] for m in ms) == ["x", "x+1", "y", "z"]

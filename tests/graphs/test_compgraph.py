@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -278,3 +280,23 @@ def test_back_edge_makes_cycle(dag, data):
     s, d = edges[data.draw(st.integers(0, len(edges) - 1))]
     with pytest.raises(ValueError, match="cycle"):
         CompGraph.build(n, [*edges, (d, s)], name=g.name)
+
+
+def test_build_refuses_fractions_wrapped_integers_and_non_string_names() -> None:
+    # found by fuzzing (29 Nov 2026): kind 256 / 257 wrapped to 0 / 1 in int8, group 0.5 and
+    # the edge (0.7, 1.2) were truncated to 0 and 0 -> 1, a name 5 broke content_hash later
+    import numpy as np
+
+    for kw, says in (
+        (dict(kind=np.array([256, 257])), "'kind' value 257 is out of range"),
+        (dict(group=[0.5, 1.9]), "'group' must hold integers, got 0.5"),
+        (dict(layer=[0, float("nan")]), "'layer' must hold integers, got nan"),
+        (dict(name=["a", 5]), "name[1] is 5; expected a string"),
+        (dict(module=["m", None]), "module[1] is None; expected a string"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            CompGraph.build(2, [(0, 1)], **kw)
+    with pytest.raises(ValueError, match=re.escape("'edges' must hold integers, got 0.7")):
+        CompGraph.build(2, [[0.7, 1.2]])
+    g = CompGraph.build(2, [(0.0, 1.0)], group=[0.0, 0.0], layer=np.array([3, 4], np.int32))
+    assert g.src.tolist() == [0] and g.group.tolist() == [0, 0] and g.layer.tolist() == [3, 4]

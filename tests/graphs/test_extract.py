@@ -56,6 +56,31 @@ def test_mlp_training_nodes() -> None:
     assert edges[("linear", "relu")] == 32 and edges[("bwd:relu", "bwd:linear")] == 32
 
 
+def test_frozen_parameters_hold_weights_only_and_need_no_gradient_or_optimizer() -> None:
+    # fc1 frozen (fine-tuning the head): its 40 parameters are 40 fp16 weights (80 bytes),
+    # no gradient or Adam state; fc1 needs no backward at all (its input is the user's
+    # data), so relu needs none either; fc2 (27 parameters) trains as before
+    with torch.device("meta"):
+        m = MLP()
+    m.fc1.requires_grad_(False)
+    g = extract(m, (torch.empty(2, 4, device="meta"),), loss_fn=lambda out, x: out.sum())
+    f = g.kind == FWD
+    np.testing.assert_allclose(g.param_bytes[f], [40 * 2, 0, 27 * 16, 0])
+    assert g.num_params == 67 and g.meta["frozen_params"] == 40
+    assert [g.name[i] for i in np.flatnonzero(g.kind == BWD)] == ["bwd:linear_1", "bwd:sum_1"]
+    assert [g.name[i] for i in np.flatnonzero(g.kind == OPT)] == ["opt:linear_1"]
+    assert g.total_flops(OPT) == pytest.approx(12 * 27)
+    # frozen fc2 behind a trained fc1: fc2 still needs grad-input (factor 1, no grad-weight)
+    with torch.device("meta"):
+        m = MLP()
+    m.fc2.requires_grad_(False)
+    g = extract(m, (torch.empty(2, 4, device="meta"),), loss_fn=lambda out, x: out.sum())
+    assert g.flops[g.index("bwd:linear_1")] == pytest.approx(2 * 2 * 3 * 8)
+    assert g.flops[g.index("bwd:linear")] == pytest.approx(2 * 2 * 2 * 8 * 4)
+    assert [g.name[i] for i in np.flatnonzero(g.kind == OPT)] == ["opt:linear"]
+    assert g.num_params == 67 and g.meta["frozen_params"] == 27
+
+
 class Views(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -174,6 +174,10 @@ def test_extracted_model_overrides_are_type_checked(kw, message) -> None:
         ("inception-v3", {"image_size": 16},
          "graphs.zoo.build: 'inception-v3' with {'image_size': 16} cannot run on its example "
          "input (batch 32): Calculated padded input size"),
+        # batch norm on a 1 x 1 map of one sample: torch's ValueError (not a RuntimeError)
+        ("inception-v3", {"image_size": 75, "width": 0.0625, "batch": 1},
+         "'inception-v3' with {'image_size': 75, 'width': 0.0625} cannot run on its example "
+         "input (batch 1): Expected more than 1 value per channel"),
     ],
 )  # fmt: skip
 def test_configs_a_model_cannot_run_are_named(name, kw, message) -> None:
@@ -186,3 +190,14 @@ def test_max_groups_must_be_a_whole_number() -> None:
     for bad in (True, 2.5, "4", 0):  # True was taken as one group
         with pytest.raises(ValueError, match="max_groups must be an integer >= 1 or None"):
             zoo.build("gpt2", max_groups=bad, cache=False, **base)
+
+
+def test_an_explicit_context_shorter_than_seq_is_refused_not_raised() -> None:
+    # until 29 Nov 2026 n_ctx=8 with seq=16 built a 16-position model (57,536 parameters
+    # instead of the 57,024 of 8 positions) without a word
+    with pytest.raises(ValueError, match=r"n_ctx = 8 is shorter than seq = 16"):
+        zoo.build("gpt2", cache=False, n_layer=1, d_model=64, n_head=4, vocab=100, seq=16,
+                  batch=1, n_ctx=8)  # fmt: skip
+    g = zoo.build("gpt2", cache=False, n_layer=1, d_model=64, n_head=4, vocab=100, seq=16,
+                  batch=1, n_ctx=16)  # fmt: skip
+    assert g.num_params == 57536  # 12 h^2 + 13 h + V h + 16 h + 2 h, h = 64, V = 100
