@@ -76,11 +76,14 @@ def available(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-def require_env(cfg: Any, app: str) -> None:
-    """Exit with a message listing the envs when the config has none (``+env=`` missing)."""
+def require_env(cfg: Any, app: str, run_dir: Path | None = None) -> None:
+    """Exit with a message listing the envs when the config has none (``+env=`` missing);
+    the run folder hydra made (``run_dir``) gets ``error.txt`` and the log line, as for any
+    other failure (it held only ``.hydra/``)."""
     from omegaconf import OmegaConf
 
     if OmegaConf.is_missing(cfg, "env"):
+        _record_failure(run_dir, app, "no env chosen: pick one with +env=NAME")
         names = ", ".join(available("env"))
         sys.stderr.write(
             f"error: no env chosen. Pick one with +env=NAME, e.g.\n"
@@ -143,6 +146,8 @@ def model_spec(spec: EnvSpec) -> dict[str, Any] | None:
 def plan_provenance(spec: EnvSpec) -> dict[str, Any]:
     """The ``meta`` every plan file written by a runner carries: env, model, cluster, graph file."""
     out: dict[str, Any] = {"env": spec.name, "cluster": absolute_cluster_name(spec.cluster)}
+    if spec.memory_fraction < 1:  # the cluster the plan's hash was taken of (execute applies it)
+        out["memory_fraction"] = float(spec.memory_fraction)
     model = model_spec(spec)
     if model is not None:
         out["model"] = model
@@ -728,6 +733,27 @@ def run_dir_from_hydra(fallback: str | None) -> Path:
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, KeyError)
 
 
+class Terminated(BaseException):
+    """Raised in the main thread on SIGTERM (:func:`exit_on_sigterm`), so that ``finally``
+    blocks and context managers run: the launchers kill their ranks, temporary folders go."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into :class:`Terminated` in this (main) thread. Python's default ends
+    the process at once, which left a run's ranks, fork server and temporary folders behind
+    (found by fuzzing, 29 Nov 2026)."""
+    import signal
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    signal.signal(signal.SIGTERM, _raise)
+
+
 @contextmanager
 def reported_errors(run_dir: Path | None, app: str) -> Iterator[None]:
     """Run a runner's body so that a failure is reported, not dumped.
@@ -737,8 +763,15 @@ def reported_errors(run_dir: Path | None, app: str) -> Iterator[None]:
     traceback. Either way the run folder is left with ``error.txt`` saying why (the
     message, then the traceback), and the message goes to the run's log file.
     """
+    if run_dir is not None:  # a resumed run: the failure of the attempt before is its log's
+        (run_dir / "error.txt").unlink(missing_ok=True)  # now (it stayed beside result.json)
     try:
         yield
+    except Terminated as exc:  # SIGTERM (kill, a SLURM cancel): the ranks are stopped by the
+        # launchers' cleanup, which a plain SIGTERM skipped (they kept running)
+        _record_failure(run_dir, app, f"terminated by signal {exc.signum}")
+        sys.stderr.write(f"error: runners.{app} terminated by signal {exc.signum}\n")
+        raise SystemExit(128 + exc.signum) from None
     except Exception as exc:
         if not _user_error(exc):
             _record_failure(run_dir, app, f"{type(exc).__name__}: {exc}")

@@ -52,10 +52,57 @@ def resolve(
     n = plan.layout.world_size if plan.layout is not None else int(plan.placement.max()) + tp
     name = cluster_name or plan.meta.get("cluster") or f"cpu_{n}"
     try:
-        return graph, clusters.load(str(name))
+        cluster = clusters.load(str(name))
     except (ValueError, FileNotFoundError) as exc:
         where = "cluster=" if cluster_name else "the plan's meta.cluster: "
         raise ValueError(f"{at}{where}{exc}") from None
+    # a plan made with env.memory_fraction=F was hashed on the cluster with that share of
+    # memory: without it, "made for cluster 'cpu_4', not 'cpu_4'" (found by fuzzing)
+    frac = plan.meta.get("memory_fraction")
+    if frac is not None:
+        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
+            raise ValueError(f"{at}meta.memory_fraction is {frac!r}; expected a number in (0, 1]")
+        cluster = cluster.with_memory_fraction(float(frac))
+    return graph, cluster
+
+
+def _check_graph_matches_model(graph: Any, model: Any, graph_path: str | None, at: str) -> None:
+    """With ``graph=FILE``: the file must be the training graph of the plan's ``meta.model``
+    (the same forward operators, by name), since the runtime builds that model and places its
+    operators by the graph's names. A GPT-2 placement with a BERT ``meta.model`` ran a BERT,
+    and one with ``n_layer`` 4 for 2 placed the extra layers by a fallback (exit 0; found by
+    fuzzing, 29 Nov 2026). Parametric models (hybrid plans) are not checked here."""
+    if not graph_path:
+        return
+    from graphs.compgraph import FWD
+    from graphs.zoo.parametric import is_parametric
+
+    if isinstance(model, dict) and "name" in model:
+        if is_parametric(str(model["name"]), dict(model.get("config") or {})):
+            return
+    from runtime.model import graph_for_model
+
+    def fwd_names(g: Any) -> set[str]:
+        members = g.meta.get("members")
+        out: set[str] = set()
+        for i in map(int, (g.kind == FWD).nonzero()[0]):
+            out.update(str(m) for m in (members[i] if members else [g.name[i]]))
+        return out
+
+    mine, theirs = fwd_names(graph), fwd_names(graph_for_model(model))
+    if mine != theirs:
+        extra, missing = sorted(mine - theirs), sorted(theirs - mine)
+        raise ValueError(
+            f"{at}graph={graph_path} is not the training graph of the plan's meta.model "
+            f"{model}: "
+            + (
+                f"{len(missing)} of the model's operators are not in it (e.g. {missing[:3]})"
+                if missing
+                else ""
+            )
+            + ("; " if missing and extra else "")
+            + (f"{len(extra)} of its nodes are not the model's (e.g. {extra[:3]})" if extra else "")
+        )
 
 
 def _check_buildable(model: Any, *, hybrid: bool = True) -> None:
@@ -114,6 +161,25 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
         raise FileNotFoundError(f"plan={cfg.plan}: no such file (a plan JSON from runners.*)")
     plan = Plan.load(cfg.plan)
     graph, cluster = resolve(plan, cfg.graph, cfg.cluster, source=str(cfg.plan))
+    if len(plan.placement) != graph.num_nodes:  # "placement has shape (24,), expected (34,)"
+        model = plan.meta.get("model") or {}
+        groups = model.get("max_groups") if isinstance(model, dict) else None
+        raise ValueError(
+            f"plan={cfg.plan} places {len(plan.placement)} nodes, but "
+            + (f"graph={cfg.graph}" if cfg.graph else "the graph of its meta.model")
+            + f" has {graph.num_nodes}: another model or coarsening (the plan's meta.model "
+            f"has max_groups={groups})"
+        )
+    if (
+        plan.cluster_hash
+        and plan.cluster_hash != cluster.content_hash()
+        and not (cfg.cluster or plan.meta.get("cluster"))
+    ):  # cpu_N was guessed from the devices the plan uses (fuzzing: it said "its meta.cluster")
+        raise ValueError(
+            f"plan={cfg.plan} names no cluster (no meta.cluster) and was not made for "
+            f"{cluster.name!r}, the cpu_N its devices suggest (cluster hash "
+            f"{plan.cluster_hash}); give the cluster it was made for: cluster=NAME"
+        )
     if plan.cluster_hash and plan.cluster_hash != cluster.content_hash():
         made = plan.meta.get("cluster")
         raise ValueError(  # it said "made for cluster 96844..." naming neither (fuzzing)
@@ -122,6 +188,7 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
             "); a placement only runs on the cluster it was made for: drop cluster= or plan "
             "again on that cluster"
         )
+    _check_graph_matches_model(graph, plan.meta.get("model"), cfg.graph, f"{cfg.plan}: ")
     optimizer = cfg.optimizer or default_optimizer(plan, cluster)
     from runtime.execute import execute  # torch: only once the plan and its settings are checked
 
@@ -141,6 +208,11 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
         echo=echo,
         launcher=str(cfg.launcher),
     )
+    if result.mode == "oplevel" and plan.schedule != "in_order":
+        echo(
+            f"note: an operator placement runs in the op-level runtime's own order "
+            f"(schedule in_order in result.json), not the plan's schedule {plan.schedule!r}"
+        )
     per_rank = ", ".join(
         f"rank{r}: compute {c * 1e3:.1f} / comm {m * 1e3:.1f} / idle {i * 1e3:.1f} ms"
         for r, (c, m, i) in enumerate(zip(result.compute, result.comm, result.idle))

@@ -136,8 +136,8 @@ def _log(cfg: DictConfig, run_dir: Path, result: dict[str, Any], *, name: str) -
 
 @hydra.main(version_base=None, config_path="../conf", config_name="plan")
 def _hydra_main(cfg: DictConfig) -> None:
-    common.require_env(cfg, "plan")
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
+    common.require_env(cfg, "plan", run_dir)
     with common.reported_errors(run_dir, "plan"):
         plan(cfg, run_dir, echo=common.RunLog(run_dir, "plan"))
 

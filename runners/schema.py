@@ -605,6 +605,31 @@ def check_multirun_output_dir(argv: list[str]) -> None:
         )
 
 
+#: The runners that write ``result.json`` into their run folder, by their schema.
+RESULT_WRITERS = {"TrainConfig": "train", "PlanConfig": "plan", "ExecuteConfig": "execute"}
+
+
+def check_output_dir(schema: type, argv: list[str]) -> None:
+    """``output_dir=`` naming a file ended in hydra's ``FileExistsError`` traceback; naming
+    another runner's run folder (a ``runners.plan`` run's, say) had its ``result.json``
+    replaced by this runner's without a word (found by fuzzing, 29 Nov 2026)."""
+    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("output_dir=")]
+    if not given or given[-1] in ("", "null"):
+        return
+    path = Path(given[-1]).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"output_dir={given[-1]} is a file; give a folder (made if missing)")
+    app = RESULT_WRITERS.get(schema.__name__)
+    if app is None or not (path / "result.json").is_file():
+        return
+    other = [a for a in ("train", "plan", "execute") if a != app and (path / f"{a}.log").is_file()]
+    if other and not (path / f"{app}.log").is_file():
+        raise ValueError(
+            f"output_dir={given[-1]} is a runners.{other[0]} run folder ({other[0]}.log, "
+            f"result.json): runners.{app} would replace its result.json; give another folder"
+        )
+
+
 def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) -> None:
     """Check the command-line keys and values against ``schema`` (exit 2 naming the key, the
     value and what is valid), then run ``hydra_main``: the shared ``main()`` of every runner.
@@ -614,6 +639,7 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
     args = sys.argv[1:] if argv is None else argv
     try:
         check_multirun_output_dir(args)
+        check_output_dir(schema, args)
         check_group_choices(args)
         check_experiment_fits(schema, args)
         check_overrides(schema, args)
@@ -624,6 +650,10 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
         raise SystemExit(2) from None
     if extra and argv is None:
         sys.argv[:] = with_overrides_beside_resume(sys.argv, extra)
+    if argv is None:  # a command-line run (not a test calling with argv)
+        from runners.common import exit_on_sigterm
+
+        exit_on_sigterm()
     hydra_main()
 
 

@@ -1191,8 +1191,8 @@ def summary_line(result: Mapping[str, Any], run_dir: Path) -> str:
 
 @hydra.main(version_base=None, config_path="../conf", config_name="train")
 def _hydra_main(cfg: DictConfig) -> None:
-    common.require_env(cfg, "train") if not cfg.get("resume") else None
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
+    common.require_env(cfg, "train", run_dir) if not cfg.get("resume") else None
     resume = cfg.get("resume")
     # resume= of a folder that is no run: say so, but leave no error.txt / train.log in it
     is_run = not resume or (Path(str(resume)) / "config.yaml").is_file()

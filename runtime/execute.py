@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
+import re
 import subprocess
 import sys
 import tempfile
@@ -23,6 +23,7 @@ from graphs.plan import Plan
 from runtime.launch import (
     RankFailure,
     first_failure,
+    kill_tree,
     read_error_files,
     spawn,
     torchrun_failures,
@@ -144,6 +145,9 @@ def torchrun_command(nproc: int, spec_path: Path, out_dir: Path) -> list[str]:
     ]
 
 
+#: The records a launch writes into its folder (removed before the next launch there).
+STALE_RECORD = re.compile(r"(error_rank|rank|result_rank)\d+\.json|rank\d+\.log")
+
 #: How plans are launched on this host: ``"local"`` (:func:`runtime.launch.spawn`: ranks
 #: forked from a server that imported torch once) or ``"torchrun"`` (``python -m
 #: torch.distributed.run``: a fresh interpreter per rank, 2-3 s of CPU each on this
@@ -175,11 +179,10 @@ def _launch(
         raise ValueError(f"launcher {launcher!r}: expected one of {list(LAUNCHERS)}")
     # an earlier run's records in the same folder (output_dir=...) would be read as this
     # run's: its error reported instead of this one's, its ranks counted as finished
-    for stale in [
-        *folder.glob("error_rank*.json"), *folder.glob("rank*.json"),
-        *folder.glob("result_rank*.json"), *folder.glob("rank*.log"),
-    ]:  # fmt: skip
-        stale.unlink(missing_ok=True)
+    # (exact names: "rank*.json" also deleted a user's ranked_plan.json, found by fuzzing)
+    for stale in folder.iterdir() if folder.is_dir() else ():
+        if STALE_RECORD.fullmatch(stale.name) and stale.is_file():
+            stale.unlink(missing_ok=True)
     spec_path = folder / "spec.json"
     spec_path.write_text(text)
     timeout = f"plan execution did not finish within {timeout_s} s"
@@ -217,9 +220,15 @@ def _launch(
         try:
             log, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            # the workers run in sessions of their own: killing torchrun's group alone left
+            # them running, and communicate() waited for them (2 min past a 30 s limit)
+            kill_tree(proc.pid)
             log, _ = proc.communicate()
             raise RankFailure(-1, "timeout", timeout) from None
+        except BaseException:  # SIGTERM (SystemExit), Ctrl-C: no orphaned workers
+            kill_tree(proc.pid)
+            proc.wait()
+            raise
     (folder / "torchrun.log").write_text(log or "")
     if proc.returncode != 0:
         records = read_error_files(folder)

@@ -751,6 +751,16 @@ class HybridRunner(ChunkParameters):
         from runtime.pipeline import time_stage_compute
 
         time_stage_compute(stage, self.timer)
+        # the data-parallel gradient reduction (FSDP2's reduce-scatter / all-reduce), which
+        # the schedule runs after the last microbatch, outside the chunks: it was counted
+        # as idle, so comm read 0 on every pp = 1 plan (found by fuzzing, 29 Nov 2026)
+        orig = stage.perform_reduce_grad
+
+        def reduce_grad(*a: Any, **kw: Any) -> Any:
+            with self.timer.timed("comm"):
+                return orig(*a, **kw)
+
+        stage.perform_reduce_grad = reduce_grad
 
     def forward_backward(self, inputs: Sequence[torch.Tensor]) -> float:
         """One step over ``num_microbatches`` microbatches of this replica's slice of the

@@ -357,6 +357,49 @@ def spawn(
         ]
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, grandchildren, ...), read from ``/proc``
+    (Linux; an empty list elsewhere). torchrun starts each worker in a session of its own,
+    so killing torchrun's process group leaves them running."""
+    parent: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            stat = Path("/proc", e, "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1:
+            parent[int(e)] = int(fields[1])
+    out: list[int] = []
+    frontier = [pid]
+    while frontier:
+        kids = [c for c, pp in parent.items() if pp in frontier]
+        out += kids
+        frontier = kids
+    return out
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid``, its process group and every process below it (:func:`descendants`)."""
+    below = descendants(pid)
+    for target in [pid, *below]:
+        try:
+            os.killpg(os.getpgid(target), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            os.kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _kill(procs: Sequence[Any]) -> None:
     for p in procs:
         if p.is_alive():

@@ -275,6 +275,18 @@ def make_run_spec(
             f"{batch} (graph {graph.meta.get('name', '?')!r}): each microbatch must have the "
             "same number of samples"
         )
+    split = plan.colocation_violations(graph)
+    if split:  # the runtime places forward ops only; their backward and optimizer steps
+        # follow them, so a backward or optimizer node elsewhere was ignored (fuzzing)
+        g = split[0]
+        where = sorted({int(plan.placement[i]) for i in np.flatnonzero(graph.group == g)})
+        names = [graph.name[i] for i in np.flatnonzero(graph.group == g)][:4]
+        raise ValueError(
+            f"plan splits colocation group {g} ({', '.join(names)}, ...) over devices {where} "
+            f"({len(split)} such group(s)): the runtime runs a forward op's backward and "
+            "optimizer step on the forward op's device, so the plan would not run as written; "
+            "place each group (a forward op with its bwd:/opt: nodes) on one device"
+        )
     fwd = forward_names(graph)
     degrees = {d for d in plan.tp_degree.values() if d > 1}
     if len(degrees) > 1:
@@ -344,19 +356,27 @@ def make_run_spec(
         )
     elif tp > 1:
         used = sorted(set(plan.placement.tolist()))
-        devices = used if len(used) == tp else list(range(tp))
-        if len(devices) > cluster.num_devices:
+        if len(used) == 1:  # a node's device is its tp group's first device
+            devices = tp_blocks(used, tp, cluster)
+        elif len(used) == tp and used == list(range(used[0], used[0] + tp)):
+            devices = used  # the tp block itself, written out
+        else:  # it ran plain tp on devices 0..tp-1, the placement ignored (found by fuzzing)
             raise ValueError(
-                f"tensor-parallel degree {tp} needs {tp} devices, cluster {cluster.name!r} has {cluster.num_devices}"
+                f"plan places its nodes on devices {used} with tp_degree {tp} and no pipeline "
+                f"stages: tensor parallelism without stages runs the whole model on one tp "
+                f"group, devices d..d+{tp - 1}; place every node on d (or give stages)"
             )
         spec = RunSpec(mode="tp", world_size=tp, devices=devices, **common)
     else:
         used = sorted(set(plan.placement.tolist()))
         rank_of = {d: r for r, d in enumerate(used)}
         device_of = {m: rank_of[int(plan.placement[i])] for i, names in fwd for m in names}
+        # the op-level runtime runs partitions in its own order whatever the plan's schedule:
+        # say so in the spec (and so in result.json), which said "gpipe" / "1f1b" (fuzzing)
         spec = RunSpec(
-            mode="oplevel", world_size=len(used), devices=used, device_of=device_of, **common
-        )
+            mode="oplevel", world_size=len(used), devices=used, device_of=device_of,
+            **{**common, "schedule": "in_order"},
+        )  # fmt: skip
     spec.validate()
     return spec
 

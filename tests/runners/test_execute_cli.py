@@ -439,3 +439,209 @@ def test_a_bad_plan_is_refused_before_torch_is_imported(what, message, tmp_path)
     )
     assert (code, torch_imported) == (2, False), err[-2000:]
     assert message in err
+
+
+def test_a_plan_splitting_a_forward_op_from_its_backward_is_refused() -> None:
+    """Backward and optimizer nodes placed away from their forward op were ignored: the
+    runtime runs them beside it (found by fuzzing, 29 Nov 2026)."""
+    from graphs.clusters import load
+    from graphs.compgraph import FWD
+    from graphs.training import with_backward
+    from runtime.spec import make_run_spec
+
+    g, cl = with_backward(_graph()), load("cpu_2")
+    plan = Plan.for_graph(np.where(g.kind == FWD, 0, 1), g, cl)
+    with pytest.raises(ValueError, match=r"plan splits colocation group 0 \(n0, bwd:n0.*over "
+                       r"devices \[0, 1\] \(3 such group\(s\)\)"):  # fmt: skip
+        make_run_spec(plan, g, cl, {"name": "gpt2"})
+    ok = Plan.for_graph(np.where(g.group == 2, 1, 0), g, cl)
+    assert make_run_spec(ok, g, cl, {"name": "gpt2"}).devices == [0, 1]
+
+
+def test_tensor_parallelism_without_stages_runs_on_the_block_of_its_device() -> None:
+    """A placement with tp_degree but no stages ran plain tp on devices 0..t-1 whatever it
+    said: over devices {0, 1, 2} of cpu_4, or all on device 3 (found by fuzzing)."""
+    from graphs.clusters import load
+    from runtime.spec import make_run_spec
+
+    g = CompGraph.build(3, [(0, 1), (1, 2)], flops=[1.0] * 3, module=["h.0", "h.1", "h.2"],
+                        group=[0, 1, 2])  # fmt: skip
+    cl = load("cpu_4")
+    model = {"name": "gpt2", "config": {"n_layer": 2, "d_model": 32, "n_head": 2, "vocab": 64,
+                                        "seq": 8, "batch": 2}}  # fmt: skip
+    spread = Plan.for_graph(np.array([0, 1, 2]), g, cl, tp_degree={1: 2, 2: 2})
+    with pytest.raises(ValueError, match=r"devices \[0, 1, 2\] with tp_degree 2 and no pipeline"):
+        make_run_spec(spread, g, cl, model)
+    last = Plan.for_graph(np.array([3, 3, 3]), g, cl, tp_degree={0: 2})
+    with pytest.raises(ValueError, match=r"on device 3 with tp_degree 2 needs devices 3..4"):
+        make_run_spec(last, g, cl, model)
+    on2 = Plan.for_graph(np.array([2, 2, 2]), g, cl, tp_degree={0: 2})
+    spec = make_run_spec(on2, g, cl, model)
+    assert spec.mode == "tp" and spec.devices == [2, 3]
+
+
+def test_a_plan_made_with_a_memory_fraction_runs_on_that_cluster(tmp_path: Path) -> None:
+    """``env.memory_fraction=0.5``: the plan's hash is of the cluster with half its memory;
+    runners.execute said "made for cluster 'cpu_4', not 'cpu_4'" (found by fuzzing)."""
+    from graphs.clusters import load
+    from runners.common import EnvSpec, plan_provenance
+
+    assert (
+        plan_provenance(EnvSpec(name="e", cluster="cpu_2", memory_fraction=0.5))["memory_fraction"]
+        == 0.5
+    )
+    assert "memory_fraction" not in plan_provenance(EnvSpec(name="e", cluster="cpu_2"))
+    half = load("cpu_2").with_memory_fraction(0.5)
+    path = tmp_path / "g.json"
+    save(_graph(), path)
+    meta = {"model": {"name": "any"}, "cluster": "cpu_2", "memory_fraction": 0.5}
+    plan = Plan.for_graph(np.array([0, 1, 1]), _graph(), half, meta=meta)
+    _, cluster = resolve(plan, str(path), None)
+    assert cluster.content_hash() == plan.cluster_hash == half.content_hash()
+    bad = Plan.for_graph(np.array([0, 1, 1]), _graph(), half, meta={**meta, "memory_fraction": 2})
+    with pytest.raises(ValueError, match=r"meta.memory_fraction is 2; expected a number in"):
+        resolve(bad, str(path), None)
+
+
+def test_a_graph_file_of_another_model_than_the_plans_is_refused(tmp_path: Path) -> None:
+    """graph=FILE was only checked against the plan's hash, not against meta.model: a GPT-2
+    placement with a 4-layer (or a BERT) meta.model ran that model, exit 0 (fuzzing)."""
+    from omegaconf import OmegaConf
+
+    from graphs import zoo
+    from graphs.clusters import load
+    from runners.execute import run
+
+    cfg2 = {"n_layer": 2, "d_model": 32, "n_head": 2, "vocab": 64, "seq": 8, "n_ctx": 8, "batch": 2}
+    g = zoo.build("gpt2", max_groups=4, **cfg2)
+    graph = tmp_path / "g.json"
+    save(g, graph)
+    model4 = {"name": "gpt2", "config": {**cfg2, "n_layer": 4}, "max_groups": 4}
+    path = tmp_path / "plan.json"
+    Plan.for_graph(np.zeros(g.num_nodes, np.int64), g, load("cpu_2"),
+                   meta={"model": model4, "cluster": "cpu_2"}).save(path)  # fmt: skip
+    cfg = OmegaConf.load(ROOT / "conf" / "execute" / "config.yaml")
+    cfg.pop("defaults"), cfg.pop("hydra")
+    cfg.plan, cfg.graph = str(path), str(graph)
+    with pytest.raises(ValueError, match=r"is not the training graph of the plan's meta.model .*"
+                       r"of the model's operators are not in it"):  # fmt: skip
+        run(cfg, tmp_path / "out")
+
+
+def test_sigterm_stops_the_ranks_and_records_why(tmp_path: Path) -> None:
+    """SIGTERM (kill, a SLURM cancel) ended runners.execute at once and left its ranks, fork
+    server and temporary folders behind (found by fuzzing); now the launcher's cleanup runs,
+    the run folder gets error.txt and the exit status is 128 + 15."""
+    import os
+    import signal
+    import time
+
+    from graphs.cpu_cluster import cpu_cluster
+    from graphs.extraction import extract
+    from runtime.launch import descendants
+    from runtime.toy import branchy
+
+    zm = branchy(batch=8)
+    g = extract(zm.module, zm.example_inputs, loss_fn=zm.loss_fn, name="branchy")
+    model = {"factory": "runtime.toy:branchy", "config": {"batch": 8}}
+    plan = tmp_path / "plan.json"
+    Plan.for_graph(g.group % 2, g, cpu_cluster(2), meta={"model": model, "cluster": "cpu_2"}).save(
+        plan
+    )
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runners.execute", f"plan={plan}", "steps=100000", "warmup=0",
+         f"output_dir={out}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while not (out / "rank1.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2.0)  # the ranks are running steps
+    below = descendants(proc.pid)
+    assert below, "no ranks started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "error: runners.execute terminated by signal 15" in err
+    assert "terminated by signal 15" in (out / "error.txt").read_text()
+    time.sleep(1.0)
+    alive = []
+    for pid in below:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    for pid in alive:  # do not leave them to the rest of the suite
+        os.kill(pid, signal.SIGKILL)
+    assert not alive
+
+
+def test_a_run_that_succeeds_leaves_no_error_of_an_earlier_attempt(tmp_path: Path) -> None:
+    """A crashed run resumed to the end kept the crash's error.txt beside its result.json
+    (found by a docs walk-through, 29 Nov 2026); a missing env left only .hydra/."""
+    from omegaconf import OmegaConf
+
+    from runners import common
+
+    (tmp_path / "error.txt").write_text("runners.train failed: crash after 1 update")
+    with common.reported_errors(tmp_path, "train"):
+        pass
+    assert not (tmp_path / "error.txt").exists()
+    with pytest.raises(SystemExit), common.reported_errors(tmp_path, "train"):
+        raise ValueError("a bad value")
+    assert "a bad value" in (tmp_path / "error.txt").read_text()
+    cfg = OmegaConf.create({"env": "???"})
+    (tmp_path / "error.txt").unlink()
+    with pytest.raises(SystemExit):
+        common.require_env(cfg, "train", tmp_path)
+    assert "no env chosen" in (tmp_path / "error.txt").read_text()
+    assert "no env chosen" in (tmp_path / "train.log").read_text()
+
+
+def test_output_dir_that_is_a_file_or_another_runners_run_is_refused(tmp_path: Path) -> None:
+    """output_dir=FILE ended in hydra's FileExistsError traceback, and output_dir= of a
+    runners.plan run folder had its result.json replaced by execute's (found by fuzzing)."""
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, _, err = run_cli_module("runners.execute", ["plan=p.json", f"output_dir={f}"])
+    assert code == 2 and f"error: output_dir={f} is a file; give a folder" in err
+    run = tmp_path / "planrun"
+    run.mkdir()
+    (run / "plan.log").write_text("")
+    (run / "result.json").write_text("{}")
+    code, _, err = run_cli_module("runners.execute", ["plan=p.json", f"output_dir={run}"])
+    assert code == 2 and "is a runners.plan run folder (plan.log, result.json)" in err
+    assert (run / "result.json").read_text() == "{}"
+    from runners.schema import ExecuteConfig, PlanConfig, check_output_dir
+
+    check_output_dir(PlanConfig, [f"output_dir={run}"])  # its own folder: a re-run, fine
+    check_output_dir(ExecuteConfig, [f"output_dir={tmp_path / 'new'}"])  # made if missing
+
+
+def test_a_plan_of_another_coarsening_or_an_unnamed_cluster_is_named(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from graphs.clusters import load
+    from runners.execute import run
+
+    g = tmp_path / "g.json"
+    save(_graph(), g)
+    cfg = OmegaConf.load(ROOT / "conf" / "execute" / "config.yaml")
+    cfg.pop("defaults"), cfg.pop("hydra")
+    path = tmp_path / "plan.json"
+    four = CompGraph.build(4, [(0, 1), (1, 2), (2, 3)], flops=[1.0] * 4)
+    Plan.for_graph(np.array([0, 0, 1, 1]), four, load("cpu_2"),
+                   meta={"model": {"name": "gpt2", "max_groups": 4}}).save(path)  # fmt: skip
+    cfg.plan, cfg.graph = str(path), str(g)
+    with pytest.raises(ValueError, match=rf"places 4 nodes, but graph={g} has 3: another model "
+                       r"or coarsening \(the plan's meta.model has max_groups=4\)"):  # fmt: skip
+        run(cfg, tmp_path / "out")
+    # made on cpu_4 using devices 0 and 1, no meta.cluster: cpu_2 is only a guess
+    Plan.for_graph(np.array([0, 1, 1]), _graph(), load("cpu_4"),
+                   meta={"model": {"name": "gpt2"}}).save(path)  # fmt: skip
+    with pytest.raises(ValueError, match=r"names no cluster \(no meta.cluster\) and was not made "
+                       r"for 'cpu_2'.*give the cluster it was made for: cluster=NAME"):  # fmt: skip
+        run(cfg, tmp_path / "out")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -143,9 +144,17 @@ def test_execute_with_either_launcher(graph, cluster, tmp_path, launcher, monkey
     monkeypatch.setenv("TMPDIR", str(tmpdir))  # the launched processes' temporary folder
     monkeypatch.delenv("PET_LOG_DIR", raising=False)
     plan = ping_pong(graph, cluster, microbatches=2)
+    # a user's files that only look like the launch's records stay (fuzzing: "rank*.json"
+    # deleted ranked_plan.json, the plan being run, from output_dir)
+    for mine in ("ranked_plan.json", "rank_notes.json", "rank1.json.bak"):
+        (tmp_path / mine).write_text("{}")
     res = execute(plan, graph, cluster, steps=2, warmup=1, out_dir=tmp_path, launcher=launcher)
+    assert all((tmp_path / mine).exists() for mine in ("ranked_plan.json", "rank_notes.json"))
+    assert (tmp_path / "rank1.json.bak").exists()
     assert isinstance(res, ExecResult)
     assert res.world_size == 2 and res.mode == "oplevel" and len(res.step_times) == 2
+    # the op-level runtime's own order ran, not the plan's 1f1b: result.json says so
+    assert plan.schedule == "1f1b" and res.schedule == "in_order"
     assert res.step_time > 0 and all(c > 0 for c in res.compute) and all(c > 0 for c in res.comm)
     assert len(res.cpu) == 2  # CPU seconds per step of each rank's process
     for r in range(2):
@@ -288,3 +297,55 @@ def test_in_order_plan_runs_op_by_op_whatever_its_stages(graph, cluster):
     # refused before launch (every rank found it after its launch until 28 Nov 2026)
     with pytest.raises(ValueError, match="pipeline plan is not monotone"):
         make_run_spec(staged, graph, cluster)
+
+
+def test_a_torchrun_launch_past_its_timeout_leaves_no_worker_running(graph, cluster, tmp_path):
+    """torchrun starts each worker in a session of its own: killing torchrun's process group
+    on timeout left them running, and the call returned only when they ended (2 min past a
+    30 s limit; found by fuzzing). Now the workers are killed with it."""
+    import time
+
+    plan = ping_pong(graph, cluster, microbatches=2)
+    t0 = time.monotonic()
+    with pytest.raises(RankFailure, match="did not finish within 8"):
+        execute(plan, graph, cluster, steps=100000, warmup=0, out_dir=tmp_path,
+                launcher="torchrun", timeout_s=8)  # fmt: skip
+    assert time.monotonic() - t0 < 30
+    time.sleep(0.5)
+    spec = str(tmp_path / "spec.json")
+    left = []
+    for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if spec in cmd:
+            left.append((pid, cmd[:120]))
+    assert not left
+
+
+def test_descendants_and_kill_tree_reach_processes_in_sessions_of_their_own():
+    import subprocess
+    import sys
+    import time
+
+    from runtime.launch import descendants, kill_tree
+
+    code = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+        "start_new_session=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    for _ in range(100):
+        kids = descendants(parent.pid)
+        if kids:
+            break
+        time.sleep(0.05)
+    assert len(kids) == 1
+    kill_tree(parent.pid)
+    parent.wait(timeout=10)
+    time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{kids[0]}") or (
+        open(f"/proc/{kids[0]}/stat").read().split()[2] == "Z"  # a zombie of init: dead
+    )
