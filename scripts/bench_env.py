@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import sys
@@ -32,6 +33,7 @@ def bench(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict[str, float]:
     )  # not the env seed: its draws would replay the initial placement
     stepping = 0.0
     done = 0
+    calls0 = env.unwrapped.total_oracle_calls
     while done < steps:
         t = time.perf_counter()
         _, r, term, trunc, _ = env.step(env.action_space.sample())
@@ -40,8 +42,14 @@ def bench(env_id: str, steps: int, seed: int = 0, **kwargs) -> dict[str, float]:
         assert np.isfinite(r)
         if term or trunc:
             env.reset()
+    calls = env.unwrapped.total_oracle_calls - calls0
+    inst = env.unwrapped.instance
+    what = f"{inst.graph.meta.get('name', inst.name)} ({inst.graph.num_nodes} nodes) on {inst.cluster.name}"
     env.close()
-    return {"steps": done, "steps_per_s": done / stepping, "first_reset_s": first_reset}
+    return {
+        "steps": done, "steps_per_s": done / stepping, "first_reset_s": first_reset,
+        "oracle_calls": calls, "instance": what,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -52,16 +60,22 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only, leave docs/ alone")
     args = ap.parse_args()
     cases = [
-        ("placement_env/Sweep-v0", {}, "dense reward (oracle call per step)"),
+        # a step that leaves the placement as it was is answered from the episode's cache
+        (
+            "placement_env/Sweep-v0",
+            {},
+            "dense reward (an oracle call per step that changes the placement)",
+        ),
         ("placement_env/Sweep-v0", {"reward_mode": "final"}, "final reward (one call per episode)"),
         ("placement_env/OneShot-v0", {}, "one oracle call per step"),
     ]
     rows = []
+    load_before = os.getloadavg()
     for env_id, kw, note in cases:
         res = bench(env_id, args.steps, **kw)
         line = (
             f"| `{env_id}` {kw or ''} | {res['steps_per_s']:.0f} | {res['steps']} | "
-            f"{res['first_reset_s']:.1f} | {note} |"
+            f"{res['oracle_calls']} | {res['first_reset_s']:.1f} | {note} |"
         )
         print(line, flush=True)
         rows.append(line)
@@ -69,13 +83,14 @@ def main() -> None:
         [
             BEGIN,
             f"Measured by `python scripts/bench_env.py --steps {args.steps}` on "
-            f"{platform.processor() or platform.machine()} ({time.strftime('%Y-%m-%d')}), one "
-            "process, random actions, default experiment (gpt2-xl <= 256 groups on dgx1_v100_8, "
-            "Simulator with 8 microbatches, 1F1B). The machine's 2 cores were shared with other "
-            "jobs while measuring: treat the numbers as lower bounds.",
+            f"{platform.processor() or platform.machine()} ({time.strftime('%Y-%m-%d')}), "
+            f"{os.cpu_count()} logical CPUs, one process, random actions, the envs' default "
+            f"instance: {res['instance']}. Load average {load_before[0]:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after the runs (above 1: other jobs shared the cores, "
+            "so the rates are lower bounds).",
             "",
-            "| env | steps/s | steps | first reset (s) | note |",
-            "| --- | --- | --- | --- | --- |",
+            "| env | steps/s | steps | oracle calls | first reset (s) | note |",
+            "| --- | --- | --- | --- | --- | --- |",
             *rows,
             END,
         ]

@@ -4,7 +4,8 @@ Usage: ``python scripts/bench_hybrid.py [--seconds 3] [--no-write]``.
 
 For each row (a Megatron-style layout of a GPT model on DGX A100 80GB or DGX H100
 nodes) it times ``Simulator.evaluate(plan)`` (the plan carries its ``HybridLayout``)
-after one warm-up call, and also ``megatron_grid``'s whole grid where marked. Rates are
+after one warm-up call (the search time of ``megatron_grid`` is measured by
+``scripts/validate_hybrid.py``, not here). Rates are
 per second of CPU time of this process (``time.process_time``, one core: numba kernels
 are not parallel) and per second of wall time. Prints a Markdown table and writes it
 into ``docs/hybrid.md`` between ``<!-- bench:start -->`` / ``<!-- bench:end -->``.

@@ -192,8 +192,8 @@ def main() -> None:
             START,
             f"Measured {time.strftime('%Y-%m-%d')} by `{command}` on "
             f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
-            f"one process. The machine was **shared with other developers' jobs** (load "
-            f"average {load_before[0]:.1f} before, {load_after[0]:.1f} after the run): "
+            f"one process. Load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
+            "the run (above 1 on this 2-core machine: other jobs shared the cores): "
             "CPU-time rates (evaluations per second of this process's CPU time, whole timing "
             "window) are the figure to compare with the target; best window = the best of "
             f"{args.windows} equal sub-windows (least disturbed by the other jobs); wall-time "

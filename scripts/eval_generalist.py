@@ -95,6 +95,32 @@ def check_cache_keys(problems: list[G.Problem], keys: list[str]) -> None:
             )
 
 
+def check_cached_problems(
+    problems: list[G.Problem], keys: list[str], cache: dict[str, Any], path: Path
+) -> None:
+    """A ``ValueError`` when a cached search was made for another problem than the row now
+    has (its graph, cluster, microbatches or schedule: :func:`agents.generalist.problem_key`,
+    recorded with each entry since 29 Nov 2026): the cache is keyed by the row's name, so a
+    search cached before a change of the simulator's graph or cluster would be reused as the
+    reference. Entries written before that carry no key and are printed as unchecked."""
+    old = []
+    for pb, key in zip(problems, keys, strict=True):
+        entry = cache.get(key)
+        if not isinstance(entry, dict):
+            continue
+        made = entry.get("problem")
+        if made is None:
+            old.append(pb.name)
+        elif made != G.problem_key(pb):
+            raise ValueError(
+                f"{path}: the search cached for {key!r} was made for {made!r}, not for this "
+                f"row's {G.problem_key(pb)!r}; delete the entry (or use another --search-cache)"
+            )
+    if old:
+        print(f"note: {len(old)} cached searches in {path} predate problem keys (29 Nov 2026) "
+              f"and are not checked against the rows, e.g. {old[:2]}", flush=True)  # fmt: skip
+
+
 def per_model_search(
     pb: G.Problem, names: list[str], anneal_calls: int, *, reference: str = "each"
 ) -> dict[str, Any]:
@@ -111,19 +137,23 @@ def per_model_search(
     oracle = pb.oracle()
     t0 = time.perf_counter()
     plans: list[tuple[float, np.ndarray, str]] = []
+    skipped: dict[str, str] = {}
     for name in names:
         try:
             p = baselines.get(name)(pb.graph, pb.cluster, oracle)
-        except Exception:  # infeasible, or a planner refusing the instance
+        except ValueError as exc:  # infeasible (InfeasiblePlanError), or a planner refusing
+            # the instance; any other exception is a bug and stops the run (it was dropped
+            # without a word, which weakened the reference: found by an audit, 29 Nov 2026)
+            skipped[name] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             continue
         t = float(p.meta["step_time"])
         if math.isfinite(t):
             plans.append((t, np.asarray(p.placement), name))
     if not plans:
-        return {"search": None}
+        return {"search": None, "skipped": skipped}
     plans.sort(key=lambda x: x[0])  # stable: ties keep the order of ``names``
     t, _, name = plans[0]
-    out: dict[str, Any] = {"best_baseline": name, "best_baseline_ms": 1e3 * t}
+    out: dict[str, Any] = {"best_baseline": name, "best_baseline_ms": 1e3 * t, "skipped": skipped}
     starts: list[tuple[float, np.ndarray, str]] = []
     seen: set[bytes] = set()
     for plan in plans[: 1 if reference == "best" else len(plans)]:
@@ -377,11 +407,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.baselines != default_baselines(args.reference):
         keys = [key + " | baselines=" + ",".join(args.baselines) for key in keys]
     check_cache_keys(problems, keys)
+    try:
+        check_cached_problems(problems, keys, cache, args.search_cache)
+    except ValueError as exc:
+        ap.error(str(exc))
     for pb, key in zip(problems, keys, strict=True):
         if key not in cache:
             cache[key] = per_model_search(
                 pb, args.baselines, args.anneal_calls, reference=args.reference
             )
+            cache[key]["problem"] = G.problem_key(pb)
             args.search_cache.parent.mkdir(parents=True, exist_ok=True)
             args.search_cache.write_text(json.dumps(cache, indent=1))
             print(pb.name, cache[key], flush=True)

@@ -26,7 +26,9 @@ def test_only_the_named_planners_run_and_the_others_show_as_skipped(
     cells = {k.strip(): v.strip() for k, v in cells.items()}
     # ideal_dp is the contiguous optimum, so the chain DP's contiguous split is no better
     assert cells["ideal_dp"].startswith("1.000 (")
-    assert float(cells["pipedream_dp"].split()[0]) >= 1.0
+    # each cell is objective / the row's best, here ideal_dp's plan: the chain DP's split is
+    # 1.212 / 1.048 = 1.157x it (docs/baselines.md's full run)
+    assert float(cells["pipedream_dp"].split()[0]) > 1.1
     for name in be.PLANNERS:
         if name not in ("ideal_dp", "pipedream_dp"):
             assert cells[name] == "skipped", name

@@ -32,7 +32,7 @@ def _rows(out: str, first: str) -> list[list[str]]:
     ]
 
 
-def test_bench_hybrid_measures_the_three_issue_scales() -> None:
+def test_bench_hybrid_measures_the_issue_scales_and_the_1t_row() -> None:
     rows = _rows(_run("bench_hybrid", "--seconds", "0.05", "--no-write"), "GPT")
     assert [r[1] for r in rows] == ["64", "1,024", "3,072", "6,144"]
     for r in rows:

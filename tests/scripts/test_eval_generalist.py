@@ -167,3 +167,30 @@ def test_bad_arguments_stop_before_the_searches(script, argv, says, capsys, monk
             [*argv, *(["--json", str(tmp_path / "e.json")] if script == "eval_generalist" else [])]
         )
     assert e.value.code == 2 and re.search(says, capsys.readouterr().err)
+
+
+def test_a_cached_search_of_another_problem_is_refused_and_planner_bugs_are_not_hidden(
+    ev, tmp_path, monkeypatch
+):
+    """The cache is keyed by row name: a search cached before the row's graph or cluster
+    changed was reused as the reference; and any exception of a baseline was dropped, so a
+    planner bug weakened the reference (found by an audit, 29 Nov 2026)."""
+    pb = _row()
+    other = G.Problem("row", pb.graph, G.sample_cluster(np.random.default_rng(9), "pcie", 3, hetero=True),
+                      4, "1f1b", "heldout")  # fmt: skip
+    key = ev.search_key(pb, 10)
+    cache = {key: {"search_ms": 1.0, "problem": G.problem_key(other)}}
+    with pytest.raises(ValueError, match=r"the search cached for .* was made for .*not for this"):
+        ev.check_cached_problems([pb], [key], cache, tmp_path / "c.json")
+    cache[key]["problem"] = G.problem_key(pb)
+    ev.check_cached_problems([pb], [key], cache, tmp_path / "c.json")
+    res = ev.per_model_search(pb, ["metis", "single"], 0, reference="each")
+    assert set(res["skipped"]) <= {"single"}  # refusals (ValueError) are recorded, by name
+
+    def broken(*a, **k):
+        raise ZeroDivisionError("a planner bug")
+
+    real = baselines.get
+    monkeypatch.setattr(baselines, "get", lambda n: broken if n == "metis" else real(n))
+    with pytest.raises(ZeroDivisionError, match="a planner bug"):
+        ev.per_model_search(pb, ["metis"], 0, reference="each")

@@ -45,6 +45,12 @@ def test_korthikanti_table5_iteration_times_within_ten_percent(vh):
         assert not res.oom, (name, mode)
         assert res.layout.dp == 1 and res.layout.tp == 8
         assert abs(res.step_time / pub - 1) <= 0.10, (name, mode, res.step_time, pub)
+    # the doc's headline is the TFLOP/s error (the same FLOPs over each time): 7 of 8 within
+    # 10 %; the one outside is the 22B model with SP + selective recomputation, +10.5 %
+    tflops = {(row[0], m): pub / res.step_time - 1 for row, m, pub, res in rows}
+    outside = {k: v for k, v in tflops.items() if abs(v) > 0.10}
+    assert list(outside) == [("22B", "SP + selective")]
+    assert outside[("22B", "SP + selective")] == pytest.approx(0.105, abs=0.0015)
     # selective recomputation with SP is faster than full recomputation for every model
     by = {(row[0], m): r.step_time for row, m, _, r in rows}
     for name, *_ in vh.KORTHIKANTI_TAB5:
