@@ -381,6 +381,20 @@ def from_payload(d: Any, *, source: str = "policy") -> ExportedPolicy:
                 f"{key} features {saved}, but the observation encoding now has {names}; "
                 "retrain or re-export it"
             )
+    # the network's input widths follow from the features (agents.policies.dense: the node
+    # input is a unit's features plus the global ones); a file whose widths differ loaded
+    # and then failed at planning with torch's "mat1 and mat2 shapes" (found by fuzzing)
+    widths = {
+        "node_dim": len(now["node"]) + len(now["global"]), "edge_dim": len(now["edge"]),
+        "dev_dim": len(now["device"]), "link_dim": len(now["link"]),
+    }  # fmt: skip
+    cfg = d["config"] if isinstance(d.get("config"), dict) else {}
+    for key, want in widths.items():
+        if key in cfg and cfg[key] != want:
+            raise f.fail(
+                f"config.{key}",
+                f"is {show(cfg[key])}; the features it was trained on give {want} inputs",
+            )
     try:
         net = network_class(d["network"])(**d["config"])
     except (TypeError, ValueError) as exc:

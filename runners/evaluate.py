@@ -87,6 +87,7 @@ def evaluate(
         folders = run_folders(runs)
         rows = [row_of_run(p) for p in folders]
         check_one_problem_per_env(rows, folders)
+        check_one_run_per_seed(rows, folders)
         return _write_all(rows, run_dir, echo)
     for group, names in (("env", cfg.envs), ("agent", cfg.agents)):
         unknown = sorted(set(names) - set(common.available(group)))
@@ -199,6 +200,23 @@ def run_folders(paths: Sequence[str]) -> list[Path]:
             )
         found += [h for h in hits if h not in found]
     return found
+
+
+def check_one_run_per_seed(rows: Sequence[dict[str, Any]], folders: Sequence[Path]) -> None:
+    """A row's mean and std are over seeds: two runs of one (env, agent, seed) -- the same
+    seed trained twice with other settings, or two runners.plan runs of one policy folder
+    (plan runs count as seed 0) -- were averaged as if independent (found by fuzzing, 29 Nov
+    2026)."""
+    first: dict[tuple[str, str, int], Path] = {}
+    for row, folder in zip(rows, folders):
+        key = (row["env"], row["agent"], int(row["seed"]))
+        if key in first:
+            raise ValueError(
+                f"runs: {first[key]} and {folder} are both env {key[0]!r}, agent {key[1]!r}, "
+                f"seed {key[2]}: a row averages over seeds, so compare one run per seed "
+                "(runners.plan runs count as seed 0 of plan:POLICY_FOLDER)"
+            )
+        first[key] = folder
 
 
 def check_one_problem_per_env(rows: Sequence[dict[str, Any]], folders: Sequence[Path]) -> None:

@@ -158,6 +158,18 @@ def test_load_policy_rejects_foreign_or_stale_files(tmp_path: Path):
     torch.save(d, bad)
     with pytest.raises(ValueError, match="trained on node features"):
         load_policy(bad)
+    # widths that the features do not give: it loaded, then planning raised torch's "mat1
+    # and mat2 shapes cannot be multiplied" (found by fuzzing, 29 Nov 2026)
+    from agents.policies import network_class
+
+    d = torch.load(path, weights_only=True)
+    want = d["config"]["node_dim"]
+    d["config"] = dict(d["config"], node_dim=want + 1)
+    d["state_dict"] = network_class(d["network"])(**d["config"]).state_dict()
+    torch.save(d, bad)
+    with pytest.raises(ValueError, match=rf"config.node_dim' is {want + 1}; the features it was "
+                       rf"trained on give {want} inputs"):  # fmt: skip
+        load_policy(bad)
     d["version"] = 99
     torch.save(d, bad)
     with pytest.raises(ValueError, match="version 99"):

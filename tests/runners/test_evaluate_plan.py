@@ -316,3 +316,13 @@ def test_evaluate_refuses_runs_of_one_env_name_on_different_problems(tmp_path: P
     cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / 'c'}]"], config="evaluate")
     (row,) = aggregate(evaluate(cfg, tmp_path / "ok", echo=lambda s: None))
     assert row["runs"] == 2
+
+
+def test_evaluate_refuses_two_runs_of_one_seed(tmp_path: Path) -> None:
+    """Found by fuzzing: seed 0 trained twice (other settings) was averaged as two seeds."""
+    base = ["+env=gpt2_tiny_cpu4", "agent=metis", "logger=none", "env.baselines=[]"]
+    train(compose(base), tmp_path / "a", echo=lambda s: None)
+    train(compose([*base[:-1], "env.baselines=[expert]"]), tmp_path / "b", echo=lambda s: None)
+    cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / 'b'}]"], config="evaluate")
+    with pytest.raises(ValueError, match=r"are both env 'gpt2_tiny_cpu4', agent 'metis', seed 0"):
+        evaluate(cfg, tmp_path / "cmp", echo=lambda s: None)
