@@ -557,7 +557,7 @@ def test_sigterm_stops_the_ranks_and_records_why(tmp_path: Path) -> None:
     deadline = time.monotonic() + 90
     while not (out / "rank1.log").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(2.0)  # the ranks are running steps
+    time.sleep(1.0)  # the ranks are running steps
     below = descendants(proc.pid)
     assert below, "no ranks started"
     proc.send_signal(signal.SIGTERM)
