@@ -143,8 +143,9 @@ def _make_runner_callback(
                     m["placement/step_time"] = float(np.mean(self.step_times))
                     m["placement/step_time_min"] = float(np.min(self.step_times))
                 b = _best_step_time(self._best)
-                if b is not None:
-                    m["placement/best_step_time"] = b
+                if b is not None:  # a generator run's best is of its sampled training graphs
+                    key = "best_step_time" if label == "best" else "best_step_time_training_graphs"
+                    m[f"placement/{key}"] = b
                 m["placement/oracle_calls"] = float(_oracle_calls(self._best, self.model))
                 m["charts/wall_seconds"] = self.elapsed()
                 self._tracker.log(m, self.model.num_timesteps)

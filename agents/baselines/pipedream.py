@@ -111,13 +111,19 @@ def _dp_fixed(
     arg = np.zeros((S, U), dtype=np.int64)
     for k in range(S):
         d = chain[k]
-        tc = np.concatenate([[0.0], np.cumsum(prob.time[order, d])])
+        # prefix sums of the finite times and of the units that cannot run on d (time inf):
+        # a plain cumsum is inf after the first such unit, so a stage of runnable units after
+        # it cost inf - inf = nan (found by fuzzing: a RuntimeWarning on hetero clusters)
+        t_d = prob.time[order, d]
+        runnable = np.isfinite(t_d)
+        tc = np.concatenate([[0.0], np.cumsum(np.where(runnable, t_d, 0.0))])
+        nc = np.concatenate([[0], np.cumsum(~runnable)])
         frac = prob.stage_act_fraction(k, S)
         prv, nxt = chain[max(k - 1, 0)], chain[min(k + 1, S - 1)]
         # stage k holds positions j..i; it needs k stages before it and S-1-k after it
         for i in range(k, U - (S - 1 - k)):
             js = np.arange(k, i + 1) if k > 0 else np.zeros(1, dtype=np.int64)
-            cost = tc[i + 1] - tc[js]
+            cost = np.where(nc[i + 1] - nc[js] > 0, np.inf, tc[i + 1] - tc[js])
             if k > 0:
                 inb = IN[js, i]
                 cost = cost + np.where(inb > 0, prob.lat[prv, d] + inb / prob.bw[prv, d], 0.0)

@@ -521,3 +521,26 @@ def test_a_budget_that_is_not_a_whole_number_of_calls_is_refused(name, budget):
     with pytest.raises(ValueError, match=f"{name}: budget must be an integer >= 1 evaluation"):
         B.get(name)(g, c, Simulator(g, c), budget)
     assert B.get(name)(g, c, Simulator(g, c), np.int64(2)).meta["oracle_calls"] <= 2
+
+
+def test_chain_dp_costs_stages_after_a_unit_that_cannot_run_on_the_device() -> None:
+    """A unit that cannot run on a device (time inf) made the prefix sums inf from there on,
+    so every later stage on that device cost inf - inf = nan and was never chosen: on this
+    chain pipedream_dp put everything on device a (21 ms) instead of 0 -> a, 1-2 -> b
+    (3 ms; found by fuzzing, 29 Nov 2026, through a RuntimeWarning on a hetero cluster)."""
+    import warnings
+
+    from graphs.cluster import Cluster, Device, Link
+    from placement_env.oracles.simulator import Simulator
+
+    g = CompGraph.build(
+        3, [(0, 1), (1, 2)], flops=[1.0] * 3, out_bytes=[1.0] * 3, meta={"name": "c3"},
+        times={"a": [1000.0, 10000.0, 10000.0], "b": [np.inf, 1000.0, 1000.0]},
+    )  # fmt: skip
+    devs = (Device("a0", "a", 1e12, 1e11, 1e9), Device("b0", "b", 1e12, 1e11, 1e9))
+    cl = Cluster("ab", devs, (Link(0, 1, 1e9, 1e-6), Link(1, 0, 1e9, 1e-6)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no inf - inf
+        p = B.get("pipedream_dp")(g, cl, Simulator(g, cl))
+    assert p.placement.tolist() == [0, 1, 1]
+    assert p.meta["step_time"] == pytest.approx(0.003001001)
