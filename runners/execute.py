@@ -74,20 +74,16 @@ def _check_graph_matches_model(graph: Any, model: Any, graph_path: str | None, a
     fuzzing, 29 Nov 2026). Parametric models (hybrid plans) are not checked here."""
     if not graph_path:
         return
-    from graphs.compgraph import FWD
     from graphs.zoo.parametric import is_parametric
 
     if isinstance(model, dict) and "name" in model:
         if is_parametric(str(model["name"]), dict(model.get("config") or {})):
             return
     from runtime.model import graph_for_model
+    from runtime.spec import forward_names  # the names the runtime places ops by
 
     def fwd_names(g: Any) -> set[str]:
-        members = g.meta.get("members")
-        out: set[str] = set()
-        for i in map(int, (g.kind == FWD).nonzero()[0]):
-            out.update(str(m) for m in (members[i] if members else [g.name[i]]))
-        return out
+        return {m for _, names in forward_names(g) for m in names}
 
     mine, theirs = fwd_names(graph), fwd_names(graph_for_model(model))
     if mine != theirs:
@@ -170,18 +166,14 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
             + f" has {graph.num_nodes}: another model or coarsening (the plan's meta.model "
             f"has max_groups={groups})"
         )
-    if (
-        plan.cluster_hash
-        and plan.cluster_hash != cluster.content_hash()
-        and not (cfg.cluster or plan.meta.get("cluster"))
-    ):  # cpu_N was guessed from the devices the plan uses (fuzzing: it said "its meta.cluster")
-        raise ValueError(
-            f"plan={cfg.plan} names no cluster (no meta.cluster) and was not made for "
-            f"{cluster.name!r}, the cpu_N its devices suggest (cluster hash "
-            f"{plan.cluster_hash}); give the cluster it was made for: cluster=NAME"
-        )
     if plan.cluster_hash and plan.cluster_hash != cluster.content_hash():
         made = plan.meta.get("cluster")
+        if not (cfg.cluster or made):  # cpu_N was guessed from the devices the plan uses
+            raise ValueError(  # (fuzzing: it said "its meta.cluster", which the plan lacks)
+                f"plan={cfg.plan} names no cluster (no meta.cluster) and was not made for "
+                f"{cluster.name!r}, the cpu_N its devices suggest (cluster hash "
+                f"{plan.cluster_hash}); give the cluster it was made for: cluster=NAME"
+            )
         raise ValueError(  # it said "made for cluster 96844..." naming neither (fuzzing)
             f"plan={cfg.plan} was made for cluster {made or plan.cluster_hash!r}, not "
             f"{cluster.name!r} ({'cluster=' + str(cfg.cluster) if cfg.cluster else 'its meta.cluster'}"

@@ -378,11 +378,11 @@ def descendants(pid: int) -> list[int]:
         if len(fields) > 1:
             parent[int(e)] = int(fields[1])
     out: list[int] = []
-    frontier = [pid]
+    frontier = {pid}
     while frontier:
         kids = [c for c, pp in parent.items() if pp in frontier]
         out += kids
-        frontier = kids
+        frontier = set(kids)
     return out
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,7 @@ from typing import Any
 from runtime import launch
 from runtime.dist import free_port
 from runtime.execute import ExecResult
-from runtime.launch import RankFailure, read_error_files
+from runtime.launch import RankFailure, kill_tree, read_error_files
 from runtime.spec import RunSpec
 
 
@@ -110,8 +109,8 @@ def run_specs_multinode(
             codes = _wait_all(procs, timeout_s)
         finally:
             for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
+                if p.poll() is None:  # torchrun and its workers (sessions of their own)
+                    kill_tree(p.pid)
                     p.wait()
             for log in logs:
                 log.close()
@@ -184,6 +183,6 @@ def _wait_all(procs: list[subprocess.Popen], timeout_s: float) -> list[int | Non
         if now > deadline or (failed_at is not None and now - failed_at > 30.0):
             for p in procs:
                 if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
+                    kill_tree(p.pid)
             return [p.wait() if c is not None else None for p, c in zip(procs, codes)]
         time.sleep(0.1)
