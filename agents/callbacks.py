@@ -32,6 +32,9 @@ class BestPlanTracker(BaseCallback):
     Args:
         on_improve: called with the tracker after each improvement (progress bars, logging).
         instance: keep only infos whose ``instance`` equals this name (``None`` = all).
+        log_key: the SB3 logger key of the best step time (``runners.train`` passes
+            ``placement/best_step_time_training_graphs`` on generator runs, whose best is of
+            sampled training graphs, not of the reported problem).
         verbose: SB3 verbosity.
     """
 
@@ -40,11 +43,13 @@ class BestPlanTracker(BaseCallback):
         on_improve: Callable[[BestPlanTracker], None] | None = None,
         *,
         instance: str | None = None,
+        log_key: str = "placement/best_step_time",
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
         self.on_improve = on_improve
         self.instance = instance
+        self.log_key = log_key
         self.best_step_time = float("inf")
         self.best_placement: np.ndarray | None = None
         self.best_info: dict[str, Any] = {}
@@ -107,7 +112,7 @@ class BestPlanTracker(BaseCallback):
         self.oracle_calls = self._count_calls()
         if improved is not None:
             self.history.append(self._point("improve", improved))
-            self.logger.record("placement/best_step_time", self.best_step_time)
+            self.logger.record(self.log_key, self.best_step_time)
             self.logger.record("placement/oracle_calls", self.oracle_calls)
             if self.verbose:
                 print(

@@ -144,8 +144,7 @@ def _make_runner_callback(
                     m["placement/step_time_min"] = float(np.min(self.step_times))
                 b = _best_step_time(self._best)
                 if b is not None:  # a generator run's best is of its sampled training graphs
-                    key = "best_step_time" if label == "best" else "best_step_time_training_graphs"
-                    m[f"placement/{key}"] = b
+                    m[self._best.log_key] = b
                 m["placement/oracle_calls"] = float(_oracle_calls(self._best, self.model))
                 m["charts/wall_seconds"] = self.elapsed()
                 self._tracker.log(m, self.model.num_timesteps)
@@ -424,7 +423,8 @@ def _ppo_run_state(
     ``resume_state`` when given."""
     from agents.callbacks import BestPlanTracker
 
-    best = BestPlanTracker()
+    key = "best_step_time" if label == "best" else "best_step_time_training_graphs"
+    best = BestPlanTracker(log_key=f"placement/{key}")
     cb = _make_runner_callback(
         run_dir=run_dir,
         total=total,

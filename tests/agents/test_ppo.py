@@ -143,11 +143,20 @@ def test_tracker_keeps_the_fastest_feasible_complete_placement():
     tracker.locals = {"infos": [stale], "dones": np.array([False])}
     assert tracker.on_step()
     assert tracker.best_step_time == 0.03  # a step time not of this placement is not kept
+    assert model.logger.name_to_value["placement/best_step_time"] == 0.03
     only_other = BestPlanTracker(instance="other")
     only_other.init_callback(model)
     only_other.locals = tracker.locals
     only_other.on_step()
     assert only_other.best_placement is None and only_other.best_step_time == float("inf")
+    model.set_logger(Logger(None, []))  # a generator run's best is of its training graphs
+    sampled = BestPlanTracker(log_key="placement/best_step_time_training_graphs")
+    sampled.init_callback(model)
+    sampled.locals = {"infos": [{"step_time": 0.04, "oom": False, "placement": full}]}
+    sampled.on_step()
+    logged = dict(model.logger.name_to_value)
+    assert logged.pop("placement/best_step_time_training_graphs") == 0.04
+    assert set(logged) == {"placement/oracle_calls"}  # no placement/best_step_time
 
 
 def test_tracker_on_final_reward_sweep_keeps_a_true_pair():
