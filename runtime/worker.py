@@ -267,18 +267,21 @@ def run_steps(
             watchdog.beat(i, "forward/backward")
         inject_fault(spec, rank, i)
         loss = runner.forward_backward(inputs)
-        if i == 0:
+        untimed = untimed_cpu = 0.0
+        if i == 0:  # the checks' loss and gradients: not part of a training step's time
+            u0, uc0 = time.perf_counter(), time.process_time()
             lt = torch.tensor([loss], dtype=torch.float64)
             dist.all_reduce(lt)
             rec["loss"] = float(lt.item())
             if capture_grads:
                 rec["grads"] = local_grads(runner)
+            untimed, untimed_cpu = time.perf_counter() - u0, time.process_time() - uc0
         if opt is not None:  # a rank may hold only parameter-free ops
             with timer.timed("compute"):
                 opt.step()
                 opt.zero_grad(set_to_none=True)
-        wall = time.perf_counter() - t0
-        cpu = time.process_time() - c0
+        wall = time.perf_counter() - t0 - untimed
+        cpu = time.process_time() - c0 - untimed_cpu
         if i >= spec.warmup:
             rec["steps"].append(
                 {

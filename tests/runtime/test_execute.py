@@ -349,3 +349,31 @@ def test_descendants_and_kill_tree_reach_processes_in_sessions_of_their_own():
     assert not os.path.exists(f"/proc/{kids[0]}") or (
         open(f"/proc/{kids[0]}/stat").read().split()[2] == "Z"  # a zombie of init: dead
     )
+
+
+def test_the_first_steps_loss_check_is_not_timed(monkeypatch):
+    """Step 0 all-reduces the loss (and copies the gradients) for the equivalence checks;
+    with ``warmup=0`` that step is timed, and the check's time must not count in it."""
+    import time
+    from types import SimpleNamespace
+
+    import runtime.worker as worker
+
+    class Runner:
+        def parameters(self):
+            return []
+
+        def forward_backward(self, inputs):
+            return 1.0
+
+    slow = 0.3  # what the loss all-reduce costs here
+    fake_dist = SimpleNamespace(barrier=lambda: None, all_reduce=lambda t: time.sleep(slow))
+    monkeypatch.setattr(worker, "dist", fake_dist)
+    monkeypatch.setattr(worker, "build_runner", lambda *a: (Runner(), None))
+    monkeypatch.setattr(worker, "local_grads", lambda runner: (time.sleep(slow), {})[1])
+    spec = SimpleNamespace(warmup=0, steps=2, devices=[0], optimizer="sgd", lr=0.1)
+    monkeypatch.setattr(worker, "inject_fault", lambda *a: None)
+    rec = worker.run_steps(spec, 0, torch.device("cpu"), capture_grads=True)
+    assert rec["loss"] == 1.0 and rec["grads"] == {}
+    assert [s["wall"] < slow / 2 for s in rec["steps"]] == [True, True], rec["steps"]
+    assert all(s["idle"] < slow / 2 and s["cpu"] < slow / 2 for s in rec["steps"])
