@@ -199,6 +199,17 @@ class Plan:
             int(v) if is_whole(v) else v
             for v in (dp, tp, pp, microbatch_size, global_batch, virtual_stages, zero)
         )
+        if isinstance(sequence_parallel, np.bool_):
+            sequence_parallel = bool(sequence_parallel)
+        stage_layers, stage_meshes, stage_recompute, stage_zero = (
+            _per_stage(f"Plan.hybrid: {name}", value)
+            for name, value in (
+                ("stage_layers", stage_layers),
+                ("stage_meshes", stage_meshes),
+                ("stage_recompute", stage_recompute),
+                ("stage_zero", stage_zero),
+            )
+        )
         dims = model_dims(graph)
         if schedule is None:
             schedule = "interleaved" if is_whole(virtual_stages) and virtual_stages > 1 else "1f1b"
@@ -494,6 +505,31 @@ def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.nd
             f"but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
         )
     return p
+
+
+def _per_stage(what: str, value: Any) -> list | None:
+    """A per-stage argument of :meth:`Plan.hybrid` as a list of plain Python values (numpy
+    arrays and scalars converted; ``None`` kept), or ``ValueError`` for a string (read one
+    character per stage) or a value that is not a sequence."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"{what} = {value!r}: expected a list with one entry per stage")
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return plain(v.tolist())
+        if isinstance(v, (list, tuple)):
+            return tuple(plain(x) for x in v)
+        if isinstance(v, np.bool_):
+            return bool(v)
+        if isinstance(v, np.integer):
+            return int(v)
+        return v
+
+    return [plain(v) for v in value]
 
 
 def hybrid_placement(graph: CompGraph, layout: HybridLayout) -> np.ndarray:

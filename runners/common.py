@@ -120,6 +120,24 @@ class Problem:
         )
 
 
+def problem_identity(problem: Problem) -> dict[str, Any]:
+    """What makes two runs' figures comparable, written as ``result.json``'s ``problem``:
+    the graph's and the cluster's content hashes (the memory fraction applied) and how plans
+    are scored. ``runners.evaluate`` refuses to average runs of one env name whose problems
+    differ (runs that differed only in schedule or memory fraction were averaged: their lower
+    bounds are equal)."""
+    s = problem.spec
+    return {
+        "graph": problem.graph.content_hash(),
+        "cluster": problem.cluster.content_hash(),
+        "microbatches": int(s.microbatches),
+        "schedule": str(s.schedule),
+        "objective": str(s.objective),
+        "oracle": str(s.oracle),
+        "oracle_options": json.loads(json.dumps(dict(s.oracle_options), default=str)),
+    }
+
+
 def is_factory(model: str | None) -> bool:
     """Whether an env's ``model`` names a factory by import path (``pkg.mod:fn``), not a zoo model."""
     return bool(model) and ":" in str(model)

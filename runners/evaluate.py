@@ -222,14 +222,27 @@ def check_one_run_per_seed(rows: Sequence[dict[str, Any]], folders: Sequence[Pat
 def check_one_problem_per_env(rows: Sequence[dict[str, Any]], folders: Sequence[Path]) -> None:
     """Runs are grouped by env name; two runs of one name but different problems (another
     ``env.cluster``, model or microbatches: another lower bound) used to be averaged into one
-    row, under the first run's lower bound (found by fuzzing)."""
-    first: dict[str, tuple[float | None, Path]] = {}
+    row, under the first run's lower bound (found by fuzzing). Runs that record their
+    ``problem`` (:func:`runners.common.problem_identity`) are compared by it, which also
+    tells runs of another schedule or memory fraction apart (equal lower bounds)."""
+    first: dict[str, tuple[float | None, Path, dict | None]] = {}
     for row, folder in zip(rows, folders):
-        lb = row["lower_bound_ms"]
+        lb, prob = row["lower_bound_ms"], row.get("problem")
         if row["env"] not in first:
-            first[row["env"]] = (lb, folder)
+            first[row["env"]] = (lb, folder, prob)
             continue
-        lb0, folder0 = first[row["env"]]
+        lb0, folder0, prob0 = first[row["env"]]
+        if prob is not None and prob0 is not None and prob != prob0:
+            keys = sorted(set(prob) | set(prob0))
+            diff = ", ".join(
+                f"{k} {prob0.get(k)!r} vs {prob.get(k)!r}"
+                for k in keys
+                if prob0.get(k) != prob.get(k)
+            )
+            raise ValueError(
+                f"runs: {folder0} and {folder} both ran env {row['env']!r} but on different "
+                f"problems ({diff}); compare runs of one problem per env name"
+            )
         if lb is not None and lb0 is not None and not math.isclose(lb, lb0, rel_tol=1e-6):
             raise ValueError(
                 f"runs: {folder0} and {folder} both ran env {row['env']!r} but on different "
@@ -274,6 +287,8 @@ def row_of_run(run: Path) -> dict[str, Any]:
         "oom": oom,
         "oracle_calls": f.integer(res.get("oracle_calls", 0), "oracle_calls", lo=0),
         "wall_seconds": round(wall or 0.0, 2),
+        # what was planned (graph, cluster, scoring); absent in runs from before 30 Nov 2026
+        "problem": f.obj(res["problem"], "problem", free=True) if "problem" in res else None,
     }
 
 

@@ -105,6 +105,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         "temperature": the_plan.meta.get("temperature"),
         "link_exponent": the_plan.meta.get("link_exponent"),
         "devices_used": the_plan.num_devices_used,
+        "problem": common.problem_identity(problem),
     }
     common.write_json(run_dir / "result.json", result)
     _log(cfg, run_dir, result, name=f"{spec.name}-plan-s{int(cfg.seed)}")

@@ -1142,6 +1142,7 @@ def train(
             "wall_seconds": clock.total(),  # every session of the run, killed ones included
             "history": outcome.history,
             "meta": outcome.meta,
+            "problem": common.problem_identity(problem),
             **hybrid_fields,
         }
         common.write_json(run_dir / "result.json", result)

@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 
 from agents.baselines.common import InfeasiblePlanError, check_flag, fmt_bytes
-from agents.baselines.megatron_grid import LayoutScorer, finish_hybrid, hybrid_arguments
+from agents.baselines.megatron_grid import (
+    LayoutScorer,
+    empty_grid_error,
+    finish_hybrid,
+    hybrid_arguments,
+)
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import (
@@ -417,7 +422,9 @@ def alpa(
     recomputation mode per stage) rather than an ILP over every operator's sharding,
     and submesh sizes are powers of two and divisors of the GPU count on one node, of the
     node count beyond (:func:`submesh_sizes`).
-    ``budget`` caps oracle calls.
+    ``budget`` caps oracle calls, cost-model queries included (each counted as a call;
+    a calibrated model's lookups for one submesh setting of pass 2 are made together and
+    may pass it).
     """
     t0 = time.perf_counter()
     score = LayoutScorer(oracle)
@@ -477,11 +484,15 @@ def alpa(
             best, best_res = cand, r
         return True
 
+    def left() -> float:  # oracle calls left in the budget
+        return float("inf") if budget is None else budget - calls
+
     for lay in space:
-        if budget is not None and calls >= budget:
+        if left() < 1:
             break
         tries = [lay]
-        if lay.pp > 1:
+        c = None
+        if lay.pp > 1 and left() >= 2:  # the query and at least one layout scored
             try:
                 c = costs.stage_costs(lay)
                 calls += 1  # a cost-model query, counted like an evaluation
@@ -492,7 +503,7 @@ def alpa(
             if split != lay.stage_layers:
                 tries.insert(0, _with_stages(lay, split))
         for cand in tries:
-            if consider(cand):
+            if left() < 1 or consider(cand):
                 break
     hetero = per_stage_rc = per_stage_z = 0
     if submeshes and submesh_settings:
@@ -515,6 +526,8 @@ def alpa(
         rcs = tuple(recompute) if stage_recompute else None
         zs = tuple(zero) if stage_zero else None
         for _, template in ranked[:submesh_settings]:
+            if left() < 1:
+                break
             lookups = [0]
             found = submesh_layouts(
                 model, template, max_tp=mtp, gpus_per_node=gpn, recomputes=rcs, zeros=zs,
@@ -522,7 +535,7 @@ def alpa(
             )  # fmt: skip
             calls += lookups[0]
             for _, cand in found:
-                if budget is not None and calls >= budget:
+                if left() < 1:
                     break
                 hetero += bool(cand.stage_meshes)
                 per_stage_rc += bool(cand.stage_recompute)
@@ -530,6 +543,10 @@ def alpa(
                 consider(cand)
     if best is None:
         score.check_any_scored("alpa", graph, cluster)
+        if calls == 0:
+            raise empty_grid_error(
+                "alpa", graph, cluster, gb, microbatch_sizes=microbatch_sizes, max_tp=max_tp
+            )
         raise InfeasiblePlanError(
             f"alpa: no layout of {graph.meta.get('name', '?')!r} fits on {cluster.name!r} "
             f"(least peak memory {fmt_bytes(least)}){score.why()}"

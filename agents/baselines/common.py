@@ -288,6 +288,15 @@ def make_problem(
     max_load = getattr(oracle, "objective", "makespan") == "max_load"
     reserve = 0.0 if max_load else float(graph.out_bytes.max(initial=0.0)) / M
     capacity = np.maximum(cluster.memory - reserve, 0.0)
+    if not max_load:
+        # a unit cannot go where its own largest transient and its state exceed the memory:
+        # with the reserve clamped at 0, units without static memory "fitted" a device
+        # smaller than their transient and every plan then ran out of memory in the oracle,
+        # while all of them fitted a host CPU (found by fuzzing)
+        own = np.zeros(U)
+        np.maximum.at(own, unit_of, graph.out_bytes / M)
+        least = param + act / M  # its state, one microbatch's activations at the least
+        time_u[(least + own)[:, None] > cluster.memory[None, :]] = np.inf
     pos = np.empty(graph.num_nodes, dtype=np.int64)
     pos[graph.topo_order] = np.arange(graph.num_nodes)
     first = np.full(U, graph.num_nodes, dtype=np.int64)

@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 
 from agents.baselines.common import InfeasiblePlanError, check_flag
-from agents.baselines.megatron_grid import LayoutScorer, finish_hybrid, hybrid_arguments
+from agents.baselines.megatron_grid import (
+    LayoutScorer,
+    empty_grid_error,
+    finish_hybrid,
+    hybrid_arguments,
+)
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.layout import (
@@ -28,7 +33,7 @@ from graphs.layout import (
     with_stage_zero,
 )
 from graphs.plan import Plan
-from graphs.schema import is_number
+from graphs.schema import is_number, is_whole
 from placement_env.oracles.base import Oracle
 
 #: Oracle calls when no budget is given.
@@ -83,6 +88,9 @@ def hybrid_anneal(
     start = time.perf_counter()
     for name, flag in (("stage_recompute", stage_recompute), ("stage_zero", stage_zero)):
         check_flag("hybrid_anneal", name, flag)
+    if not is_whole(seed, 0):  # None would draw an unrepeatable search, recorded as None
+        raise ValueError(f"hybrid_anneal: seed must be an integer >= 0, got {seed!r}")
+    seed = int(seed)
     for name, temp in (("t0", t0), ("t1", t1)):
         if not is_number(temp, 0.0, lo_open=True):
             raise ValueError(f"hybrid_anneal: {name} must be a temperature > 0, got {temp!r}")
@@ -106,7 +114,10 @@ def hybrid_anneal(
         )
     )
     if not space:
-        raise InfeasiblePlanError(f"hybrid_anneal: no valid layout of {graph.meta.get('name')!r}")
+        raise empty_grid_error(
+            "hybrid_anneal", graph, cluster, gb, microbatch_sizes=microbatch_sizes,
+            virtual_stages=virtual_stages, max_tp=max_tp,
+        )  # fmt: skip
     budget = DEFAULT_BUDGET if budget is None else int(budget)
     rng = np.random.default_rng(seed)
     cap = float(cluster.devices[0].memory)

@@ -162,11 +162,37 @@ def megatron_grid(
             best, best_res = lay, r
     if best is None:
         score.check_any_scored("megatron_grid", graph, cluster)
+        if calls == 0:
+            raise empty_grid_error(
+                "megatron_grid", graph, cluster, gb, microbatch_sizes=microbatch_sizes,
+                virtual_stages=virtual_stages, max_tp=max_tp,
+            )  # fmt: skip
         raise InfeasiblePlanError(
             f"megatron_grid: none of {calls} layouts of {graph.meta.get('name', '?')!r} fits "
             f"on {cluster.name!r} (least peak memory {fmt_bytes(least_mem)}){score.why()}"
         )
     return finish_hybrid(graph, cluster, best, best_res, "megatron_grid", calls, t0, **score.meta())
+
+
+def empty_grid_error(
+    who: str, graph: CompGraph, cluster: Cluster, global_batch: int, **axes: Any
+) -> InfeasiblePlanError:
+    """The error of a planner whose layout space is empty: no ``dp x tp x pp`` layout of
+    ``axes`` satisfies the divisibility rules (not a memory failure; found by fuzzing:
+    it read "least peak memory inf")."""
+    d = model_dims(graph)
+    shown = ", ".join(
+        f"{k}={list(v) if isinstance(v, (list, tuple)) else v}" for k, v in axes.items()
+    )
+    return InfeasiblePlanError(
+        f"{who}: no layout of {graph.meta.get('name', '?')!r} on {cluster.num_devices} GPUs of "
+        f"{cluster.name!r} satisfies the layout rules with global_batch={global_batch}, {shown} "
+        f"(dp x microbatch_size must divide the global batch; tp the {d.heads} heads and "
+        f"{d.kv_heads} kv heads, at most the GPUs per node; pp x virtual_stages at most the "
+        f"{d.layers} layers, virtual_stages > 1 needs pp > 1 dividing the microbatches): "
+        "change global_batch or the grid's axes",
+        oom=False,
+    )
 
 
 def finish_hybrid(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,6 +103,25 @@ class Topology:
         as for every group of a :class:`graphs.layout.HybridLayout` mesh)."""
         nodes = np.unique(np.asarray(ranks) // self.gpus_per_node)
         return GroupShape(len(ranks) // len(nodes), len(nodes))
+
+    def representatives(self, groups: np.ndarray) -> np.ndarray:
+        """One row of ``groups`` (the groups of one collective that run at once, e.g. a stage's
+        tensor-parallel groups) per cost class: on node-structured or all-to-all clusters a
+        group's time depends only on how many nodes it spans; elsewhere every row."""
+        groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
+        if len(groups) == 1 or not self.uniform:
+            return groups
+        nodes = groups // self.gpus_per_node
+        if (nodes == nodes[:, :1]).all():  # every group inside one node: all alike
+            return groups[:1]
+        spans = 1 + (np.diff(np.sort(nodes, axis=1), axis=1) > 0).sum(axis=1)
+        _, first = np.unique(spans, return_index=True)
+        return groups[np.sort(first)]
+
+    def slowest(self, time_of: Callable[[np.ndarray], float], groups: np.ndarray) -> float:
+        """The largest ``time_of(group)`` over the rows of ``groups`` (collectives that run at
+        once: the step waits for the slowest), timed on :meth:`representatives` only."""
+        return max(time_of(g) for g in self.representatives(groups))
 
     def ring_link(self, ranks: tuple[int, ...]) -> Link2:
         """Bottleneck bandwidth and largest latency of the best ring through ``ranks`` in one

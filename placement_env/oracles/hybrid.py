@@ -143,6 +143,8 @@ class HybridModel:
         gb = grad_bytes if grad_bytes is not None else graph.meta.get("grad_bytes_per_param", 2.0)
         self.grad_bytes = float(gb)
         self.topo = Topology.from_cluster(cluster)
+        self._p2p_pairs: dict[tuple[int, int, int], list[int]] = {}  # _slowest_p2p's picks
+        self._groups: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     # ----------------------------------------------------------------- API
     def _end_costs(self, b: int, tp: int, tp_ar: float) -> tuple[float, float]:
@@ -203,8 +205,9 @@ class HybridModel:
         sp = lay.sequence_parallel and tp > 1
         peak = dev.peak_flops * self.gemm_efficiency
         mem_bw = dev.mem_bw
-        tp_group = off + np.arange(tp)
-        g0 = np.array([off + j * tp for j in range(dp)])
+        # the stage's tp groups (rows: one per DP rank) and DP groups (its transpose); each
+        # collective is timed on the slowest of its groups (they may span nodes differently)
+        tp_reps, dp_reps = self._stage_groups(dp, tp, off)
 
         # ---- one layer, one microbatch, one GPU
         R, Sh, A = d.activation_parts()
@@ -212,9 +215,9 @@ class HybridModel:
         gemm_f = d.layer_flops(tok) / tp / peak
         elem_f = ELEMENTWISE_TRAFFIC * b * (rep + (Sh + A) / tp) / mem_bw
         hid = 2.0 * tok * h
-        tp_ar = topo.allreduce(hid, tp_group) if tp > 1 else 0.0
+        tp_ar = max(topo.allreduce(hid, g) for g in tp_reps) if tp > 1 else 0.0
         if sp:
-            tp_ar = topo.reduce_scatter(hid, tp_group) + topo.allgather(hid, tp_group)
+            tp_ar = max(topo.reduce_scatter(hid, g) + topo.allgather(hid, g) for g in tp_reps)
         fwd = gemm_f + elem_f + 2 * tp_ar
         bwd = 2 * (gemm_f + elem_f) + 2 * tp_ar
         score_flops = 4.0 * tok * s * h
@@ -227,9 +230,9 @@ class HybridModel:
         lp_local = d.layer_params() / tp
         zf = zb = 0.0
         if dp > 1 and zs >= 2:
-            zb = topo.reduce_scatter(lp_local * self.grad_bytes, g0)
+            zb = max(topo.reduce_scatter(lp_local * self.grad_bytes, g) for g in dp_reps)
         if dp > 1 and zs >= 3:
-            ag = topo.allgather(lp_local * WEIGHT_BYTES, g0)
+            ag = max(topo.allgather(lp_local * WEIGHT_BYTES, g) for g in dp_reps)
             zf, zb = ag, zb + ag
         emb_f, head_f = self._end_costs(b, tp, tp_ar)
 
@@ -267,13 +270,41 @@ class HybridModel:
             # p2p: each GPU sends (receives) its 1/tp share of the hidden state; without SP
             # the receiving TP group all-gathers it (Megatron's scatter/gather)
             "sent": hid / tp if tp > 1 else hid,
-            "gather": topo.allgather(hid, tp_group) if (tp > 1 and not sp) else 0.0,
+            "gather": max(topo.allgather(hid, g) for g in tp_reps) if (tp > 1 and not sp) else 0.0,
             "lp_local": lp_local,
             "per_layer": per_layer,
             "transient_layer": transient_layer,
             # final norm, head input, loss (ModelDims.loss_logit_bytes)
             "loss_peak": b * (2.0 * s * h / spd + head_input) + logits,
         }
+
+    def _stage_groups(self, dp: int, tp: int, off: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(TP groups, DP groups)`` of a ``dp x tp`` stage submesh starting at GPU ``off``,
+        one group per cost class each (:meth:`Topology.representatives`); on node-structured
+        clusters they depend on ``off`` only modulo the node, so they are kept per class."""
+        topo = self.topo
+        base = off % topo.gpus_per_node if topo.uniform else off
+        key = (dp, tp, base)
+        hit = self._groups.get(key)
+        if hit is None:
+            tp_groups = base + np.arange(dp)[:, None] * tp + np.arange(tp)[None, :]
+            hit = (topo.representatives(tp_groups) - base, topo.representatives(tp_groups.T) - base)
+            self._groups[key] = hit
+        return hit[0] + off, hit[1] + off
+
+    def _slowest_p2p(self, nbytes: float, a: int, b: int, n: int) -> float:
+        """The slowest of the ``n`` point-to-point sends ``a + k -> b + k`` (all at once)."""
+        topo = self.topo
+        if not topo.uniform:
+            return max(topo.p2p(nbytes, a + k, b + k) for k in range(n))
+        G = topo.gpus_per_node
+        key = (a % G, b - a, n)  # which offsets k give each kind of pair (same node or not)
+        pick = self._p2p_pairs.get(key)
+        if pick is None:
+            k = np.arange(n)
+            cross = (a + k) // G != (b + k) // G
+            pick = self._p2p_pairs[key] = sorted({int(np.argmax(cross)), int(np.argmin(cross))})
+        return max(topo.p2p(nbytes, a + k, b + k) for k in pick)
 
     def evaluate(self, layout: HybridLayout) -> HybridResult:
         d, lay, dev, topo = self.dims, layout, self.device, self.topo
@@ -296,7 +327,13 @@ class HybridModel:
         # nodes are (node-structured or all-to-all); on others (a DGX-1's cube mesh) each
         # stage is scored on its own group, as stage_meshes of the same shape are (the
         # representative group made the two forms of one layout differ by 7-10 %: fuzzing)
-        het = lay.heterogeneous or (not topo.uniform and lay.pp > 1)
+        # alike only where every stage starts at the same place in its node: a stage of
+        # dp x tp GPUs that does not fill whole nodes puts the next one across a node
+        # boundary (5 x 4 GPUs on 8-GPU nodes: stage 1 spans nodes 0 and 1), and its
+        # groups' collectives differ (stage 0's for all of them: up to 96 % off, fuzzing)
+        size = lay.dp * lay.tp
+        misaligned = size % topo.gpus_per_node != 0 and lay.world_size > topo.gpus_per_node
+        het = lay.heterogeneous or (lay.pp > 1 and (not topo.uniform or misaligned))
         meshes = lay.meshes
         recs = lay.recomputes
         zeros = lay.zeros
@@ -325,7 +362,12 @@ class HybridModel:
         else:  # every stage alike: one representative group at device 0
             first_dev = np.arange(P) * (lay.dp * lay.tp)
             T = [self._mesh_terms(lay, lay.dp, lay.tp, lay.microbatch_size, 0)] * P
-        dp_groups = [first_dev[r] + np.arange(meshes[r][0]) * meshes[r][1] for r in range(P)]
+
+        def dp_groups(r: int) -> np.ndarray:
+            """One DP group of stage ``r`` per cost class (its reduction runs on all of them)."""
+            return self._stage_groups(*meshes[r], int(first_dev[r]))[1]
+
+        sizes_of = [a * b for a, b in meshes]  # GPUs of each pipeline rank's submesh
         rk = np.arange(C) % P  # the pipeline rank of each chunk
         Tc = [T[r] for r in rk]
         T0, TL = T[0], T[(C - 1) % P]
@@ -353,12 +395,10 @@ class HybridModel:
         p2p = np.zeros(C)
         for c in range(C - 1):
             a, z = Tc[c], Tc[c + 1]
-            p2p[c] = (
-                topo.p2p(
-                    max(a["sent"], z["sent"]), int(first_dev[rk[c]]), int(first_dev[rk[c + 1]])
-                )
-                + z["gather"]
-            )
+            # every GPU of the sending stage sends to its counterpart at once: the slowest pair
+            n = min(a["dp"] * a["tp"], z["dp"] * z["tp"])
+            src, dst = int(first_dev[rk[c]]), int(first_dev[rk[c + 1]])
+            p2p[c] = self._slowest_p2p(max(a["sent"], z["sent"]), src, dst, n) + z["gather"]
 
         # ---- parameters per pipeline rank (local to one GPU before ZeRO sharding)
         chunk_params = nl * d.layer_params() / (tpr[rk] if het else tpr)
@@ -432,15 +472,15 @@ class HybridModel:
         opt_time = np.zeros(P)
         ag_time = np.zeros(P)
         for r in range(P):
-            grp, dp, zr = dp_groups[r], int(at(dpr, r)), int(at(z, r))
+            dp, zr = int(at(dpr, r)), int(at(z, r))
+            grp = dp_groups(r) if dp > 1 else None
             t = 0.0
             if dp > 1 and zr <= 1:
                 order = sorted(range(r, C, P), key=lambda c: last_b[c, 1])
                 for c in order:
                     nbytes = (chunk_params[c] + root[c]) * self.grad_bytes
-                    comm = (
-                        topo.allreduce(nbytes, grp) if zr == 0 else topo.reduce_scatter(nbytes, grp)
-                    )
+                    reduce = topo.allreduce if zr == 0 else topo.reduce_scatter
+                    comm = max(reduce(nbytes, g) for g in grp)
                     dp_time[r] += comm
                     b0, b1 = last_b[c]
                     if not self.overlap_grad_reduce:
@@ -454,12 +494,14 @@ class HybridModel:
             shard = dp if zr >= 1 else 1
             opt_time[r] = rank_params[r] / shard * OPT_STEP_BYTES / mem_bw
             if dp > 1 and zr in (1, 2):
-                ag_time[r] = topo.allgather(rank_params[r] * WEIGHT_BYTES, grp)
+                nbytes = rank_params[r] * WEIGHT_BYTES
+                ag_time[r] = max(topo.allgather(nbytes, g) for g in grp)
         # tied embedding: the first and last stages all-reduce its gradient (Megatron)
         tied_ar = 0.0
         if d.tied and P > 1:
-            ends = np.array([first_dev[0], first_dev[P - 1]])
-            tied_ar = topo.allreduce(emb * self.grad_bytes, ends)
+            n = min(int(sizes_of[0]), int(sizes_of[P - 1]))
+            ends = np.stack([first_dev[0] + np.arange(n), first_dev[P - 1] + np.arange(n)], 1)
+            tied_ar = topo.slowest(lambda g: topo.allreduce(emb * self.grad_bytes, g), ends)
         tied = np.zeros(P)
         tied[[0, P - 1]] = tied_ar
         rank_step = sync_end + tied + opt_time + ag_time

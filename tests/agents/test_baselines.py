@@ -544,3 +544,23 @@ def test_chain_dp_costs_stages_after_a_unit_that_cannot_run_on_the_device() -> N
         p = B.get("pipedream_dp")(g, cl, Simulator(g, cl))
     assert p.placement.tolist() == [0, 1, 1]
     assert p.meta["step_time"] == pytest.approx(0.003001001)
+
+
+@pytest.mark.parametrize(
+    "name", ["single", "metis", "m_etf", "m_topo", "m_sct", "round_robin", "anneal", "random"]
+)
+def test_an_accelerator_smaller_than_one_transient_is_left_to_the_host(name):
+    """Found by fuzzing: 10 B of accelerator memory beside an unbounded host CPU, nodes with
+    no state but 100 B outputs. The transient reserve clamped the accelerator's capacity at
+    0 B, where units without state "fitted"; every plan then ran out of memory in the
+    simulator and the planners reported no plan. A unit now cannot go where its own state and
+    largest transient exceed the memory: the plan is the host's."""
+    g = CompGraph.build(3, [(0, 1), (1, 2)], flops=[1e9] * 3, out_bytes=100.0)
+    acc = Device("acc0", "acc", 1e12, 1e12, 10.0)
+    cpu = Device("cpu0", "cpu", 1e10, 1e10, float("inf"))
+    c = Cluster("acc+cpu", (acc, cpu), (Link(0, 1, 1e12, 0.0), Link(1, 0, 1e12, 0.0)))
+    sim = Simulator(g, c)
+    assert np.isinf(make_problem(g, c, sim).time[:, 0]).all()
+    plan = B.get(name)(g, c, sim, 20 if name in ("anneal", "random") else None)
+    assert plan.placement.tolist() == [1, 1, 1]
+    assert not Simulator(g, c).evaluate(plan).oom

@@ -122,6 +122,10 @@ BAD_OPTIONS = [
     ("hybrid_anneal", "t1", 0, "t1 must be a temperature > 0"),
     ("hybrid_anneal", "t0", float("nan"), "t0 must be a temperature > 0"),
     ("alpa", "submeshes", "maybe", "submeshes must be true or false"),  # was taken as true
+    # a bare numpy error (-1), a TypeError (1.5), an unrepeatable search recorded as None
+    ("hybrid_anneal", "seed", -1, "seed must be an integer >= 0, got -1"),
+    ("hybrid_anneal", "seed", 1.5, "seed must be an integer >= 0"),
+    ("hybrid_anneal", "seed", None, "seed must be an integer >= 0, got None"),
 ]  # fmt: skip
 
 
@@ -385,3 +389,28 @@ def test_alpa_with_stage_zero_scores_per_stage_zero_layouts_and_never_does_worse
     assert not res.oom and res.step_time == pytest.approx(on.meta["step_time"])
     with pytest.raises(ValueError, match="stage_zero must be true or false"):
         baselines.get("alpa")(g, cl, Simulator(g, cl), None, stage_zero="yes")
+
+
+@pytest.mark.parametrize("name", ["megatron_grid", "alpa", "hybrid_anneal"])
+@pytest.mark.parametrize("axes", [{"microbatch_sizes": [3]}, {"virtual_stages": [9]}])
+def test_an_empty_layout_space_is_named_not_blamed_on_memory(small, name, axes):
+    """Found by fuzzing: a grid with no layout (microbatch 3 of a 16-sample batch; 9 virtual
+    stages of 8 layers) read "none of 0 layouts fits ... least peak memory inf GiB"."""
+    g, c, sim = small
+    if name == "alpa" and "virtual_stages" in axes:
+        pytest.skip("alpa has no virtual stages")
+    with pytest.raises(InfeasiblePlanError) as info:
+        baselines.get(name)(g, c, sim, 50, **axes)
+    msg = str(info.value)
+    assert f"{name}: no layout of 'gpt' on 16 GPUs" in msg and "global_batch=16" in msg
+    assert "peak memory" not in msg and info.value.oom is False
+
+
+@pytest.mark.parametrize("budget", [50, 101])
+def test_alpa_keeps_to_its_budget(budget):
+    """Found by fuzzing: a stage-cost query and up to two scored layouts followed one budget
+    check, so alpa made 51 calls for a budget of 50."""
+    g = zoo.build("gpt", hidden=4096, layers=16, heads=32, vocab=128000, seq=2048, batch=32)
+    cl = clusters.load("dgx1_v100_8")
+    plan = baselines.get("alpa")(g, cl, Simulator(g, cl), budget)
+    assert plan.meta["oracle_calls"] == budget

@@ -149,3 +149,27 @@ def test_stage_tp_choices_and_with_stage_tp_by_hand():
         stage_layers=((0, 2), (2, 4)), stage_meshes=((4, 2), (8, 1)),
     )  # fmt: skip
     assert not with_stage_tp(sp, 0, 1).sequence_parallel  # no stage has tp > 1 left
+
+
+def test_per_stage_arguments_may_be_numpy_and_a_string_is_refused():
+    """Found by fuzzing: numpy arrays as stage_meshes / stage_zero raised numpy's "truth value
+    of an array is ambiguous", numpy integers in stage_layers were refused, and a string
+    stage_recompute was read one character per stage."""
+    g = zoo.build("gpt", hidden=1024, layers=8, heads=16, vocab=51200, seq=1024, batch=32)
+    cl = clusters.load("dgx_a100_80g")
+    kw = dict(dp=4, tp=1, pp=2, microbatch_size=1, global_batch=16, recompute="full", zero=1)
+    lists = Plan.hybrid(
+        g, cl, **kw, stage_meshes=[[4, 1], [2, 2]], stage_zero=[1, 3], stage_layers=[[0, 5], [5, 8]],
+        stage_recompute=["full", "none"], sequence_parallel=True,
+    ).layout  # fmt: skip
+    arrays = Plan.hybrid(
+        g, cl, **kw, stage_meshes=np.array([[4, 1], [2, 2]]), stage_zero=np.array([1, 3]),
+        stage_layers=np.array([[0, 5], [5, 8]]), stage_recompute=np.array(["full", "none"]),
+        sequence_parallel=np.bool_(True),
+    ).layout  # fmt: skip
+    assert arrays == lists and arrays.to_dict() == lists.to_dict()
+    assert json.dumps(arrays.to_dict())  # plain Python values
+    with pytest.raises(ValueError, match=r"Plan.hybrid: stage_recompute = 'full': expected a list"):
+        Plan.hybrid(g, cl, **kw, stage_recompute="full")
+    with pytest.raises(ValueError, match=r"Plan.hybrid: stage_zero = 3: expected a list"):
+        Plan.hybrid(g, cl, **kw, stage_zero=3)

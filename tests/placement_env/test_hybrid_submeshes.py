@@ -235,3 +235,43 @@ def test_random_submesh_layouts_keep_what_their_stage_views_keep(lay):
             a, z = lay.stage_layers[p]
             got = prof.memory(z - a, p, lay.pp, lay.num_microbatches)
             assert got == pytest.approx(mem[p], rel=1e-9)
+
+
+def test_stages_that_do_not_fill_whole_nodes_are_scored_where_they_sit():
+    """Found by fuzzing: on 3 DGX A100 nodes a dp 3 x tp 2 stage is 6 GPUs, so stage 1
+    (GPUs 6-11) and stage 2 (12-17) cross node boundaries; the uniform layout was scored
+    with stage 0's all-intra-node groups for every stage (ZeRO-3 traffic 24 % under) while
+    its stage_meshes form was not. Both now score each stage's own groups."""
+    g = zoo.build("gpt", hidden=4096, layers=16, heads=32, vocab=51200, seq=2048, batch=48)
+    cl = clusters.load("dgx_a100_80g", nodes=3)
+    sim = Simulator(g, cl)
+    for zero in (0, 3):
+        kw = dict(dp=3, tp=2, pp=4, microbatch_size=1, global_batch=48, zero=zero)
+        u = sim.evaluate(Plan.hybrid(g, cl, **kw))
+        h = sim.evaluate(Plan.hybrid(g, cl, **kw, stage_meshes=[(3, 2)] * 4))
+        assert u.step_time == h.step_time
+        assert u.breakdown["layer_bwd_per_rank"] == h.breakdown["layer_bwd_per_rank"]
+    # ZeRO-3: stage 0's DP groups stay in node 0, stage 1's span nodes 0 and 1
+    bwd = u.breakdown["layer_bwd_per_rank"]
+    assert bwd[1] > bwd[0] * 1.05 and bwd[3] == bwd[0]  # stage 3 (GPUs 18-23) is node 2's
+
+
+def test_a_tensor_parallel_group_across_two_nodes_sets_the_stages_tp_time():
+    """tp 6 on 8-GPU nodes: the second TP group (GPUs 6-11) spans two nodes; the layer's TP
+    all-reduce is that group's (the step waits for the slowest), not the first group's."""
+    import placement_env.oracles.collectives as col
+
+    g = zoo.build("gpt", hidden=6144, layers=8, heads=48, vocab=51200, seq=2048, batch=48)
+    cl = clusters.load("dgx_a100_80g", nodes=3)
+    r = Simulator(g, cl).evaluate(
+        Plan.hybrid(g, cl, dp=4, tp=6, pp=1, microbatch_size=1, global_batch=48)
+    )
+    topo = col.Topology.from_cluster(cl)
+    hid = 2.0 * 2048 * 6144
+    inside, across = topo.allreduce(hid, np.arange(6)), topo.allreduce(hid, np.arange(6, 12))
+    assert across > 2 * inside
+    assert r.breakdown["tp_collective"] == pytest.approx(across, rel=1e-12)
+    # Topology.slowest by hand: the largest time over the rows, one row per shape timed
+    assert (
+        topo.slowest(lambda x: topo.allreduce(hid, x), [np.arange(6), np.arange(6, 12)]) == across
+    )

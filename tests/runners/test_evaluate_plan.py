@@ -316,6 +316,14 @@ def test_evaluate_refuses_runs_of_one_env_name_on_different_problems(tmp_path: P
     cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / 'c'}]"], config="evaluate")
     (row,) = aggregate(evaluate(cfg, tmp_path / "ok", echo=lambda s: None))
     assert row["runs"] == 2
+    # found by fuzzing: another schedule or memory fraction keeps the lower bound, and such
+    # runs were averaged; result.json's problem tells them apart
+    for i, other in enumerate(["env.schedule=gpipe", "env.memory_fraction=0.5"]):
+        train(compose([*base, "seed=2", other]), tmp_path / f"d{i}", echo=lambda s: None)
+        cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / f'd{i}'}]"], config="evaluate")
+        with pytest.raises(ValueError, match="on different problems") as info:
+            evaluate(cfg, tmp_path / f"cmp{i}", echo=lambda s: None)
+        assert ("schedule '1f1b' vs 'gpipe'" if i == 0 else "cluster '") in str(info.value)
 
 
 def test_evaluate_refuses_two_runs_of_one_seed(tmp_path: Path) -> None:
