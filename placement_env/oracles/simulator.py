@@ -207,6 +207,7 @@ class Simulator:
                 dur[:, d] = np.where(has, t * 1e-6 / s, roof)
                 comp_us[:, d] = np.where(has, t, roof_full * 1e6)
         self._dur = dur
+        _check_runnable(g, c, dur)
         self._comp_us = comp_us
 
         # ---- distinct successors (parallel edges merged: largest bytes / time)
@@ -667,3 +668,31 @@ def forward_of(graph: CompGraph) -> np.ndarray:
 
 
 __all__ = ["OBJECTIVES", "SCHEDULES", "Simulator", "forward_of"]
+
+
+def _check_runnable(graph: CompGraph, cluster: Cluster, dur: np.ndarray) -> None:
+    """Refuse a graph that no placement on ``cluster`` can run or that it cannot time: a node
+    with no kernel on any of its devices (the lower bound was inf and every plan cost the
+    same), or measured times for none of its device kinds beside no FLOPs and no bytes (a
+    Fiddle graph on a GPU cluster scored 0 s; both found by fuzzing)."""
+    bad = np.flatnonzero(np.isinf(dur).all(axis=1)) if len(dur) else []
+    kinds = sorted({d.kind for d in cluster.devices})
+    if len(bad):
+        names = ", ".join(repr(str(graph.name[i])) for i in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise ValueError(
+            f"Simulator: node(s) {names}{more} of {graph.meta.get('name', '?')!r} can run on no "
+            f"device of {cluster.name!r} (device kinds {kinds}): no placement can run the graph"
+        )
+    measured = sorted(graph.times)
+    if (
+        measured
+        and not set(measured) & set(kinds)
+        and not graph.flops.any()
+        and not graph.bytes_accessed.any()
+    ):
+        raise ValueError(
+            f"Simulator: graph {graph.meta.get('name', '?')!r} has measured times for device "
+            f"kinds {measured} only and no FLOPs or bytes to estimate others, but "
+            f"{cluster.name!r} has kinds {kinds}: every node would take 0 s"
+        )

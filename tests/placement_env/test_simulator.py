@@ -539,3 +539,25 @@ def test_read_only_inputs_compile_no_second_kernel(objective):
     assert sim.evaluate(ro).step_time == want
     assert sim.evaluate(Plan.for_graph(ro, g, cl)).step_time == want
     assert {k.__name__: len(k.signatures) for k in kernels} == before
+
+
+def test_a_graph_no_device_can_run_or_time_is_refused_by_name():
+    """Found by fuzzing: a node with no kernel on any device of the cluster gave an inf
+    lower bound and the same cost for every plan (an env's reward was constant); a Fiddle
+    graph (times for fpga / cpu, no FLOPs) on a GPU cluster scored every plan 0 s."""
+    from pathlib import Path
+
+    from graphs.io import read_fiddle
+
+    devs = tuple(Device(f"d{i}", "x", peak_flops=1e12, mem_bw=1e18, memory=1e12) for i in range(2))
+    cl = Cluster("m", devs, (Link(0, 1, 1e9, 0.0), Link(1, 0, 1e9, 0.0)))
+    g = CompGraph.build(
+        3, [(0, 1), (1, 2)], flops=1e6, out_bytes=0.0, times={"x": np.array([1.0, np.inf, 1.0])}
+    )
+    with pytest.raises(ValueError, match=r"node\(s\) 'n1' of .* can run on no device of 'm'"):
+        Simulator(g, cl).lower_bound()
+    fid, _ = read_fiddle(Path(__file__).parents[1] / "data" / "fiddle_tiny_training.json")
+    gpus = Cluster("gpus", tuple(Device(f"gpu{i}", "v100", 1e13, 1e12, 1e4) for i in range(2)),
+                   (Link(0, 1, 1e9, 0.0), Link(1, 0, 1e9, 0.0)))  # fmt: skip
+    with pytest.raises(ValueError, match=r"measured times for device kinds \['cpu', 'fpga'\] only"):
+        Simulator(fid, gpus, objective="max_load").evaluate(np.zeros(fid.num_nodes, int))

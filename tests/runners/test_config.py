@@ -264,3 +264,16 @@ def test_an_experiment_for_another_runner_is_one_error_line(capsys):
         schema.EvaluateConfig, lambda: ran.append(1), argv=["+experiment=eval_mirhoseini"]
     )
     assert ran == [1, 1]
+
+
+def test_microbatches_that_do_not_divide_the_batch_are_refused_before_planning() -> None:
+    """Found by fuzzing: 8 microbatches of gpt2_tiny_cpu4's batch of 4 (and the shipped
+    llama_h100_16's 16 of 8) were planned and scored as half-sample microbatches, and only
+    runners.execute refused the plan."""
+    spec = common.env_spec(compose(["+env=gpt2_tiny_cpu4", "env.microbatches=8"]).env)
+    with pytest.raises(
+        ValueError, match=r"env\.microbatches = 8 does not divide the model's batch of 4"
+    ):
+        common.build_problem(spec)
+    llama = common.build_problem(common.env_spec(compose(["+env=llama_h100_16"]).env))
+    assert llama.graph.meta["batch"] == 16 and llama.spec.microbatches == 16
