@@ -36,6 +36,7 @@ from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
     check_budget,
+    check_seed,
     evaluate_units,
     finish,
     make_problem,
@@ -210,6 +211,7 @@ def anneal(
     start = oracle_calls_start(oracle)
     t_start = time.perf_counter()
     n_eval = check_budget("anneal", budget, 1000)
+    seed = check_seed("anneal", seed)
     if time_limit is not None and not time_limit > 0:
         raise ValueError(f"anneal: time_limit must be > 0 seconds, got {time_limit}")
     if not (t0 > 0 and 0 < t_end <= 1):

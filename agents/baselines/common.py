@@ -567,6 +567,14 @@ def check_flag(who: str, name: str, value: Any) -> bool:
     return bool(value)
 
 
+def check_seed(who: str, seed: Any) -> int:
+    """A random seed: an integer >= 0 (``ValueError`` naming ``who``; -1 and 1.5 raised numpy's
+    or METIS's own errors, and METIS took -1, found by fuzzing)."""
+    if not is_whole(seed, 0):
+        raise ValueError(f"{who}: seed must be an integer >= 0, got {seed!r}")
+    return int(seed)
+
+
 def check_budget(who: str, budget: Any, default: int | None) -> int | None:
     """An oracle-call budget: ``default`` for ``None`` (``None``: no cap), else an integer >= 1
     (``ValueError`` naming ``who``; a fractional budget such as 2.5 used to be cut to 2

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.baselines.common import InfeasiblePlanError, check_flag
+from agents.baselines.common import InfeasiblePlanError, check_flag, check_seed
 from agents.baselines.megatron_grid import (
     LayoutScorer,
     empty_grid_error,
@@ -33,7 +33,7 @@ from graphs.layout import (
     with_stage_zero,
 )
 from graphs.plan import Plan
-from graphs.schema import is_number, is_whole
+from graphs.schema import is_number
 from placement_env.oracles.base import Oracle
 
 #: Oracle calls when no budget is given.
@@ -88,9 +88,7 @@ def hybrid_anneal(
     start = time.perf_counter()
     for name, flag in (("stage_recompute", stage_recompute), ("stage_zero", stage_zero)):
         check_flag("hybrid_anneal", name, flag)
-    if not is_whole(seed, 0):  # None would draw an unrepeatable search, recorded as None
-        raise ValueError(f"hybrid_anneal: seed must be an integer >= 0, got {seed!r}")
-    seed = int(seed)
+    seed = check_seed("hybrid_anneal", seed)  # None drew an unrepeatable search (fuzzing)
     for name, temp in (("t0", t0), ("t1", t1)):
         if not is_number(temp, 0.0, lo_open=True):
             raise ValueError(f"hybrid_anneal: {name} must be a temperature > 0, got {temp!r}")

@@ -46,6 +46,7 @@ from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
     c_output_captured,
+    check_flag,
     check_seconds,
     finish,
     oracle_calls_start,
@@ -421,6 +422,8 @@ def ilp(
     (an upper bound on any schedule) and the oracle's step time is reported.
     """
     check_seconds("ilp", "time_limit", time_limit)
+    for name, flag in (("warm_start", warm_start), ("symmetry", symmetry)):
+        check_flag("ilp", name, flag)  # "no" was taken as true (fuzzing)
     if warm_time_limit is not None:
         check_seconds("ilp", "warm_time_limit", warm_time_limit)
     check_orders("ilp", random_orders, seed)

@@ -20,6 +20,7 @@ import pymetis
 from agents.baselines.common import (
     Problem,
     c_output_captured,
+    check_seed,
     device_chain,
     finish,
     make_problem,
@@ -96,6 +97,7 @@ def metis(
     seed: int = 0,
 ) -> Plan:
     """Byte-weighted k-way cut with compute-balanced parts, memory-repaired (one evaluation)."""
+    seed = check_seed("metis", seed)
     start = oracle_calls_start(oracle)
     prob = make_problem(graph, cluster, oracle)
     chain = device_chain(cluster)

@@ -17,6 +17,7 @@ from agents.baselines.common import (
     InfeasiblePlanError,
     Problem,
     check_budget,
+    check_seed,
     evaluate_units,
     finish,
     fmt_bytes,
@@ -42,7 +43,7 @@ def single(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | Non
     U, D = prob.num_units, prob.num_devices
     total = prob.time.sum(axis=0)
     state = float(graph.param_bytes.sum())
-    tries = D if budget is None else int(budget)
+    tries = check_budget("single", budget, D)
     reasons = []
     for d in np.argsort(total, kind="stable"):
         name = cluster.devices[d].name
@@ -127,7 +128,7 @@ def random_search(
     start = oracle_calls_start(oracle)
     prob = make_problem(graph, cluster, oracle)
     n = check_budget("random", budget, 100)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed("random", seed))
     best: tuple[float, np.ndarray, SimResult] | None = None
     draws = dead = 0
     while draws < n and dead < 20 * n:

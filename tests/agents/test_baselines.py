@@ -564,3 +564,24 @@ def test_an_accelerator_smaller_than_one_transient_is_left_to_the_host(name):
     plan = B.get(name)(g, c, sim, 20 if name in ("anneal", "random") else None)
     assert plan.placement.tolist() == [1, 1, 1]
     assert not Simulator(g, c).evaluate(plan).oom
+
+
+@pytest.mark.parametrize(
+    "name, budget, kw, says",
+    [
+        ("single", 2.5, {}, "single: budget must be an integer >= 1"),  # ran with 2
+        ("single", 0, {}, "single: budget must be an integer >= 1"),  # "budget spent"
+        ("single", "x", {}, "single: budget must be an integer >= 1"),  # int('x')
+        ("anneal", 10, {"seed": -1}, "anneal: seed must be an integer >= 0, got -1"),
+        ("metis", None, {"seed": 1.5}, "metis: seed must be an integer >= 0"),  # METIS TypeError
+        ("metis", None, {"seed": -1}, "metis: seed must be an integer >= 0"),  # was taken
+        ("random", 5, {"seed": 1.5}, "random: seed must be an integer >= 0"),
+        ("ilp", None, {"symmetry": "yes"}, "ilp: symmetry must be true or false"),  # truthy
+        ("ilp", None, {"warm_start": "no"}, "ilp: warm_start must be true or false"),
+    ],
+)
+def test_budgets_seeds_and_flags_are_checked_by_name(name, budget, kw, says):
+    """Found by fuzzing the Python API (the CLI already refused these options)."""
+    g, c = chain6(), uniform_cluster(3)
+    with pytest.raises(ValueError, match=says):
+        B.get(name)(g, c, Simulator(g, c), budget, **kw)

@@ -360,3 +360,23 @@ def test_slack_adds_splits_near_the_optimum_and_keeps_its_proof(seed):
     assert wide["walk_runs"] >= exact["walk_runs"]
     with pytest.raises(ValueError, match="slack must be a number >= 0"):
         B.get("ideal_dp_makespan")(g, c, sim, slack=-0.1)
+
+
+def test_the_budget_caps_the_splits_scored():
+    """Found by fuzzing: budget 1 still scored 5 splits (5 oracle calls)."""
+    from graphs import synthetic
+
+    g = synthetic.layered_dag(10, 3, rng=3, domain="language")
+    c = Cluster(
+        "c", tuple(Device(f"acc{i}", "acc", 1e12, 1e12, 1e12) for i in range(4)),
+        tuple(Link(a, b, 1e9, 1e-6) for a in range(4) for b in range(4) if a != b),
+    )  # fmt: skip
+    calls = {}
+    for budget in (None, 1, 2):
+        sim = Simulator(g, c, microbatches=8, schedule="1f1b")
+        plan = B.get("ideal_dp_makespan")(g, c, sim, budget)
+        calls[budget] = (plan.meta["oracle_calls"], plan.meta["splits_scored"])
+    assert calls[None][0] == calls[None][1] > 2
+    assert calls[1] == (1, 1) and calls[2] == (2, 2)
+    with pytest.raises(ValueError, match="ideal_dp_makespan: budget must be an integer >= 1"):
+        B.get("ideal_dp_makespan")(g, c, Simulator(g, c, microbatches=8), 0)
