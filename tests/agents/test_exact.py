@@ -264,11 +264,19 @@ def test_ideal_dp_drop_reports_a_gap_when_it_cannot_prove():
     g = CompGraph.build(3, [(0, 1)], flops=[1, 1, 0.5], out_bytes=1.0)
     devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 1e12) for i in range(2))
     c = Cluster("two", devs, (Link(0, 1, 10.0, 0.0), Link(1, 0, 10.0, 0.0)))
-    plan = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"))
-    assert plan.meta["exact"] is False
+    plan = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), time_limit=1e-9)
+    assert plan.meta["exact"] is False  # no time left for the DP with node 2 kept
     assert plan.meta["step_time"] == pytest.approx(1.6)
     assert plan.meta["dp_lower_bound"] == pytest.approx(1.25)
     assert plan.meta["dp_gap"] == pytest.approx(1.6 / 1.25 - 1)
+    # with time, the DP with the edge-free unit kept runs after the unproven re-insertion
+    # and proves the split (found by fuzzing: re-insertion alone was 37 % off elsewhere)
+    proven = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load")).meta
+    assert proven["exact"] is True and proven["step_time"] == pytest.approx(1.6)
+    assert proven["isolated"].startswith("keep (after drop")
+    assert proven["dropped_units"] == 1 and proven["dropped_units_plan_objective"] == pytest.approx(
+        1.6
+    )
     keep = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load"), None, isolated="keep")
     assert keep.meta["step_time"] == pytest.approx(1.6) and keep.meta["exact"] is True
     with pytest.raises(ValueError, match="isolated must be"):
@@ -681,3 +689,18 @@ def test_canonical_order_meets_the_symmetry_rows_and_keeps_the_objective():
         assert loads[0] >= loads[1] >= loads[2]
         assert model.max_load(new) == pytest.approx(model.max_load(up), rel=1e-12)
         assert (new[up == 3] == 3).all()  # the CPU is not in the group
+
+
+def test_ideal_dp_keeps_the_edge_free_units_when_re_inserting_them_is_worse():
+    """Found by fuzzing: 0 -> 1 -> 2 (1 s each) and an edge-free node 3 (3 s) on 3 devices.
+    Re-inserted greedily, node 3 joined a busy device (4.1 s) where the contiguous optimum
+    is 3.0 s (node 3 alone); the DP with node 3 kept now runs after the unproven
+    re-insertion and its plan is returned, proven."""
+    g = CompGraph.build(4, [(0, 1), (1, 2)], flops=[1, 1, 1, 3], out_bytes=1.0)
+    devs = tuple(Device(f"d{i}", "x", 1.0, 1e30, 1e12) for i in range(3))
+    c = Cluster(
+        "three", devs, tuple(Link(a, b, 10.0, 0.0) for a in range(3) for b in range(3) if a != b)
+    )
+    m = B.get("ideal_dp")(g, c, Simulator(g, c, objective="max_load")).meta
+    assert m["step_time"] == pytest.approx(3.0) and m["exact"] is True
+    assert m["dropped_units_plan_objective"] == pytest.approx(4.1)

@@ -309,7 +309,8 @@ def test_never_slower_than_ideal_dp_by_the_oracle(seed):
     c = cluster_of(rng, 3, cpu=bool(seed % 2), mem=1e9)
     sim = Simulator(g, c, microbatches=4, schedule="1f1b")
     plan = B.get("ideal_dp_makespan")(g, c, sim, pin_isolated_above=2)
-    ref = B.get("ideal_dp")(g, c, Simulator(g, c, microbatches=4, schedule="1f1b"))
+    ref_sim = Simulator(g, c, microbatches=4, schedule="1f1b")
+    ref = B.get("ideal_dp")(g, c, ref_sim, pin_isolated_above=2)  # the same options
     assert "ideal_dp's plan" in plan.meta["returned"]
     assert plan.meta["ideal_dp_candidate_status"] == "done"
     assert plan.meta["step_time"] <= ref.meta["step_time"] * (1 + 1e-12)
