@@ -241,6 +241,11 @@ def check_generator(spec: common.EnvSpec) -> None:
         return
     from placement_env import generators
 
+    if "kind" in spec.generator_options:  # replaced by env.generator without a word (fuzzing)
+        raise ValueError(
+            f"env.generator_options.kind = {spec.generator_options['kind']!r}: the generator is "
+            f"env.generator ({spec.generator!r}); a synthetic graph's kind is graph_kind"
+        )
     try:
         gen = generators.make_generator({**dict(spec.generator_options), "kind": spec.generator})
         gen.bounds()  # every graph of a zoo / files generator loaded (its padding)

@@ -540,3 +540,13 @@ def test_an_env_refuses_a_generator_or_oracle_factory_of_the_wrong_kind(env_id: 
         gym.make(env_id, generator=42)
     with pytest.raises(TypeError, match=r"oracle_factory must be a callable .* got 'sim'"):
         gym.make(env_id, generator=fixed(chain3(), make_cluster(2)), oracle_factory="sim")
+
+
+def test_the_synthetic_generator_refuses_its_samplers_names_of_its_own_options():
+    """Found by fuzzing: kind= and min_nodes= (graphs.synthetic.sample's names) overrode
+    graph_kind and min_ops without a word, skipping their checks."""
+    from placement_env.generators import SyntheticGenerator
+
+    for kw in ({"kind": "nasnet"}, {"min_nodes": 25}):
+        with pytest.raises(ValueError, match=rf"takes no option\(s\) \['{next(iter(kw))}'\]"):
+            SyntheticGenerator(("k40_2",), graph_kind="layered", min_ops=20, max_ops=30, **kw)

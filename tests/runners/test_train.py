@@ -212,6 +212,11 @@ def test_an_env_id_that_is_no_devplace_env_is_refused(graph_file: Path, tmp_path
          r"env.oracle_options \['bogus'\] are not options of the profiled oracle; valid: .*'steps'"),
         (["env.generator=synthetic", "+env.generator_options.bogus=1"],
          r"generator 'synthetic' takes no option\(s\) \['bogus'\]; valid: .*'min_ops'"),
+        # the sampler's names overrode graph_kind / min_ops without a word (fuzzing)
+        (["env.generator=synthetic", "+env.generator_options.kind=nasnet"],
+         r"env.generator_options.kind = 'nasnet': the generator is env.generator .* graph_kind"),
+        (["env.generator=synthetic", "+env.generator_options.min_nodes=25"],
+         r"generator 'synthetic' takes no option\(s\) \['min_nodes'\]; valid: .*'min_ops'"),
         # the runtime sets these from the plan: the value collided with it at the first run
         (["env.oracle=profiled", "+env.oracle_options.mode=tp"],
          r"env.oracle_options \['mode'\] are not options of the profiled oracle"),
