@@ -24,7 +24,7 @@ from agents.policies.sb3 import scores_to_logits
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
-from graphs.schema import Fields, check_path, is_whole, show
+from graphs.schema import Fields, check_path, is_number, is_whole, show
 from placement_env.oracles.base import Oracle
 
 POLICY_FORMAT = "devplace.policy"
@@ -613,6 +613,12 @@ class ExportedPolicy:
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         if not isinstance(greedy, (bool, np.bool_)):
             raise ValueError(f"greedy must be True or False, got {greedy!r}")
+        # a string was converted ('2' taken as 2.0, 'abc' a bare float() error; fuzzing)
+        pens = [penalty] if penalty is None or np.isscalar(penalty) else list(penalty)
+        if not pens or not all(p is None or is_number(p, 0.0) for p in pens):
+            raise ValueError(f"penalty must be a number >= 0 or a list of them, got {penalty!r}")
+        if link_exponent is not None and not is_number(link_exponent, 0.0):
+            raise ValueError(f"link_exponent must be a number >= 0, got {link_exponent!r}")
         if oracle is not None:
             _check_oracle_problem(oracle, graph, cluster)
         if oracle is None:

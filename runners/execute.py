@@ -174,6 +174,15 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
                 f"{cluster.name!r}, the cpu_N its devices suggest (cluster hash "
                 f"{plan.cluster_hash}); give the cluster it was made for: cluster=NAME"
             )
+        if not cfg.cluster:  # the cluster loaded is the one meta names: they disagree
+            frac = plan.meta.get("memory_fraction")
+            raise ValueError(  # it said "made for cluster 'cpu_2', not 'cpu_2'" (fuzzing)
+                f"plan={cfg.plan}: its meta.cluster {made!r}"
+                + (f" with meta.memory_fraction {frac!r}" if frac is not None else "")
+                + f" is not the cluster its cluster_hash {plan.cluster_hash} was taken of "
+                "(an edited plan file?); plan again, or give the cluster it was made for: "
+                "cluster=NAME"
+            )
         raise ValueError(  # it said "made for cluster 96844..." naming neither (fuzzing)
             f"plan={cfg.plan} was made for cluster {made or plan.cluster_hash!r}, not "
             f"{cluster.name!r} ({'cluster=' + str(cfg.cluster) if cfg.cluster else 'its meta.cluster'}"

@@ -506,7 +506,13 @@ def search_ppo(
     agents.export_policy(
         found.model,
         policy_path,
-        meta={"env": problem.spec.name, "policy": policy, "seed": seed, "timesteps": total},
+        # the steps trained (PPO rounds a budget up to whole rollouts): the budget was recorded
+        meta={
+            "env": problem.spec.name,
+            "policy": policy,
+            "seed": seed,
+            "timesteps": int(found.timesteps),
+        },
     )
     meta: dict[str, Any] = {"policy": policy, "updates": cb.updates, "best_from": found.best_from}
     # improvements with their wall time (seconds since this session's training started):

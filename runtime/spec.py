@@ -151,9 +151,11 @@ class RunSpec:
                 )
         if self.hang_timeout_s < 0:
             raise ValueError(f"RunSpec.hang_timeout_s {self.hang_timeout_s} must be >= 0")
-        if self.steps < 1 or self.warmup < 0:
+        # whole numbers: 2.5 failed on every rank unnamed, True ran 1 step (fuzzing)
+        if not is_whole(self.steps, 1, floats=False) or not is_whole(self.warmup, 0, floats=False):
             raise ValueError(
-                f"RunSpec: steps must be >= 1 and warmup >= 0, got {self.steps}, {self.warmup}"
+                f"RunSpec: steps must be an integer >= 1 and warmup an integer >= 0, got "
+                f"{self.steps!r}, {self.warmup!r}"
             )
         # checked here, before launch: each used to fail on every rank after it
         if self.backend not in BACKENDS:
@@ -239,6 +241,32 @@ def tp_blocks(stage_devices: list[int], tp: int, cluster: Cluster) -> list[int]:
     return devices
 
 
+def check_model_is_graphs(model: Mapping[str, Any], graph: CompGraph) -> None:
+    """Refuse a zoo ``model`` (``{"name", "config"}``) that is not the one ``graph`` was
+    extracted from (its ``meta`` name and config, defaults filled in): the runtime builds
+    ``model`` and places its operators by the graph's names, so a 4-layer model ran under a
+    2-layer plan, extra layers placed by a fallback (found by fuzzing ``runtime.execute``).
+    Graphs without that record (files, factories) are not checked here."""
+    gname, gcfg = graph.meta.get("name"), graph.meta.get("config")
+    if "name" not in model or not isinstance(gname, str) or not isinstance(gcfg, dict):
+        return
+    cfg = dict(model.get("config") or {})
+    if model["name"] != gname:
+        raise ValueError(
+            f"model {model['name']!r} is not the graph's model {gname!r}: the runtime places "
+            "the model's operators by the graph's names"
+        )
+    differ = sorted(k for k, v in cfg.items() if k in gcfg and gcfg[k] != v)
+    if differ:
+        raise ValueError(
+            f"model {gname!r} config "
+            + ", ".join(f"{k}={cfg[k]!r}" for k in differ)
+            + " is not the graph's ("
+            + ", ".join(f"{k}={gcfg[k]!r}" for k in differ)
+            + "): the runtime places the model's operators by the graph's names"
+        )
+
+
 def make_run_spec(
     plan: Plan,
     graph: CompGraph,
@@ -268,6 +296,7 @@ def make_run_spec(
     if getattr(plan, "layout", None) is not None:
         plan.check_layout_placement(graph)
         return hybrid_run_spec(plan, model, **options)
+    check_model_is_graphs(model, graph)
     batch = graph.meta.get("batch")  # the model's global batch, split into microbatches
     if isinstance(batch, int) and batch > 0 and batch % int(plan.microbatches):
         raise ValueError(

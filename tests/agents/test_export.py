@@ -124,6 +124,11 @@ def test_plan_reports_infeasible_instead_of_returning_an_oom_plan(tmp_path: Path
         ({"samples": 2.5}, "samples must be an integer >= 1, got 2.5"),  # was a TypeError
         ({"seed": -1}, "seed must be an integer >= 0, got -1"),  # was gymnasium's Error
         ({"greedy": "yes"}, "greedy must be True or False"),  # was taken as True
+        # found by fuzzing: a bare float() error; "2" was taken as 2.0
+        ({"penalty": "abc"}, "penalty must be a number >= 0 or a list of them, got 'abc'"),
+        ({"penalty": "2"}, "penalty must be a number >= 0"),
+        ({"penalty": [1, -2]}, "penalty must be a number >= 0"),
+        ({"link_exponent": "x"}, "link_exponent must be a number >= 0, got 'x'"),
     ],
 )
 def test_plan_names_a_bad_argument(kw: dict, says: str) -> None:

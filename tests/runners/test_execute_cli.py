@@ -382,6 +382,13 @@ def test_execute_names_both_clusters_of_a_plan_made_for_another(tmp_path: Path) 
     with pytest.raises(ValueError, match=rf"^plan={path} was made for cluster 'cpu_2', not "
                        r"'cpu_8' \(cluster=cpu_8\); a placement only runs on the cluster"):  # fmt: skip
         run(cfg, tmp_path / "out")
+    # found by fuzzing: meta.cluster edited to disagree with cluster_hash read "made for
+    # cluster 'cpu_4', not 'cpu_4' (its meta.cluster)"
+    _stamped(meta={"model": {"name": "gpt2"}, "cluster": "cpu_4"}).save(path)
+    cfg.cluster = None
+    with pytest.raises(ValueError, match=rf"^plan={path}: its meta.cluster 'cpu_4' is not the "
+                       r"cluster its cluster_hash \w+ was taken of \(an edited plan file\?\)"):  # fmt: skip
+        run(cfg, tmp_path / "out2")
 
 
 @pytest.mark.parametrize(

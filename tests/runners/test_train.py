@@ -56,7 +56,7 @@ def test_entry_point_smoke(graph_file: Path, tmp_path: Path) -> None:
             "runners.train",
             *args,
             "logger=wandb",
-            "train.timesteps=256",
+            "train.timesteps=200",  # PPO trains whole rollouts: 256 steps
             "agent.ppo.n_steps=64",
             f"hydra.run.dir={run_dir}",
         ],
@@ -89,6 +89,10 @@ def test_entry_point_smoke(graph_file: Path, tmp_path: Path) -> None:
     assert trace["traceEvents"]
     last = p.stdout.strip().splitlines()[-1]
     assert last == summary_line(res, run_dir)
+    # the policy file records the steps trained, as result.json does (it held the budget)
+    from agents import load_policy
+
+    assert load_policy(run_dir / "policy.pt").meta["timesteps"] == res["timesteps"] > 200
 
 
 def test_no_env_lists_envs(tmp_path: Path) -> None:

@@ -98,6 +98,10 @@ def test_refuses_microbatches_that_do_not_divide_the_batch(graph, cluster):
         ({"optimizer": "nope"}, "RunSpec.optimizer 'nope'"),  # each rank raised KeyError
         ({"threads": 0}, "RunSpec.threads 0"),
         ({"lr": 0.0}, "RunSpec.lr 0.0"),
+        # found by fuzzing: 2.5 failed on every rank unnamed, True ran one step
+        ({"steps": 2.5}, r"RunSpec: steps must be an integer >= 1 .* got 2.5, 2"),
+        ({"steps": True}, r"RunSpec: steps must be an integer >= 1"),
+        ({"warmup": 1.5}, r"warmup an integer >= 0, got 5, 1.5"),
         ({"seed": -1}, r"RunSpec.seed -1: expected an integer in \[0, 2\*\*32\)"),
     ],
 )
@@ -377,3 +381,23 @@ def test_the_first_steps_loss_check_is_not_timed(monkeypatch):
     assert rec["loss"] == 1.0 and rec["grads"] == {}
     assert [s["wall"] < slow / 2 for s in rec["steps"]] == [True, True], rec["steps"]
     assert all(s["idle"] < slow / 2 and s["cpu"] < slow / 2 for s in rec["steps"])
+
+
+def test_a_zoo_model_other_than_the_graphs_is_refused():
+    """Found by fuzzing ``runtime.execute``: a 4-layer model under a 2-layer GPT-2 plan (and a
+    BERT under a GPT-2 plan) ran, extra layers placed by a fallback."""
+    from graphs import zoo
+    from graphs.clusters import load
+
+    cfg = {"n_layer": 2, "d_model": 64, "n_head": 2, "vocab": 512, "seq": 32, "batch": 4}
+    g = zoo.build("gpt2", max_groups=24, **cfg)
+    c = load("cpu_4")
+    plan = Plan.for_graph(np.zeros(g.num_nodes, int), g, c)
+    with pytest.raises(
+        ValueError, match=r"model 'gpt2' config n_layer=4 is not the graph's \(n_layer=2\)"
+    ):
+        make_run_spec(plan, g, c, model={"name": "gpt2", "config": dict(cfg, n_layer=4)})
+    with pytest.raises(ValueError, match="model 'bert-base' is not the graph's model 'gpt2'"):
+        make_run_spec(plan, g, c, model={"name": "bert-base", "config": {}})
+    spec = make_run_spec(plan, g, c, model={"name": "gpt2", "config": cfg})
+    assert spec.model["config"]["n_layer"] == 2
