@@ -795,9 +795,9 @@ def check_hybrid_planners(
         raise ValueError(
             f"env {env!r} places operators on devices, but {what} data x tensor x "
             f"pipeline layouts, which only a Hybrid-v0 env scores ({list(HYBRID_PLANNERS)}: "
-            "e.g. +env=gpt2_8gpu_hybrid, or env.env_id=placement_env/Hybrid-v0 for a "
-            "transformer); here they would be scored as an op placement of each stage's "
-            "first device"
+            "e.g. +env=gpt2_8gpu_hybrid, or env.env_id=placement_env/Hybrid-v0 with "
+            f"env.baselines={list(HYBRID_PLANNERS)[:2]} (or []) for a transformer); here they "
+            "would be scored as an op placement of each stage's first device"
         )
     ops = [b for b in baselines if b not in HYBRID_PLANNERS]
     if ops:
@@ -1196,6 +1196,12 @@ def _hybrid_model_note(problem: common.Problem) -> str:
     if name == "CpuHybridModel":
         return f" (layouts scored by {name}, from the cluster's hybrid calibration)"
     if problem.cluster.devices and all(d.kind == "cpu" for d in problem.cluster.devices):
+        if "calibration_sha256" in problem.cluster.meta:  # measured devices, no hybrid section
+            return (
+                f" (layouts scored by {name} with this machine's measured device figures; the "
+                "calibration has no hybrid section: for the calibrated CpuHybridModel run "
+                "python -m runners.profile calibration=PATH hybrid.model=...)"
+            )
         return (
             f" (layouts scored by {name} with the CPUs' nominal figures, not this machine's: "
             "for the calibrated CpuHybridModel run python -m runners.profile "

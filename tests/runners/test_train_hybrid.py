@@ -253,11 +253,20 @@ def test_header_names_the_step_model_and_how_to_calibrate_a_cpu_cluster(tmp_path
     # on a cpu_N without a hybrid calibration the layouts are scored by the GPU-style model
     # with nominal CPU figures: the run says so, and how to get the calibrated model
     lines: list[str] = []
-    cfg = compose(["+env=gpt2_cpu4_hybrid", "agent=megatron_grid", "env.baselines=[]",
-                   "logger=none", "train.progress=false"])  # fmt: skip
-    train(cfg, tmp_path / "cpu", echo=lines.append)
+    base = ["+env=gpt2_cpu4_hybrid", "agent=megatron_grid", "env.baselines=[]",
+            "logger=none", "train.progress=false"]  # fmt: skip
+    train(compose(base), tmp_path / "cpu", echo=lines.append)
     assert "(layouts scored by HybridModel with the CPUs' nominal figures" in lines[0]
     assert "python -m runners.profile calibration=PATH hybrid.model=..." in lines[0]
+    # a calibration without a hybrid section: the measured device figures, not nominal ones
+    # (it said "nominal figures, not this machine's": a docs walk-through, 30 Nov 2026)
+    import json
+
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"device": {"peak_flops": 1e9, "memory": 2**30}}))
+    lines.clear()
+    train(compose([*base, f"env.cluster=cpu_4@{cal}"]), tmp_path / "cal", echo=lines.append)
+    assert "with this machine's measured device figures; the calibration has no hybrid" in lines[0]
     lines.clear()
     train(compose([*SMALL, "agent=megatron_grid"]), tmp_path / "gpu", echo=lines.append)
     assert lines[0].endswith("oracle simulator (layouts scored by HybridModel)")
