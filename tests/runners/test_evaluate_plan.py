@@ -125,7 +125,7 @@ def test_plan_default_samples_follow_the_decoding(graph_file: Path, tmp_path: Pa
         compose([*base, "samples=4", "link_exponent=0"], config="plan"), tmp_path / "e", echo=print
     )
     assert flat["link_exponent"] == 0.0
-    with pytest.raises(ValueError, match="link exponent"):
+    with pytest.raises(ValueError, match="link.exponent must be"):
         plan(compose([*base, "link_exponent=-1"], config="plan"), tmp_path / "f", echo=print)
 
 

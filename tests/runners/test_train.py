@@ -226,7 +226,7 @@ def test_an_env_id_that_is_no_devplace_env_is_refused(graph_file: Path, tmp_path
          r"env.oracle_options \['mode'\] are not options of the profiled oracle"),
         # bad values: named as RunSpec's fields at the first plan scored, after the baselines
         (["env.oracle=profiled", "+env.oracle_options.steps=0"],
-         r"env.oracle_options \{'steps': 0\}: RunSpec: steps must be >= 1"),
+         r"env.oracle_options \{'steps': 0\}: RunSpec: steps must be an integer >= 1"),
         # PPO ignored both without a word
         (["agent=ppo", "+agent.options.x=1"], r"agent 'ppo' \(PPO\) takes no agent.options"),
         (["agent=placeto", "agent.budget=5"],
