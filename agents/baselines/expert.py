@@ -82,6 +82,8 @@ def expert(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | Non
     D, U = len(chain), prob.num_units
     w = unit_weights(prob)
     speed = np.array([1.0 / max(prob.time[:, d].sum(), 1e-30) for d in chain])
+    if not speed.sum() > 0:  # every device has a unit it cannot run (inf): 0 / 0 targets
+        speed = np.ones(len(chain))  # equal shares (found by fuzzing; it warned and cut at NaN)
     targets = np.cumsum(speed)[:-1] / speed.sum() * w.sum()
     cuts = layer_cuts(prob)
     prefix = np.concatenate([[0.0], np.cumsum(w[prob.order])])
