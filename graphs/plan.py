@@ -507,6 +507,19 @@ def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.nd
     return p
 
 
+def check_microbatches(graph: CompGraph, microbatches: int, what: str, hint: str = "") -> None:
+    """``ValueError`` when ``microbatches`` does not divide the model's batch
+    (``graph.meta["batch"]``, where the graph records one): each microbatch must have the
+    same number of samples. ``what`` names the setting, ``hint`` says how to change it."""
+    batch = graph.meta.get("batch")
+    if isinstance(batch, int) and batch > 0 and batch % int(microbatches):
+        raise ValueError(
+            f"{what} = {microbatches} does not divide the model's batch of {batch} (graph "
+            f"{graph.meta.get('name', '?')!r}): each microbatch must have the same number of "
+            f"samples{hint}"
+        )
+
+
 def _per_stage(what: str, value: Any) -> list | None:
     """A per-stage argument of :meth:`Plan.hybrid` as a list of plain Python values (numpy
     arrays and scalars converted; ``None`` kept), or ``ValueError`` for a string (read one

@@ -355,16 +355,16 @@ def build_problem(spec: EnvSpec) -> Problem:
     graph = load_graph(spec)
     cluster = clusters.load(spec.cluster).with_memory_fraction(spec.memory_fraction)
     if spec.env_id != HYBRID_ENV_ID:  # hybrid plans shard the state (ZeRO): not this bound
+        from graphs.plan import check_microbatches
         from placement_env.oracles.simulator import memory_floor
 
-        batch = graph.meta.get("batch")  # the model's batch, split into the microbatches
-        if isinstance(batch, int) and batch > 0 and batch % int(spec.microbatches):
-            # scored as fractional microbatches, then refused by runners.execute (fuzzing)
-            raise ValueError(
-                f"env {spec.name!r}: env.microbatches = {spec.microbatches} does not divide "
-                f"the model's batch of {batch}: each microbatch must hold the same number of "
-                "samples (set env.microbatches to a divisor, or the batch in env.model_config)"
-            )
+        try:  # scored as fractional microbatches, then refused by runners.execute (fuzzing)
+            check_microbatches(
+                graph, spec.microbatches, "env.microbatches",
+                " (set env.microbatches to a divisor, or the batch in env.model_config)",
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ValueError(f"env {spec.name!r}: {exc}") from None
 
         why = memory_floor(graph, cluster, spec.microbatches, spec.objective)
         if why is not None:

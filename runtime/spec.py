@@ -12,7 +12,7 @@ import numpy as np
 
 from graphs.cluster import Cluster
 from graphs.compgraph import FWD, CompGraph
-from graphs.plan import Plan
+from graphs.plan import Plan, check_microbatches
 from graphs.schema import is_number, is_whole
 
 MODES = ("oplevel", "pipeline", "tp", "hybrid")
@@ -297,13 +297,7 @@ def make_run_spec(
         plan.check_layout_placement(graph)
         return hybrid_run_spec(plan, model, **options)
     check_model_is_graphs(model, graph)
-    batch = graph.meta.get("batch")  # the model's global batch, split into microbatches
-    if isinstance(batch, int) and batch > 0 and batch % int(plan.microbatches):
-        raise ValueError(
-            f"plan.microbatches = {plan.microbatches} does not divide the model's batch of "
-            f"{batch} (graph {graph.meta.get('name', '?')!r}): each microbatch must have the "
-            "same number of samples"
-        )
+    check_microbatches(graph, plan.microbatches, "plan.microbatches")
     split = plan.colocation_violations(graph)
     if split:  # the runtime places forward ops only; their backward and optimizer steps
         # follow them, so a backward or optimizer node elsewhere was ignored (fuzzing)

@@ -123,6 +123,7 @@ from agents.baselines.common import (
     Problem,
     check_flag,
     check_seconds,
+    check_seed,
     finish,
     make_problem,
     oracle_calls_start,
@@ -695,8 +696,7 @@ def check_orders(who: str, random_orders: Any, seed: Any) -> None:
     naming ``who`` and the option."""
     if not is_whole(random_orders, 0):
         raise ValueError(f"{who}: random_orders must be an integer >= 0, got {random_orders!r}")
-    if not is_whole(seed, 0):
-        raise ValueError(f"{who}: seed must be an integer >= 0, got {seed!r}")
+    check_seed(who, seed)
 
 
 def _in_degrees(succ: list[list[int]]) -> np.ndarray:

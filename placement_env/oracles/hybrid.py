@@ -367,7 +367,6 @@ class HybridModel:
             """One DP group of stage ``r`` per cost class (its reduction runs on all of them)."""
             return self._stage_groups(*meshes[r], int(first_dev[r]))[1]
 
-        sizes_of = [a * b for a, b in meshes]  # GPUs of each pipeline rank's submesh
         rk = np.arange(C) % P  # the pipeline rank of each chunk
         Tc = [T[r] for r in rk]
         T0, TL = T[0], T[(C - 1) % P]
@@ -499,7 +498,7 @@ class HybridModel:
         # tied embedding: the first and last stages all-reduce its gradient (Megatron)
         tied_ar = 0.0
         if d.tied and P > 1:
-            n = min(int(sizes_of[0]), int(sizes_of[P - 1]))
+            n = min(meshes[0][0] * meshes[0][1], meshes[P - 1][0] * meshes[P - 1][1])
             ends = np.stack([first_dev[0] + np.arange(n), first_dev[P - 1] + np.arange(n)], 1)
             tied_ar = topo.slowest(lambda g: topo.allreduce(emb * self.grad_bytes, g), ends)
         tied = np.zeros(P)
