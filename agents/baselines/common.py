@@ -334,6 +334,16 @@ def make_problem(
 _CHAIN_CACHE: dict[str, list[int]] = {}
 
 
+def usable_chain(prob: Problem, chain: list[int]) -> list[int]:
+    """``chain`` without the devices that can run none of the units (every ``prob.time`` entry
+    inf there, e.g. an accelerator smaller than each unit's own transient): a stage on one is
+    always infeasible, so leaving it out loses no split; before, the chain planners put their
+    first stage on it and found no plan where the host could take everything (fuzzing,
+    30 Nov 2026). The whole chain is kept when no device is usable (the planners then refuse)."""
+    ok = [d for d in chain if np.isfinite(prob.time[:, d]).any()] if prob.num_units else chain
+    return ok or list(chain)
+
+
 def device_chain(cluster: Cluster) -> list[int]:
     """A topology-aware order of the devices: a path whose neighbours talk fastest.
 

@@ -22,6 +22,7 @@ from agents.baselines.common import (
     make_problem,
     mean_finite,
     oracle_calls_start,
+    usable_chain,
 )
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
@@ -65,8 +66,13 @@ def split_contiguous(
             tu = prob.time[u, d]
             if np.isfinite(tu) and t + tu <= bottleneck and m + cm[u, d] <= prob.capacity[d]:
                 break
-            if t == 0.0 and m == 0.0:
-                return None  # this unit alone does not fit this device
+            if t == 0.0 and m == 0.0 and np.isfinite(tu) and cm[u, d] <= prob.capacity[d]:
+                return None  # this unit alone takes longer than the bottleneck here
+            # the stage is full, or the unit can never be on d (it cannot run there or its
+            # state alone exceeds the memory): the next device; an empty stage is left out,
+            # and holds no activations, so the fractions charged stay an upper bound (found by
+            # fuzzing, 30 Nov 2026: an accelerator smaller than the first unit's output at
+            # the head of the chain gave no plan where the host could hold everything)
             k, t, m = k + 1, 0.0, 0.0
         stage[i] = k
         t += tu
@@ -78,7 +84,7 @@ def expert(graph: CompGraph, cluster: Cluster, oracle: Oracle, budget: int | Non
     """Equal-cost contiguous layer split over a topology-aware device chain (one evaluation)."""
     start = oracle_calls_start(oracle)
     prob = make_problem(graph, cluster, oracle)
-    chain = device_chain(cluster)
+    chain = usable_chain(prob, device_chain(cluster))
     D, U = len(chain), prob.num_units
     w = unit_weights(prob)
     speed = np.array([1.0 / max(prob.time[:, d].sum(), 1e-30) for d in chain])

@@ -103,7 +103,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -866,13 +866,29 @@ def ideal_dp(
     check_orders("ideal_dp", random_orders, seed)
     start = oracle_calls_start(oracle)
     prob = exact_problem(graph, cluster, oracle)
-    model = build_model(graph, cluster)
+    model = exact_model(graph, cluster, prob)
     up, info = solve_ideal_dp(
         prob, model, time_limit=time_limit, max_ideals=max_ideals,
         pin_isolated_above=pin_isolated_above, isolated=isolated, transfer_cut=transfer_cut,
         random_orders=random_orders, seed=seed,
     )  # fmt: skip
     return finish(prob, up, "ideal_dp", start, objective="max_load", **info)
+
+
+def exact_model(graph: CompGraph, cluster: Cluster, prob: Problem) -> MaxLoadModel:
+    """:func:`build_model` with the nodes of every unit that ``prob`` bars from a device
+    (``prob.time`` inf: it cannot run there, or, under a makespan oracle, its own state and
+    largest transient exceed the device's memory) made unable to run there. Without it the
+    exact planners put stateless units on an accelerator smaller than their outputs, which
+    their memory rule let through and the oracle then refused, and reported no plan where a
+    host CPU could take everything (fuzzing, 30 Nov 2026)."""
+    model = build_model(graph, cluster)
+    if not graph.num_nodes:
+        return model
+    barred = ~np.isfinite(prob.time)[prob.unit_of]
+    if not barred.any():
+        return model
+    return replace(model, comp=np.where(barred, np.inf, model.comp))
 
 
 def exact_problem(graph: CompGraph, cluster: Cluster, oracle: Oracle) -> Problem:

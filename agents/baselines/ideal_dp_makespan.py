@@ -113,6 +113,7 @@ from agents.baselines.common import (
 )
 from agents.baselines.ideal_dp import (
     _STATUS,
+    exact_model,
     exact_problem,
     ideal_capacity,
     precedence_items,
@@ -121,7 +122,7 @@ from agents.baselines.ideal_dp import (
     solve_ideal_dp,
     stage_kernel,
 )
-from agents.baselines.maxload import MaxLoadModel, build_model
+from agents.baselines.maxload import MaxLoadModel
 from graphs.cluster import Cluster
 from graphs.compgraph import OPT, CompGraph
 from graphs.plan import Plan
@@ -442,7 +443,7 @@ def ideal_dp_makespan(
         raise ValueError(f"ideal_dp_makespan: slack must be a number >= 0, got {slack!r}")
     slack = float(slack) if score_splits else 0.0
     prob = exact_problem(graph, cluster, oracle)
-    full = build_model(graph, cluster)  # whole-step costs, as `ideal_dp` plans with
+    full = exact_model(graph, cluster, prob)  # whole-step costs, as `ideal_dp` plans with
     if getattr(oracle, "objective", "makespan") == "max_load":
         # T / M -> max_k t_k as M grows: under a max-load oracle this is `ideal_dp`
         up, info = solve_ideal_dp(

@@ -51,8 +51,14 @@ from agents.baselines.common import (
     finish,
     oracle_calls_start,
 )
-from agents.baselines.ideal_dp import check_orders, device_classes, exact_problem, solve_ideal_dp
-from agents.baselines.maxload import MaxLoadModel, build_model
+from agents.baselines.ideal_dp import (
+    check_orders,
+    device_classes,
+    exact_model,
+    exact_problem,
+    solve_ideal_dp,
+)
+from agents.baselines.maxload import MaxLoadModel
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
@@ -429,7 +435,7 @@ def ilp(
     check_orders("ilp", random_orders, seed)
     start = oracle_calls_start(oracle)
     prob = exact_problem(graph, cluster, oracle)
-    model = build_model(graph, cluster)
+    model = exact_model(graph, cluster, prob)
     warm, warm_info = None, {}
     if init is not None:  # a given per-node placement (e.g. ideal_dp's plan) replaces the DP
         warm = unit_placement(prob, init, who="ilp")

@@ -42,6 +42,7 @@ from agents.baselines.common import (
     finish,
     make_problem,
     oracle_calls_start,
+    usable_chain,
 )
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
@@ -147,10 +148,28 @@ def _dp_fixed(
     return best, stage
 
 
+def chain_stages(
+    prob: Problem, max_stages: int | None = None
+) -> tuple[float, np.ndarray, list[int]]:
+    """:func:`dp_stages` on the device chain less its unusable devices (:func:`usable_chain`);
+    when no split fits there, on the same chain reversed (an equally fast path), since stage
+    0 must hold the first unit: an accelerator at the head of the chain that cannot take it
+    (its output is larger than the memory) left no plan where the host could hold it (found
+    by fuzzing, 30 Nov 2026). ``(bottleneck, stage of each order position, chain used)``."""
+    chain = usable_chain(prob, device_chain(prob.cluster))
+    try:
+        best, stage_pos = dp_stages(prob, chain, max_stages)
+    except InfeasiblePlanError:
+        if len(chain) < 2:
+            raise
+        chain = chain[::-1]
+        best, stage_pos = dp_stages(prob, chain, max_stages)
+    return best, stage_pos, chain
+
+
 def dp_placement(prob: Problem) -> np.ndarray:
     """The DP's per-unit placement on the device chain (raises :class:`InfeasiblePlanError`)."""
-    chain = device_chain(prob.cluster)
-    _, stage_pos = dp_stages(prob, chain)
+    _, stage_pos, chain = chain_stages(prob)
     up = np.empty(prob.num_units, dtype=np.int64)
     up[prob.order] = np.asarray(chain)[stage_pos]
     return up
@@ -168,8 +187,7 @@ def chain_dp(
     """Bottleneck-optimal contiguous stages on the device chain (one oracle evaluation)."""
     start = oracle_calls_start(oracle)
     prob = make_problem(graph, cluster, oracle)
-    chain = device_chain(cluster)
-    best, stage_pos = dp_stages(prob, chain, max_stages)
+    best, stage_pos, chain = chain_stages(prob, max_stages)
     up = np.empty(prob.num_units, dtype=np.int64)
     up[prob.order] = np.asarray(chain)[stage_pos]
     unit_stage = np.empty(prob.num_units, dtype=np.int64)

@@ -546,9 +546,19 @@ def test_chain_dp_costs_stages_after_a_unit_that_cannot_run_on_the_device() -> N
     assert p.meta["step_time"] == pytest.approx(0.003001001)
 
 
-@pytest.mark.parametrize(
-    "name", ["single", "metis", "m_etf", "m_topo", "m_sct", "round_robin", "anneal", "random"]
-)
+TINY_ACC_PLANNERS = ["single", "metis", "m_etf", "m_topo", "m_sct", "round_robin", "anneal",
+                     "random", "chain_dp", "pipedream_dp", "expert", "ideal_dp",
+                     "ideal_dp_makespan", "ilp"]  # fmt: skip
+
+
+def acc_beside_host() -> Cluster:
+    """10 B of accelerator memory beside an unbounded host CPU, 100x slower."""
+    acc = Device("acc0", "acc", 1e12, 1e12, 10.0)
+    cpu = Device("cpu0", "cpu", 1e10, 1e10, float("inf"))
+    return Cluster("acc+cpu", (acc, cpu), (Link(0, 1, 1e12, 0.0), Link(1, 0, 1e12, 0.0)))
+
+
+@pytest.mark.parametrize("name", TINY_ACC_PLANNERS)
 def test_an_accelerator_smaller_than_one_transient_is_left_to_the_host(name):
     """Found by fuzzing: 10 B of accelerator memory beside an unbounded host CPU, nodes with
     no state but 100 B outputs. The transient reserve clamped the accelerator's capacity at
@@ -556,14 +566,34 @@ def test_an_accelerator_smaller_than_one_transient_is_left_to_the_host(name):
     simulator and the planners reported no plan. A unit now cannot go where its own state and
     largest transient exceed the memory: the plan is the host's."""
     g = CompGraph.build(3, [(0, 1), (1, 2)], flops=[1e9] * 3, out_bytes=100.0)
-    acc = Device("acc0", "acc", 1e12, 1e12, 10.0)
-    cpu = Device("cpu0", "cpu", 1e10, 1e10, float("inf"))
-    c = Cluster("acc+cpu", (acc, cpu), (Link(0, 1, 1e12, 0.0), Link(1, 0, 1e12, 0.0)))
+    c = acc_beside_host()
     sim = Simulator(g, c)
     assert np.isinf(make_problem(g, c, sim).time[:, 0]).all()
     plan = B.get(name)(g, c, sim, 20 if name in ("anneal", "random") else None)
     assert plan.placement.tolist() == [1, 1, 1]
     assert not Simulator(g, c).evaluate(plan).oom
+
+
+@pytest.mark.parametrize("name", ["chain_dp", "pipedream_dp", "ideal_dp", "ideal_dp_makespan",
+                                  "ilp", "anneal", "expert"])  # fmt: skip
+def test_a_first_unit_larger_than_the_accelerator_goes_to_the_host(name):
+    """Only unit 0's 100 B output exceeds the 10 B accelerator. The exact planners let the
+    stateless unit through their memory rule, put it on the accelerator and then reported
+    the oracle's OOM as "no plan"; the chain planners had to put their first stage on the
+    chain's head, the accelerator, and found no split (fuzzing, 30 Nov 2026). By hand: unit 0
+    on the host (1e9 FLOP at 1e10 FLOP/s = 100 ms), units 1-2 on the accelerator (1 ms each)
+    gives 102 ms, the optimum (all on the host: 300 ms; unit 0 cannot go on the accelerator).
+    `expert`'s equal-cost rule need not find it; it must return a plan that fits."""
+    g = CompGraph.build(3, [(0, 1), (1, 2)], flops=[1e9] * 3, out_bytes=[100.0, 1.0, 1.0])
+    c = acc_beside_host()
+    plan = B.get(name)(g, c, Simulator(g, c), 50 if name == "anneal" else None)
+    res = Simulator(g, c).evaluate(plan)
+    assert not res.oom
+    if name == "expert":
+        assert plan.placement[0] == 1
+    else:
+        assert plan.placement.tolist() == [1, 0, 0]
+        assert res.step_time == pytest.approx(0.102, rel=1e-6)
 
 
 @pytest.mark.parametrize(
