@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import hydra
 import numpy as np
@@ -298,6 +298,7 @@ def init_policy_plan(
     spec = problem.spec
     oracle = problem.oracle_factory(problem.graph, problem.cluster)
     policy = agents.load_policy(str(init))
+    key = f"zero_shot:{init}"
     try:  # as runners.plan plans: the policy's default samples (1024 for the generalist;
         # ExportedPolicy.plan's own default is 1, which gave a much slower start)
         plan = policy.plan(
@@ -305,10 +306,33 @@ def init_policy_plan(
             schedule=spec.schedule, samples=policy.default_samples(), oracle=oracle, seed=seed,
         )  # fmt: skip
     except InfeasiblePlanError:
-        return {f"zero_shot:{init}": (None, None)}
+        return {key: (None, None), ZERO_SHOT_CALLS: (None, _calls_of(oracle))}
     res = oracle.evaluate(plan.placement)
     t = None if res.oom or not math.isfinite(res.step_time) else float(res.step_time)
-    return {f"zero_shot:{init}": (t, np.asarray(plan.placement, dtype=np.int64))}
+    # the oracle calls the zero-shot plan took (its samples and the check above), which the
+    # search's own count leaves out: reported as meta.zero_shot_calls, as chain_finetune does
+    calls = _calls_of(oracle)
+    return {key: (t, np.asarray(plan.placement, dtype=np.int64)), ZERO_SHOT_CALLS: (None, calls)}
+
+
+#: The key under which :func:`init_policy_plan` hands :func:`_warm_start` its oracle calls
+#: (not a candidate: it has no step time and is never chosen).
+ZERO_SHOT_CALLS = "zero_shot_calls"
+
+
+def _calls_of(oracle: Any) -> int | None:
+    calls = getattr(oracle, "calls", None)
+    return None if calls is None else int(calls)
+
+
+class WarmStart(NamedTuple):
+    """A run's warm-start plan: the candidate's name, its placement and the oracle calls of
+    the zero-shot plan of ``agent.init_policy`` (None without one, or in a warm_start.json
+    written before they were recorded)."""
+
+    name: str
+    placement: np.ndarray
+    zero_shot_calls: int | None = None
 
 
 def _warm_start(
@@ -318,7 +342,7 @@ def _warm_start(
     extra: Callable[[], Mapping[str, tuple[float | None, np.ndarray | None]]] | None = None,
     *,
     shape: tuple[int, int] | None = None,
-) -> tuple[str, np.ndarray] | None:
+) -> WarmStart | None:
     """The warm-start plan of this run -- the fastest feasible plan of the env's baselines and
     of ``extra()`` (:func:`init_policy_plan`; called only when the plan is not already
     recorded) -- recorded in ``warm_start.json`` so a resume keeps it, read strictly
@@ -328,11 +352,16 @@ def _warm_start(
         from graphs.schema import Fields, read_json
 
         f = Fields(path)
-        saved = f.obj(read_json(path), "", required=("name",), optional=("placement",))
+        saved = f.obj(
+            read_json(path), "", required=("name",), optional=("placement", ZERO_SHOT_CALLS)
+        )
         name = saved["name"]
         if name is None:
             return None
         f.string(name, "name")
+        zcalls = saved.get(ZERO_SHOT_CALLS)
+        if zcalls is not None:
+            zcalls = f.integer(zcalls, ZERO_SHOT_CALLS, lo=0)
         hi = None if shape is None else shape[1] - 1
         placement = f.array(
             saved.get("placement") or [], "placement",
@@ -343,21 +372,23 @@ def _warm_start(
                 "placement", f"has {len(placement)} entries; the graph has {shape[0]} nodes"
             )
         # files written before the placement was recorded give an empty one (start unknown)
-        return name, np.asarray(placement, dtype=np.int64)
+        return WarmStart(name, np.asarray(placement, dtype=np.int64), zcalls)
     candidates: dict[str, tuple[float | None, np.ndarray | None]] = {
         n: (o.step_time if not o.oom else None, getattr(o.plan, "placement", None))
         for n, o in baselines.items()
     }
-    candidates.update(extra() if extra is not None else {})
+    more = dict(extra() if extra is not None else {})
+    zcalls = more.pop(ZERO_SHOT_CALLS, (None, None))[1]
+    candidates.update(more)
     ws = search.warm_start_plan(candidates)
-    common.write_json(
-        path,
-        {
-            "name": None if ws is None else ws[0],
-            "placement": None if ws is None else ws[1].tolist(),
-        },
-    )
-    return ws
+    saved: dict[str, Any] = {
+        "name": None if ws is None else ws[0],
+        "placement": None if ws is None else ws[1].tolist(),
+    }
+    if zcalls is not None:
+        saved[ZERO_SHOT_CALLS] = zcalls
+    common.write_json(path, saved)
+    return None if ws is None else WarmStart(ws[0], ws[1], zcalls)
 
 
 #: Valid values of ``agent.ppo.extra`` keys that SB3 takes without checking them.
@@ -459,7 +490,7 @@ def search_ppo(
     references: Mapping[str, float],
     log_every: int,
     resume_state: Mapping[str, Any] | None,
-    warm_start: tuple[str, np.ndarray] | None = None,
+    warm_start: WarmStart | tuple[str, np.ndarray] | None = None,
 ) -> SearchOutcome:
     """Train PPO on the env with :func:`agents.search.ppo_search`, with this run's progress
     bar, logging, budget and checkpoints; export ``policy.pt``.
@@ -467,7 +498,8 @@ def search_ppo(
     With ``warm_start=(name, placement)`` every episode starts from that plan, and the
     reported best is the better of that plan and every plan PPO sampled
     (``meta["best_from"]``: ``"warm_start"``, ``"search"`` or ``"zero_shot"``;
-    ``meta["warm_start_step_time"]``).
+    ``meta["warm_start_step_time"]``; with ``agent.init_policy``, ``meta["zero_shot_calls"]``:
+    the oracle calls of its zero-shot plan, which ``oracle_calls`` does not count).
     """
     import agents
 
@@ -480,7 +512,9 @@ def search_ppo(
         budget, run_dir, tracker, references, log_every, resume_state, total,
         label="best" if fixed else "best on a training graph",
     )  # fmt: skip
-    init = None if warm_start is None else warm_start[1]
+    if warm_start is not None:  # a plain (name, placement) pair is taken too
+        warm_start = WarmStart(*warm_start)
+    init = None if warm_start is None else warm_start.placement
     env_defaults, kwargs = warm_search_options(problem, agent_cfg, warm_start is not None)
     found = search.ppo_search(
         env_factory(problem, init_placement=init, env_defaults=env_defaults),
@@ -532,8 +566,10 @@ def search_ppo(
     if found.best_from == "zero_shot":
         meta["zero_shot"] = True
     if warm_start is not None:
-        meta["warm_start"] = warm_start[0]
+        meta["warm_start"] = warm_start.name
         meta["warm_start_step_time"] = found.start_step_time
+        if agent_cfg.get("init_policy"):
+            meta["zero_shot_calls"] = warm_start.zero_shot_calls
     return SearchOutcome(
         found.placement,
         found.step_time,

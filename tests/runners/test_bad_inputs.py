@@ -400,6 +400,10 @@ def killed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str
         ("warm_start.json", {"name": "expert", "placement": [0, 99]}, "field 'placement[1]' is 99"),
         ("warm_start.json", {"name": "expert", "placement": [0, 1]}, "has 2 entries"),
         ("warm_start.json", {"placement": [0]}, "field 'name' is missing"),
+        ("warm_start.json", {"name": "expert", "zero_shot_calls": -3},
+         "field 'zero_shot_calls' is -3"),
+        ("warm_start.json", {"name": "expert", "zero_shot_calls": 2.5},
+         "field 'zero_shot_calls' is 2.5"),
     ],
 )  # fmt: skip
 def test_resume_names_a_bad_bookkeeping_file_and_its_field(
