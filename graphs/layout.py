@@ -52,6 +52,7 @@ _SWITCHES = (
     "pp_keeps_stage_output",
     "pp_step_buffers",
     "op_level_sac",
+    "megatron_local",
 )
 
 
@@ -123,6 +124,12 @@ class ModelDims:
             microbatch in flight is its buffer, not counted twice) and ``m`` gradient
             buffers on a non-last chunk, for the whole step; and the last stage keeps each
             microbatch's output (the bf16 logits) in ``output_chunks`` until the step ends.
+        megatron_local: Megatron-LM's legacy layer code (``--transformer-impl local``,
+            ``megatron/model/transformer.py`` and ``rms_norm.py`` of late 2023) keeps more
+            than the fused kernels counted above (:meth:`megatron_local_saved`): its RMSNorm
+            runs in Python on an fp32 copy of its input, its TorchScript bias-dropout-add
+            keeps a 1-byte dropout mask per residual add even at dropout 0, and its rotary
+            embedding keeps the cos / sin tables of Q and K. Memory only.
     """
 
     arch: str
@@ -143,6 +150,7 @@ class ModelDims:
     pp_keeps_stage_output: bool = False
     pp_step_buffers: bool = False
     op_level_sac: bool = False
+    megatron_local: bool = False
     dropout: bool | None = None
 
     def __post_init__(self) -> None:
@@ -258,6 +266,34 @@ class ModelDims:
         if self.arch == "llama":
             return keep + (2.0 * s * h + 2.0 * s * kv + 2.0 * s * f) / tp + 2.0 * s * h
         return keep + (2.0 * s * (h + 2 * kv) + 2.0 * s * f) / tp
+
+    def megatron_local_saved(self) -> tuple[float, float]:
+        """Bytes per sequence one layer of Megatron-LM's legacy ``local`` implementation
+        keeps for backward beyond :meth:`activation_parts` (:attr:`megatron_local`), as
+        ``(sequence-shardable, per rank)``, read off its code (late 2023):
+
+        * ``RMSNorm.forward`` is ``self._norm(x.float()).type_as(x) * self.weight``: autograd
+          keeps the fp32 copy ``x.float()`` (``pow`` and ``mul``, 4 bytes an element) and the
+          normalised fp16 tensor before the weight (the weight's ``mul``, 2 bytes), where a
+          fused norm keeps its fp16 input (2 bytes): ``+4 s h`` per norm, two per layer
+          (LLaMA only: GPT's LayerNorm is Apex's fused kernel in that code);
+        * ``bias_dropout_add_fused_train`` is ``@torch.jit.script``: TorchScript's autodiff
+          formula for ``dropout`` draws and keeps a bool mask on CUDA even at ``p = 0``
+          (``symbolic_script.cpp``), one per residual add: ``+2 s h`` when
+          :attr:`dropout` is off (on, the masks are already counted);
+        * ``apply_rotary_pos_emb`` multiplies Q and K by ``cos(freqs).to(dtype)`` and
+          ``sin(freqs).to(dtype)``, made afresh per call and kept by ``mul``: ``4 x 2 s d``
+          bytes (``d`` the head size) on every tensor-parallel rank (LLaMA only).
+
+        The first two follow the residual stream, so sequence parallelism shards them."""
+        if not self.megatron_local:
+            return 0.0, 0.0
+        s, h = float(self.seq), float(self.hidden)
+        llama = self.arch == "llama"
+        norms = 2 * 4.0 * s * h if llama else 0.0
+        masks = 0.0 if self.dropout else 2.0 * s * h
+        rope = 4 * 2.0 * s * self.head_dim if llama else 0.0
+        return norms + masks, rope
 
     def gathered_inputs(self) -> float:
         """Bytes per sequence of the inputs of a layer's column-parallel linears (the

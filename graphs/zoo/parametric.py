@@ -17,7 +17,7 @@ PARAM_KEYS = (
     "hidden", "layers", "heads", "vocab", "seq", "ffn", "kv_heads", "tied", "batch",
     "flash_attention", "loss_logit_bytes", "fsdp_root_unsharded", "fsdp_pipeline_unsharded",
     "sp_saves_gathered_input", "pp_keeps_stage_output", "pp_step_buffers", "op_level_sac",
-    "dropout", "grad_bytes",
+    "megatron_local", "dropout", "grad_bytes",
 )  # fmt: skip
 
 
@@ -83,6 +83,7 @@ def dims_from_kwargs(name: str, kw: dict[str, Any]) -> ModelDims:
         pp_keeps_stage_output=kw.get("pp_keeps_stage_output", False),
         pp_step_buffers=kw.get("pp_step_buffers", False),
         op_level_sac=kw.get("op_level_sac", False),
+        megatron_local=kw.get("megatron_local", False),
         dropout=kw.get("dropout"),
     )
 

@@ -103,7 +103,8 @@ class HybridModel:
       never alive together, so the peak takes the larger, not their sum). The
       ``ModelDims`` switches ``fsdp_root_unsharded``, ``fsdp_pipeline_unsharded``,
       ``sp_saves_gathered_input``, ``pp_keeps_stage_output`` and ``pp_step_buffers`` add
-      what PyTorch's FSDP2, DTensor and pipelining keep (torchtitan; memory only).
+      what PyTorch's FSDP2, DTensor and pipelining keep (torchtitan; memory only), and
+      ``megatron_local`` what Megatron-LM's legacy layer code keeps (memory only).
     """
 
     def __init__(
@@ -242,6 +243,9 @@ class HybridModel:
         rep_mem = rep
         if sp and d.sp_saves_gathered_input:  # DTensor keeps the gathered inputs
             rep_mem = rep + d.gathered_inputs() * (1.0 - 1.0 / tp)
+        if d.megatron_local:  # Megatron-LM's legacy layers: fp32 norm copies, masks, RoPE
+            residual, per_rank = d.megatron_local_saved()
+            rep_mem = rep_mem + residual / spd + per_rank
         if rc == "full":
             per_layer = 2.0 * s * h / spd
         elif rc == "selective":

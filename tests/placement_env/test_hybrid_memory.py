@@ -267,3 +267,32 @@ def test_model_dims_switches_round_trip_and_validation():
             ModelDims(**{**plain, k: "yes"})
         with pytest.raises(ValueError, match=k):
             _llama(**{k: 1})
+
+
+@pytest.mark.parametrize(
+    ("t", "sp"), [(1, False), (2, False), (2, True)], ids=["tp1", "tp2", "tp2-sp"]
+)
+def test_megatron_local_keeps_fp32_norm_copies_dropout_masks_and_rope_tables(t, sp):
+    """Megatron-LM's legacy layers, one sequence in flight, no recomputation, by hand per
+    layer: two RMSNorms each keep an fp32 copy of their input and their fp16 output before
+    the weight (+4 s h bytes each over a fused norm), two TorchScript bias-dropout-adds each
+    a 1-byte mask at dropout 0 (+s h each) -- both on the residual stream, which sequence
+    parallelism shards -- and RoPE the cos / sin tables of Q and K (4 x 2 s d, every rank)."""
+    heads = 2
+    lay = dict(dp=1, tp=t, pp=1, global_batch=1, sequence_parallel=sp, recompute="none")
+    kw = dict(flash_attention=True, dropout=False)
+    base = _run(_llama(heads=heads, **kw), t, **lay).peak_memory
+    legacy = _run(_llama(heads=heads, megatron_local=True, **kw), t, **lay).peak_memory
+    residual = 2 * 4 * LS * LH + 2 * LS * LH
+    rope = 4 * 2 * LS * (LH // heads)
+    want = LL * (residual / (t if sp else 1) + rope)
+    assert list(legacy - base) == pytest.approx([want] * t, rel=1e-12)
+    # with dropout on, the masks are counted already; GPT's LayerNorm is Apex's fused one
+    on = _llama(heads=heads, megatron_local=True, flash_attention=True, dropout=True)
+    assert on.meta["model_dims"]["megatron_local"] is True
+    from graphs.layout import model_dims
+
+    assert model_dims(on).megatron_local_saved() == (2 * 4 * LS * LH, rope)
+    gpt = zoo.build("gpt", hidden=LH, layers=LL, heads=heads, vocab=32, seq=LS,
+                    megatron_local=True)  # fmt: skip
+    assert model_dims(gpt).megatron_local_saved() == (0.0, 0.0)  # GPT: dropout on, fused LN

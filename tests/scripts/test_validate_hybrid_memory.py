@@ -117,16 +117,33 @@ def test_open_sci_ref_252_gpu_run_allocated_memory_within_five_percent(vm):
 
 def test_llama13b_logs_stage_by_stage(vm):
     # three Megatron-LM Llama-2-13B runs (TP 2, SP, ZeRO-1, selective recomputation,
-    # transformer_impl local): the 64-GPU run, the one whose report follows a resume with the
-    # optimizer state loaded, is predicted 13-23 % under on every stage (the target missed);
-    # the published memory falls by more per stage than predicted, i.e. the activations of
-    # one microbatch are larger than the model's (~564 against ~376 MiB per layer)
+    # transformer_impl local). The reading of 29 Nov 2026 (fused layers, steady state): the
+    # 64-GPU run, whose report follows a resume with the optimizer state loaded, 13-23 %
+    # under on every stage. With Megatron's legacy layers (megatron_local) and the two
+    # first-step reports read as peaks before Adam's moments exist: 8 of 16 within 10 %,
+    # every figure 8-13 % under, the 64-GPU run -10.04 % (stage 0, the target still missed)
+    # to -8.2 %.
     md, points = vm.llama13b_table()
-    assert len(points) == 16 and "6 of 16 stage figures within 10 %" in md
+    assert len(points) == 16 and "8 of 16 stage figures within 10 %" in md
+    assert all(-0.13 < e < -0.08 for _, e in points), points
     big = [e for g, e in points if g == 64]
-    assert len(big) == 4 and all(-0.23 < e < -0.13 for e in big), big
+    assert len(big) == 4 and -0.101 < big[0] < -0.10 and all(-0.10 < e < -0.08 for e in big[1:])
+    before = [vm.llama13b_run(vm.LLAMA13B_RUNS[0], legacy=False, first_step=False)[k] /
+              vm.LLAMA13B_RUNS[0][5][k] - 1 for k in range(4)]  # fmt: skip
+    assert all(-0.23 < e < -0.13 for e in before), before
+    # the published memory falls by more per stage than predicted: the activations of one
+    # microbatch are larger than the model's (~564 against ~480 MiB per layer, 376 before)
     row = vm.LLAMA13B_RUNS[2]  # okazaki: 8 stages of 5 layers, stage k holds 8 - k in flight
-    pred, pub = vm.llama13b_run(row), row[5]
+    pub = row[5]
     pub_step = (pub[1] - pub[5]) / 4 / 5  # MiB per layer and microbatch, middle stages
-    pred_step = (pred[1] - pred[5]) / 4 / 5
-    assert 550 < pub_step < 580 and 360 < pred_step < 390
+    for legacy, lo, hi in ((True, 470, 490), (False, 360, 390)):
+        pred = vm.llama13b_run(row, legacy=legacy)
+        assert lo < (pred[1] - pred[5]) / 4 / 5 < hi
+    assert 550 < pub_step < 580
+    # the first-step reading leaves out 8 / dp bytes per parameter of each stage (the
+    # logged parameter counts: 1,586,073,600 on a middle stage of the 64-GPU run)
+    assert vm.stage_params(vm.LLAMA13B_RUNS[0])[1] == pytest.approx(1_586_073_600, rel=1e-4)
+    steady = vm.llama13b_run(row, first_step=False)
+    first = vm.llama13b_run(row)
+    moments = [n * 8 / 2 / 2**20 for n in vm.stage_params(row)]  # dp 2
+    assert [a - b for a, b in zip(steady, first)] == pytest.approx(moments)
