@@ -284,14 +284,15 @@ def env_factory(
 
 def init_policy_plan(
     problem: common.Problem, agent_cfg: Mapping[str, Any], *, seed: int
-) -> dict[str, tuple[float | None, np.ndarray | None]]:
+) -> Candidates:
     """The zero-shot plan of ``agent.init_policy`` on ``problem`` as a warm-start candidate,
-    ``{"zero_shot:NAME": (step time or None, placement)}`` (the policy's own ``plan``: its
-    default samples, seeded by ``seed``); ``{}`` without an init policy. An infeasible plan
-    is a candidate with no step time (never chosen)."""
+    ``plans = {"zero_shot:NAME": (step time or None, placement)}`` (the policy's own ``plan``:
+    its default samples, seeded by ``seed``), with the oracle calls it took (its samples and
+    the check below), which the search's own count leaves out; no plans without an init
+    policy. An infeasible plan is a candidate with no step time (never chosen)."""
     init = agent_cfg.get("init_policy")
     if not init:
-        return {}
+        return Candidates({})
     import agents
     from agents.baselines import InfeasiblePlanError
 
@@ -306,17 +307,23 @@ def init_policy_plan(
             schedule=spec.schedule, samples=policy.default_samples(), oracle=oracle, seed=seed,
         )  # fmt: skip
     except InfeasiblePlanError:
-        return {key: (None, None), ZERO_SHOT_CALLS: (None, _calls_of(oracle))}
+        return Candidates({key: (None, None)}, _calls_of(oracle))
     res = oracle.evaluate(plan.placement)
     t = None if res.oom or not math.isfinite(res.step_time) else float(res.step_time)
-    # the oracle calls the zero-shot plan took (its samples and the check above), which the
-    # search's own count leaves out: reported as meta.zero_shot_calls, as chain_finetune does
-    calls = _calls_of(oracle)
-    return {key: (t, np.asarray(plan.placement, dtype=np.int64)), ZERO_SHOT_CALLS: (None, calls)}
+    return Candidates({key: (t, np.asarray(plan.placement, dtype=np.int64))}, _calls_of(oracle))
 
 
-#: The key under which :func:`init_policy_plan` hands :func:`_warm_start` its oracle calls
-#: (not a candidate: it has no step time and is never chosen).
+class Candidates(NamedTuple):
+    """Warm-start candidates besides the baselines' (:func:`init_policy_plan`): ``plans``
+    maps a name to ``(step time or None, placement)``; ``zero_shot_calls`` is the oracle
+    calls a zero-shot plan among them took (reported as ``meta.zero_shot_calls``, as
+    ``chain_finetune`` does)."""
+
+    plans: dict[str, tuple[float | None, np.ndarray | None]]
+    zero_shot_calls: int | None = None
+
+
+#: The warm_start.json field of :attr:`Candidates.zero_shot_calls` (kept for resumes).
 ZERO_SHOT_CALLS = "zero_shot_calls"
 
 
@@ -339,7 +346,8 @@ def _warm_start(
     run_dir: Path,
     baselines: Mapping[str, common.BaselineOutcome],
     resuming: bool,
-    extra: Callable[[], Mapping[str, tuple[float | None, np.ndarray | None]]] | None = None,
+    extra: Callable[[], Candidates | Mapping[str, tuple[float | None, np.ndarray | None]]]
+    | None = None,
     *,
     shape: tuple[int, int] | None = None,
 ) -> WarmStart | None:
@@ -377,9 +385,11 @@ def _warm_start(
         n: (o.step_time if not o.oom else None, getattr(o.plan, "placement", None))
         for n, o in baselines.items()
     }
-    more = dict(extra() if extra is not None else {})
-    zcalls = more.pop(ZERO_SHOT_CALLS, (None, None))[1]
-    candidates.update(more)
+    more = extra() if extra is not None else Candidates({})
+    if not isinstance(more, Candidates):  # a plain mapping of candidates
+        more = Candidates(dict(more))
+    zcalls = more.zero_shot_calls
+    candidates.update(more.plans)
     ws = search.warm_start_plan(candidates)
     saved: dict[str, Any] = {
         "name": None if ws is None else ws[0],

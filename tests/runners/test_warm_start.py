@@ -129,15 +129,15 @@ def test_warm_start_takes_a_faster_extra_candidate_and_calls_it_once(tmp_path: P
 
 def test_init_policy_plan_is_the_policys_own_zero_shot_plan(graph_file: Path) -> None:
     from agents import load_policy
-    from runners.train import ZERO_SHOT_CALLS, init_policy_plan
+    from runners.train import init_policy_plan
 
     cfg = compose([*small_env(graph_file), "agent.init_policy=generalist"])
     plain = common.to_plain(cfg)
     problem = common.build_problem(common.env_spec(cfg.env))
-    assert init_policy_plan(problem, {**plain["agent"], "init_policy": None}, seed=0) == {}
+    assert init_policy_plan(problem, {**plain["agent"], "init_policy": None}, seed=0) == ({}, None)
     got = init_policy_plan(problem, plain["agent"], seed=3)
-    _, calls = got.pop(ZERO_SHOT_CALLS)  # not a candidate: the calls the plan took
-    ((name, (t, placement)),) = got.items()
+    calls = got.zero_shot_calls  # the calls the plan took
+    ((name, (t, placement)),) = got.plans.items()
     assert name == "zero_shot:generalist"
     oracle = problem.oracle()
     policy = load_policy("generalist")
