@@ -129,7 +129,11 @@ class ModelDims:
             than the fused kernels counted above (:meth:`megatron_local_saved`): its RMSNorm
             runs in Python on an fp32 copy of its input, its TorchScript bias-dropout-add
             keeps a 1-byte dropout mask per residual add even at dropout 0, and its rotary
-            embedding keeps the cos / sin tables of Q and K. Memory only.
+            embedding keeps the cos / sin tables of Q and K; and since that norm does not
+            keep its fp16 input, the input a pipeline stage receives for each microbatch in
+            flight, which Megatron's 1F1B schedule holds (``input_tensors``) until that
+            microbatch's backward, is kept besides (``2 s h``, sequence-sharded under SP, on
+            every chunk but the first). Memory only.
     """
 
     arch: str

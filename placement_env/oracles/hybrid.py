@@ -424,6 +424,9 @@ class HybridModel:
         act = nl * col("per_layer") * bc
         if d.pp_keeps_stage_output:  # PipelineStage.fwd_cache holds each stage's output
             act[:-1] += np.broadcast_to(2.0 * bc * s * h / spdc, (C,))[:-1]
+        if d.megatron_local:  # Megatron's schedule keeps each received input (input_tensors),
+            # which the legacy RMSNorm does not keep (its fp32 copy is counted instead)
+            act[1:] += np.broadcast_to(2.0 * bc * s * h / spdc, (C,))[1:]
         step_bufs = np.zeros(P)  # pipelining's buffers held for the whole step
         if d.pp_step_buffers and C > 1:
             # one microbatch's hidden state (or its gradient)

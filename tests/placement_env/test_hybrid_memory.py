@@ -296,3 +296,19 @@ def test_megatron_local_keeps_fp32_norm_copies_dropout_masks_and_rope_tables(t, 
     gpt = zoo.build("gpt", hidden=LH, layers=LL, heads=heads, vocab=32, seq=LS,
                     megatron_local=True)  # fmt: skip
     assert model_dims(gpt).megatron_local_saved() == (0.0, 0.0)  # GPT: dropout on, fused LN
+
+
+def test_megatron_local_keeps_each_received_stage_input():
+    """pp 2, 1F1B, m = 2, one sequence per microbatch, no recomputation, 2 layers a stage:
+    stage 0 holds two microbatches in flight, stage 1 one. Each layer keeps the legacy terms
+    (2 x 4 s h + 2 s h + 4 x 2 s d, as above), and the last stage also the input it received
+    for its microbatch (2 s h), which Megatron's schedule holds and the legacy RMSNorm does
+    not keep; the first stage receives nothing."""
+    lay = dict(dp=1, tp=1, pp=2, global_batch=2, recompute="none")
+    kw = dict(flash_attention=True, dropout=False)
+    base = _run(_llama(**kw), 2, **lay).breakdown["memory_per_rank"]
+    legacy = _run(_llama(megatron_local=True, **kw), 2, **lay).breakdown["memory_per_rank"]
+    layer = 10 * LS * LH + 8 * LS * (LH // 2)
+    per_stage = LL // 2
+    assert legacy[0] - base[0] == pytest.approx(2 * per_stage * layer, rel=1e-12)
+    assert legacy[1] - base[1] == pytest.approx(per_stage * layer + 2 * LS * LH, rel=1e-12)
