@@ -54,6 +54,15 @@ _SWITCHES = (
     "op_level_sac",
     "megatron_local",
 )
+#: The switches that describe torchtitan's stack (PyTorch FSDP2, DTensor, pipelining).
+_TORCHTITAN_SWITCHES = (
+    "fsdp_root_unsharded",
+    "fsdp_pipeline_unsharded",
+    "sp_saves_gathered_input",
+    "pp_keeps_stage_output",
+    "pp_step_buffers",
+    "op_level_sac",
+)
 
 
 @dataclass(frozen=True)
@@ -169,6 +178,13 @@ class ModelDims:
         for f in _SWITCHES:
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"ModelDims.{f} = {getattr(self, f)!r}: expected true or false")
+        other = [f for f in _TORCHTITAN_SWITCHES if getattr(self, f)]
+        if self.megatron_local and other:
+            raise ValueError(
+                f"ModelDims: megatron_local (Megatron-LM's legacy layers) and {other} "
+                "(PyTorch FSDP2 / DTensor / pipelining, as torchtitan runs them) describe two "
+                "frameworks; set the switches of one"
+            )
         if self.dropout is None:
             object.__setattr__(self, "dropout", self.arch == "gpt")
         if not isinstance(self.dropout, bool):

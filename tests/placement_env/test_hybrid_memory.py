@@ -312,3 +312,10 @@ def test_megatron_local_keeps_each_received_stage_input():
     per_stage = LL // 2
     assert legacy[0] - base[0] == pytest.approx(2 * per_stage * layer, rel=1e-12)
     assert legacy[1] - base[1] == pytest.approx(per_stage * layer + 2 * LS * LH, rel=1e-12)
+
+
+def test_megatron_local_with_a_torchtitan_switch_is_refused():
+    """Two frameworks' switches at once gave a mix (op-level SAC's kept tensors with the
+    legacy layers' recomputation transient): refused, naming both."""
+    with pytest.raises(ValueError, match=r"megatron_local .* and \['op_level_sac'\]"):
+        _llama(megatron_local=True, op_level_sac=True)
