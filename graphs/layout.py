@@ -43,18 +43,8 @@ _FIELDS = (
 )
 
 
-#: Boolean framework switches of :class:`ModelDims` (off by default; written only when on).
-_SWITCHES = (
-    "flash_attention",
-    "fsdp_root_unsharded",
-    "fsdp_pipeline_unsharded",
-    "sp_saves_gathered_input",
-    "pp_keeps_stage_output",
-    "pp_step_buffers",
-    "op_level_sac",
-    "megatron_local",
-)
-#: The switches that describe torchtitan's stack (PyTorch FSDP2, DTensor, pipelining).
+#: The switches of :class:`ModelDims` that describe torchtitan's stack (PyTorch FSDP2,
+#: DTensor, pipelining).
 _TORCHTITAN_SWITCHES = (
     "fsdp_root_unsharded",
     "fsdp_pipeline_unsharded",
@@ -63,6 +53,8 @@ _TORCHTITAN_SWITCHES = (
     "pp_step_buffers",
     "op_level_sac",
 )
+#: Boolean framework switches of :class:`ModelDims` (off by default; written only when on).
+_SWITCHES = ("flash_attention", *_TORCHTITAN_SWITCHES, "megatron_local")
 
 
 @dataclass(frozen=True)
