@@ -356,6 +356,7 @@ def simulate_makespan(
     xc = max(X, 1)
     x_inst = np.empty(xc, np.int64)
     x_dev = np.empty(xc, np.int64)
+    x_rank = np.empty(xc, np.int64)  # its group's position among its producer's groups
     x_bytes = np.empty(xc, np.float64)
     x_r = np.empty(xc, np.int64)
     x_rend = np.empty(xc, np.int64)
@@ -595,6 +596,7 @@ def simulate_makespan(
                         b = gdev[g]
                         x_inst[x] = tt
                         x_dev[x] = b
+                        x_rank[x] = g - gptr[ii]
                         x_bytes[x] = gbytes[g]
                         if not np.isnan(gtime[g]):
                             te = now + gtime[g]
@@ -611,7 +613,7 @@ def simulate_makespan(
                             x_r[x] = gh[g]
                             x_rend[x] = gh[g + 1]
                             arr_l[na] = hlink[gh[g]]
-                            arr_k[na] = tt * D + b
+                            arr_k[na] = tt * D + x_rank[x]
                             arr_x[na] = x
                             na += 1
             else:
@@ -622,7 +624,7 @@ def simulate_makespan(
                     x_r[x] = r
                     if r < x_rend[x]:
                         arr_l[na] = hlink[r]
-                        arr_k[na] = x_inst[x] * D + x_dev[x]
+                        arr_k[na] = x_inst[x] * D + x_rank[x]
                         arr_x[na] = x
                         na += 1
                     else:
@@ -657,7 +659,9 @@ def simulate_makespan(
                     if pending[tj] == 0:
                         rdy[nrdy] = tj
                         nrdy += 1
-        # ---- this round's link arrivals, in (link, key) order, join their link's FIFO:
+        # ---- this round's link arrivals, in (link, key) order, join their link's FIFO (key:
+        # producer run, then the destination's rank among the run's destinations, x_rank --
+        # no device index, so a symmetry of the topology leaves the schedule as it is):
         # a FIFO link serves each transfer from max(arrival, end of the one before it)
         for u in range(1, na):  # insertion sort: rounds are small
             lk, kk, xx = arr_l[u], arr_k[u], arr_x[u]

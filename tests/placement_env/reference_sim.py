@@ -214,7 +214,11 @@ def reference_simulate(
     def send(i: int, m: int, a: int, now: float, arrivals: list) -> None:
         """Run (i, m) on device a sends one transfer to every other device holding a consumer."""
         nonlocal seq
-        for b in sorted({p[j] for j in succ[i]} - {a}):
+        # destinations in the order of their first consumer (label-free)
+        dests = sorted(
+            {p[j] for j in succ[i]} - {a}, key=lambda b: min(j for j in succ[i] if p[j] == b)
+        )
+        for rank, b in enumerate(dests):
             there = [j for j in succ[i] if p[j] == b]
             nbytes = max(pairs[(i, j)][0] / s[i] for j in there)
             times = [pairs[(i, j)][1] * 1e-6 / s[i] for j in there]
@@ -225,12 +229,13 @@ def reference_simulate(
                 "bytes": nbytes,
                 "route": list(cluster.route(a, b)),
                 "hop": 0,
+                "rank": rank,
             }
             if times:
                 heapq.heappush(events, (now + max(times), seq, "deliver", tr))
                 seq += 1
             else:
-                arrivals.append((tr["route"][0], (i, m), b, tr))
+                arrivals.append((tr["route"][0], (i, m), rank, tr))
 
     def start_hop(lk: int, now: float) -> None:
         """The link serves the transfer at the head of its queue from now."""
@@ -314,13 +319,14 @@ def reference_simulate(
                     if queue[lk]:
                         start_hop(lk, now)
                 if what == "hop" and tr["hop"] < len(tr["route"]):
-                    arrivals.append((tr["route"][tr["hop"]], tr["src"], tr["dst"], tr))
+                    arrivals.append((tr["route"][tr["hop"]], tr["src"], tr["rank"], tr))
                 else:
                     i, m = tr["src"]
                     for j in succ[i]:
                         if p[j] == tr["dst"]:
                             notify(i, m, j)
-        # same-instant arrivals join a link queue ordered by (producer run, destination)
+        # same-instant arrivals join a link queue ordered by (producer run, destination's
+        # rank among the run's destinations, by first consumer: no device label)
         arrivals.sort(key=lambda a: (a[0], _run_index(a[1], permb, M), a[2]))
         for lk, _, _, tr in arrivals:
             queue[lk].append(tr)
