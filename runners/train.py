@@ -346,8 +346,7 @@ def _warm_start(
     run_dir: Path,
     baselines: Mapping[str, common.BaselineOutcome],
     resuming: bool,
-    extra: Callable[[], Candidates | Mapping[str, tuple[float | None, np.ndarray | None]]]
-    | None = None,
+    extra: Callable[[], Candidates] | None = None,
     *,
     shape: tuple[int, int] | None = None,
 ) -> WarmStart | None:
@@ -386,8 +385,6 @@ def _warm_start(
         for n, o in baselines.items()
     }
     more = extra() if extra is not None else Candidates({})
-    if not isinstance(more, Candidates):  # a plain mapping of candidates
-        more = Candidates(dict(more))
     zcalls = more.zero_shot_calls
     candidates.update(more.plans)
     ws = search.warm_start_plan(candidates)
@@ -500,7 +497,7 @@ def search_ppo(
     references: Mapping[str, float],
     log_every: int,
     resume_state: Mapping[str, Any] | None,
-    warm_start: WarmStart | tuple[str, np.ndarray] | None = None,
+    warm_start: WarmStart | None = None,
 ) -> SearchOutcome:
     """Train PPO on the env with :func:`agents.search.ppo_search`, with this run's progress
     bar, logging, budget and checkpoints; export ``policy.pt``.
@@ -522,8 +519,6 @@ def search_ppo(
         budget, run_dir, tracker, references, log_every, resume_state, total,
         label="best" if fixed else "best on a training graph",
     )  # fmt: skip
-    if warm_start is not None:  # a plain (name, placement) pair is taken too
-        warm_start = WarmStart(*warm_start)
     init = None if warm_start is None else warm_start.placement
     env_defaults, kwargs = warm_search_options(problem, agent_cfg, warm_start is not None)
     found = search.ppo_search(

@@ -303,7 +303,7 @@ def llama13b_run(row: tuple, legacy: bool = True, first_step: bool = True) -> li
     a run started at iteration 1) peaked in that step's backward, before the optimizer
     created Adam's moments (``8 / dp`` bytes per parameter of the rank), so they are left
     out there; the resumed run loaded them and keeps them."""
-    _, vocab, dp, tp, pp, _, resumed = row
+    _, vocab, dp, tp, pp, _, _ = row
     shapes = dict(hidden=5120, layers=40, heads=40, kv_heads=40, ffn=13824, vocab=vocab,
                   tied=False)  # fmt: skip
     kw = dict(flash_attention=True, grad_bytes=4.0, dropout=False, megatron_local=legacy)
@@ -312,9 +312,17 @@ def llama13b_run(row: tuple, legacy: bool = True, first_step: bool = True) -> li
     res = evaluate_llama(shapes, 4096, kw, "dgx_a100_80g", dp * tp * pp // 8, layout)
     peak = np.asarray(res.peak_memory) / 2**20
     out = [float(peak[k * dp * tp]) for k in range(pp)]  # rank = stage * dp * tp + ...
-    if first_step and not resumed:
-        out = [p - n * ADAM_MOMENT_BYTES / dp / 2**20 for p, n in zip(out, stage_params(row))]
-    return out
+    return first_step_peaks(row, out) if first_step else out
+
+
+def first_step_peaks(row: tuple, steady: list[float]) -> list[float]:
+    """Steady-state stage peaks (MiB) of a :data:`LLAMA13B_RUNS` row as its report reads
+    them: without Adam's moments (``8 / dp`` bytes per parameter) unless the run resumed with
+    the optimizer state loaded."""
+    _, _, dp, _, _, _, resumed = row
+    if resumed:
+        return list(steady)
+    return [p - n * ADAM_MOMENT_BYTES / dp / 2**20 for p, n in zip(steady, stage_params(row))]
 
 
 def stage_params(row: tuple) -> list[float]:
@@ -346,7 +354,7 @@ def llama13b_table() -> tuple[str, list[tuple[int, float]]]:
         label, _, dp, tp, pp, pub, _ = row
         fused = llama13b_run(row, legacy=False, first_step=False)
         legacy = llama13b_run(row, first_step=False)
-        full = llama13b_run(row)
+        full = first_step_peaks(row, legacy)
         for k, (a, b, p, q) in enumerate(zip(fused, legacy, full, pub)):
             points.append((dp * tp * pp, p / q - 1))
             lines.append(

@@ -422,15 +422,14 @@ class HybridModel:
         # ---- activations kept per microbatch of a chunk
         bc, spdc = col("b"), col("spd")
         act = nl * col("per_layer") * bc
+        buf = np.broadcast_to(2.0 * bc * s * h / spdc, (C,))  # one microbatch's hidden state
         if d.pp_keeps_stage_output:  # PipelineStage.fwd_cache holds each stage's output
-            act[:-1] += np.broadcast_to(2.0 * bc * s * h / spdc, (C,))[:-1]
+            act[:-1] += buf[:-1]
         if d.megatron_local:  # Megatron's schedule keeps each received input (input_tensors),
             # which the legacy RMSNorm does not keep (its fp32 copy is counted instead)
-            act[1:] += np.broadcast_to(2.0 * bc * s * h / spdc, (C,))[1:]
+            act[1:] += buf[1:]
         step_bufs = np.zeros(P)  # pipelining's buffers held for the whole step
-        if d.pp_step_buffers and C > 1:
-            # one microbatch's hidden state (or its gradient)
-            buf = np.broadcast_to(2.0 * bc * s * h / spdc, (C,))
+        if d.pp_step_buffers and C > 1:  # its receive buffers: hidden states or gradients
             act[1:] -= buf[1:]  # the first layer's kept input is its receive buffer
             for c in range(C):
                 step_bufs[c % P] += m * buf[c] * ((c > 0) + (c < C - 1))

@@ -11,7 +11,15 @@ import pytest
 from agents.search import best_with_start
 from runners import common
 from runners.tracking import NullTracker
-from runners.train import _warm_start, env_factory, search_ppo, train, warm_search_options
+from runners.train import (
+    Candidates,
+    WarmStart,
+    _warm_start,
+    env_factory,
+    search_ppo,
+    train,
+    warm_search_options,
+)
 from tests.runners.conftest import compose, small_env
 
 START = np.array([0, 0, 1, 1], dtype=np.int64)
@@ -69,7 +77,7 @@ def test_search_ppo_never_reports_worse_than_its_warm_start(graph_file: Path, tm
         references={},
         log_every=1000,
         resume_state=None,
-        warm_start=("expert", start),
+        warm_start=WarmStart("expert", start),
     )
     assert out.meta["warm_start"] == "expert"
     assert out.meta["warm_start_step_time"] == pytest.approx(start_t)
@@ -111,9 +119,9 @@ def test_warm_start_takes_a_faster_extra_candidate_and_calls_it_once(tmp_path: P
     plan.plan = type("P", (), {"placement": START})()
     calls = []
 
-    def extra() -> dict:
+    def extra() -> Candidates:
         calls.append(1)
-        return {"zero_shot:generalist": (0.4, FOUND)}
+        return Candidates({"zero_shot:generalist": (0.4, FOUND)})
 
     ws = _warm_start(tmp_path, {"expert": plan}, resuming=False, extra=extra)
     assert ws is not None and ws[0] == "zero_shot:generalist"
@@ -122,8 +130,12 @@ def test_warm_start_takes_a_faster_extra_candidate_and_calls_it_once(tmp_path: P
     again = _warm_start(tmp_path, {"expert": plan}, resuming=True, extra=extra)
     assert again is not None and again[0] == "zero_shot:generalist" and calls == [1]
     # slower or infeasible: the baseline stays the start
-    slower = _warm_start(tmp_path / "b", {"expert": plan}, False, lambda: {"z": (0.6, FOUND)})
-    none = _warm_start(tmp_path / "c", {"expert": plan}, False, lambda: {"z": (None, None)})
+    slower = _warm_start(
+        tmp_path / "b", {"expert": plan}, False, lambda: Candidates({"z": (0.6, FOUND)})
+    )
+    none = _warm_start(
+        tmp_path / "c", {"expert": plan}, False, lambda: Candidates({"z": (None, None)})
+    )
     assert slower is not None and slower[0] == "expert" and none is not None and none[0] == "expert"
 
 
