@@ -28,8 +28,30 @@ ELEMENTWISE_TRAFFIC = 2.0
 WEIGHT_BYTES, OPTIMIZER_BYTES = 2.0, 12.0
 #: Bytes per parameter of a gradient FSDP2 accumulates unsharded (torchtitan's reduce dtype, fp32).
 FSDP_REDUCE_BYTES = 4.0
-#: Bytes the optimizer step reads and writes per parameter it updates (its 16 bytes of state, twice).
-OPT_STEP_BYTES = 32.0
+#: Bytes Adam reads and writes per parameter it updates: fp32 weight, gradient, momentum and
+#: variance read, weight, momentum and variance written (Apex's / torch's fused Adam).
+ADAM_STEP_BYTES = 28.0
+
+
+def optimizer_step_bytes(grad_bytes: float) -> tuple[float, float]:
+    """HBM bytes of Megatron-LM's mixed-precision optimizer step per parameter:
+    ``(per updated parameter, per parameter of the gradient buffer)``.
+
+    Read off ``MixedPrecisionOptimizer.step`` and ``train_step`` (Megatron-LM 2022-2023,
+    ``megatron/optimizer/optimizer.py``, ``clip_grads.py``, ``training.py``). Per parameter the
+    rank updates (its ZeRO shard): with 16-bit gradients (``grad_bytes < 4``: Megatron's fp16
+    path, the only one that keeps them) the cast to fp32 ``main_param.grad`` (read
+    ``grad_bytes``, write 4) and the loss scaler's unscale-and-check (read 4, write 4); with
+    fp32 gradients (the bf16 path) ``main_grad.float()`` is the buffer itself and there is no
+    scaler. Then the global gradient norm (read 4), Adam (:data:`ADAM_STEP_BYTES`) and the copy
+    of the fp32 weights into the 16-bit model weights (read 4, write 2). Per parameter of the
+    gradient buffer (the rank's whole buffer unless ZeRO-2/3 shard it): its zeroing before the
+    next step (write ``grad_bytes``). Clipping (read and write 4 more) runs only when the norm
+    exceeds the threshold and is not counted. fp16: 54 bytes in all, bf16 with fp32 gradients: 42
+    (32 before 1 Dec 2026: the state read and written once).
+    """
+    cast = grad_bytes + 4.0 + 8.0 if grad_bytes < 4.0 else 0.0
+    return cast + 4.0 + ADAM_STEP_BYTES + 6.0, float(grad_bytes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +115,7 @@ class HybridModel:
       DDP did until 2023); ZeRO-2 reduce-scatters and ZeRO-3 also all-gathers the parameters per
       layer in every microbatch (overlapped with that layer's compute: ``max``); ZeRO
       1-2 all-gather the updated parameters after the optimizer step; the optimizer
-      step streams :data:`OPT_STEP_BYTES` per local parameter through ``mem_bw``.
+      step streams :func:`optimizer_step_bytes` per local parameter through ``mem_bw``.
     * Memory per GPU: weights, gradients and optimizer state sharded per ZeRO stage;
       activations (:meth:`ModelDims.activation_parts` under TP / SP / recomputation)
       times the chunk-microbatches in flight in the rank's schedule; embeddings on the
@@ -497,7 +519,11 @@ class HybridModel:
                     t = max(t + comm, finish)
                 sync_end[r] = max(rank_end[r], t)
             shard = dp if zr >= 1 else 1
-            opt_time[r] = rank_params[r] / shard * OPT_STEP_BYTES / mem_bw
+            per_update, per_grad = optimizer_step_bytes(self.grad_bytes)
+            grad_shard = shard if zr >= 2 else 1
+            opt_time[r] = (
+                rank_params[r] / shard * per_update + rank_params[r] / grad_shard * per_grad
+            ) / mem_bw
             if dp > 1 and zr in (1, 2):
                 nbytes = rank_params[r] * WEIGHT_BYTES
                 ag_time[r] = max(topo.allgather(nbytes, g) for g in grp)
@@ -709,4 +735,5 @@ __all__ = [
     "HybridResult",
     "StageProfile",
     "hybrid_lower_bound",
+    "optimizer_step_bytes",
 ]

@@ -324,6 +324,28 @@ def test_framework_fields_keep_old_graph_hashes_and_refuse_bad_values():
         zoo.build("gpt", hidden=64, layers=2, heads=2, vocab=64, seq=8, flash_attention="yes")
 
 
+@pytest.mark.parametrize("grad_bytes, zero", [(2, 0), (4, 0), (4, 1), (4, 2), (2, 3)])
+def test_optimizer_step_time_by_hand(grad_bytes, zero):
+    # Megatron-LM's mixed-precision step per parameter the rank updates: fp16 (16-bit
+    # gradients): cast to fp32 2 + 4, unscale 4 + 4, norm 4, Adam 16 + 12, fp32 -> fp16 weight
+    # 4 + 2 = 52 bytes; bf16 (fp32 gradients): norm 4, Adam 28, weight copy 6 = 38 bytes; plus
+    # zeroing the gradient buffer (grad_bytes per parameter of the buffer: all of the rank's
+    # unless ZeRO-2/3 shard the gradients)
+    g = zoo.build("gpt", hidden=1024, layers=4, heads=16, seq=512, vocab=51200,
+                  grad_bytes=grad_bytes)  # fmt: skip
+    cl = clusters.load("dgx_a100_80g")
+    N = 8
+    plan = Plan.hybrid(g, cl, dp=N, tp=1, pp=1, microbatch_size=1, global_batch=8, zero=zero)
+    r = Simulator(g, cl).evaluate(plan)
+    phi = r.breakdown["rank_params"][0]
+    per_update = {2: 52.0, 4: 38.0}[grad_bytes]
+    shard = N if zero >= 1 else 1
+    grad_shard = N if zero >= 2 else 1
+    want = (phi / shard * per_update + phi / grad_shard * grad_bytes) / cl.devices[0].mem_bw
+    assert r.breakdown["optimizer"][0] == pytest.approx(want, rel=1e-12)
+    assert (per_update + grad_bytes) == {2: 54.0, 4: 42.0}[grad_bytes]
+
+
 def test_dropout_masks_and_fp32_gradients_by_hand():
     # a tied SwiGLU model with Megatron-LM's dropout and fp32 gradient buffer (its bf16
     # defaults) against the same model without: the difference is, by hand, the two residual

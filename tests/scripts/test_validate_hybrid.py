@@ -45,12 +45,16 @@ def test_korthikanti_table5_iteration_times_within_ten_percent(vh):
         assert not res.oom, (name, mode)
         assert res.layout.dp == 1 and res.layout.tp == 8
         assert abs(res.step_time / pub - 1) <= 0.10, (name, mode, res.step_time, pub)
-    # the doc's headline is the TFLOP/s error (the same FLOPs over each time): 7 of 8 within
-    # 10 %; the one outside is the 22B model with SP + selective recomputation, +10.5 %
+    # the doc's headline is the TFLOP/s error (the same FLOPs over each time): 8 of 8 within
+    # 10 % since the optimizer step counts Megatron-LM's fp16 traffic (54 bytes per parameter;
+    # 32 before 1 Dec 2026, when the 22B model with SP + selective recomputation was +10.5 %)
     tflops = {(row[0], m): pub / res.step_time - 1 for row, m, pub, res in rows}
-    outside = {k: v for k, v in tflops.items() if abs(v) > 0.10}
-    assert list(outside) == [("22B", "SP + selective")]
-    assert outside[("22B", "SP + selective")] == pytest.approx(0.105, abs=0.0015)
+    assert max(abs(v) for v in tflops.values()) <= 0.10
+    assert tflops[("22B", "SP + selective")] == pytest.approx(0.073, abs=0.0015)
+    # the 22B row on 8 GPUs is where the step weighs most: 2.75e9 parameters per GPU
+    res22 = next(r for row, m, _, r in rows if row[0] == "22B" and m == "SP + selective")
+    phi = res22.breakdown["rank_params"][0]
+    assert res22.breakdown["optimizer"][0] == pytest.approx(phi * 54 / 2.039e12, rel=1e-3)
     # selective recomputation with SP is faster than full recomputation for every model
     by = {(row[0], m): r.step_time for row, m, _, r in rows}
     for name, *_ in vh.KORTHIKANTI_TAB5:
