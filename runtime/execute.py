@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from runtime.launch import (
     first_failure,
     kill_tree,
     read_error_files,
+    run_folder,
     spawn,
     torchrun_failures,
     with_silent_exits,
@@ -207,7 +207,7 @@ def _launch(
     env.setdefault("OMP_NUM_THREADS", str(threads))
     # torchrun's own log folder (--log-dir, read from PET_LOG_DIR): without one it makes a
     # $TMPDIR/torchelastic_* folder per launch and leaves it; its output is torchrun.log here
-    with tempfile.TemporaryDirectory(prefix="devplace_torchrun_") as elastic_logs:
+    with run_folder("devplace_torchrun_") as elastic_logs:
         env.setdefault("PET_LOG_DIR", elastic_logs)
         proc = subprocess.Popen(
             torchrun_command(nproc, spec_path, folder),
@@ -257,7 +257,7 @@ def run_spec(
     written by a rank is re-raised here. The whole job is killed after ``timeout_s``.
     """
     spec.validate()
-    with tempfile.TemporaryDirectory(prefix="devplace_exec_") as tmp:
+    with run_folder("devplace_exec_") as tmp:
         folder = Path(out_dir) if out_dir else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         records = _launch(
@@ -294,7 +294,7 @@ def run_specs(
             f"run_specs launches one process group: every spec needs the same world size "
             f"and backend, got (world size, backend) {sizes}; use execute_many to group them"
         )
-    with tempfile.TemporaryDirectory(prefix="devplace_exec_") as tmp:
+    with run_folder("devplace_exec_") as tmp:
         folder = Path(out_dir) if out_dir else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps([json.loads(s.to_json()) for s in specs])

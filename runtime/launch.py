@@ -2,19 +2,72 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import re
+import shutil
 import signal
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runtime.dist import free_port
+
+#: Each run folder this package makes in the system's temporary directory names its owner's
+#: pid in this file, so that a folder left behind by a killed run (SIGKILL skips
+#: ``TemporaryDirectory``'s cleanup) is removed by the next run on the machine.
+OWNER_FILE = ".devplace_owner"
+#: Prefix of every such folder (``devplace_exec_``, ``devplace_spawn_``, ...).
+TMP_PREFIX = "devplace_"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def sweep_stale_run_folders(root: str | Path | None = None) -> list[Path]:
+    """Remove the ``devplace_*`` folders under ``root`` (default: the system's temporary
+    directory) that this user owns and whose owner process (:data:`OWNER_FILE`) is gone;
+    folders without that file, other users' folders and live runs' folders are kept.
+    Returns the folders removed."""
+    base = Path(root) if root is not None else Path(tempfile.gettempdir())
+    removed = []
+    for d in base.glob(TMP_PREFIX + "*"):
+        try:
+            if d.is_symlink() or not d.is_dir() or d.stat().st_uid != os.getuid():
+                continue
+            pid = int((d / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid() and not _pid_alive(pid):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
+@contextlib.contextmanager
+def run_folder(prefix: str) -> Iterator[str]:
+    """``tempfile.TemporaryDirectory(prefix=prefix)`` that records this process as its
+    owner, after sweeping the folders of killed runs (:func:`sweep_stale_run_folders`)."""
+    if not prefix.startswith(TMP_PREFIX):
+        raise ValueError(f"run_folder: prefix {prefix!r} must start with {TMP_PREFIX!r}")
+    sweep_stale_run_folders()
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        (Path(tmp) / OWNER_FILE).write_text(str(os.getpid()))
+        yield tmp
 
 
 class RankFailure(RuntimeError):
@@ -300,7 +353,7 @@ def spawn(
     ctx = rank_context()
     base_env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     base_env.update(env or {})
-    with tempfile.TemporaryDirectory(prefix="devplace_spawn_") as tmp:
+    with run_folder("devplace_spawn_") as tmp:
         folder = str(folder if folder is not None else tmp)
         procs = [
             ctx.Process(

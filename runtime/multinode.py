@@ -7,7 +7,6 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ from typing import Any
 from runtime import launch
 from runtime.dist import free_port
 from runtime.execute import ExecResult
-from runtime.launch import RankFailure, kill_tree, read_error_files
+from runtime.launch import RankFailure, kill_tree, read_error_files, run_folder
 from runtime.spec import RunSpec
 
 
@@ -78,7 +77,7 @@ def run_specs_multinode(
         )
     endpoint = rdzv_endpoint or f"127.0.0.1:{free_port()}"
     rdzv_id = f"devplace-{uuid.uuid4().hex[:8]}"
-    with tempfile.TemporaryDirectory(prefix="devplace_nodes_") as tmp:
+    with run_folder("devplace_nodes_") as tmp:
         root = Path(out_dir) if out_dir else Path(tmp)
         text = json.dumps([json.loads(s.to_json()) for s in specs])
         env = dict(os.environ)

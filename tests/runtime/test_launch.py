@@ -223,3 +223,66 @@ def test_a_failure_of_no_one_rank_is_the_jobs() -> None:
         "the job failed with timeout: job did not finish within 0.5 s"
     )
     assert str(RankFailure(2, "ValueError", "bad")) == "rank 2 failed with ValueError: bad"
+
+
+# ------------------------------------------------------------------ run folders
+def test_a_killed_runs_folder_is_swept_by_the_next_run(tmp_path):
+    import os
+    import signal
+
+    from runtime.launch import OWNER_FILE, sweep_stale_run_folders
+
+    # a run holding its folder is SIGKILLed: TemporaryDirectory's cleanup never runs
+    code = (
+        "import time\nfrom runtime.launch import run_folder\n"
+        "with run_folder('devplace_exec_') as t:\n    print(t, flush=True)\n    time.sleep(120)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
+    )
+    killed = Path(proc.stdout.readline().strip())
+    assert killed.parent == tmp_path and (killed / OWNER_FILE).read_text() == str(proc.pid)
+    assert sweep_stale_run_folders(tmp_path) == []  # its owner is alive: kept
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    assert killed.is_dir()
+    # kept besides: this process's own folder, one without an owner file, one whose owner
+    # file is not a pid, and a folder of another name whose owner is dead
+    mine = tmp_path / "devplace_spawn_mine"
+    mine.mkdir()
+    (mine / OWNER_FILE).write_text(str(os.getpid()))
+    (tmp_path / "devplace_exec_noowner").mkdir()
+    junk = tmp_path / "devplace_exec_junk"
+    junk.mkdir()
+    (junk / OWNER_FILE).write_text("not a pid")
+    other = tmp_path / "someone_else"
+    other.mkdir()
+    (other / OWNER_FILE).write_text(str(proc.pid))
+    assert sweep_stale_run_folders(tmp_path) == [killed]
+    assert not killed.exists()
+    assert mine.is_dir() and junk.is_dir() and other.is_dir()
+    assert (tmp_path / "devplace_exec_noowner").is_dir()
+
+
+def test_run_folder_records_its_owner_and_cleans_up(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    from runtime.launch import OWNER_FILE, run_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale = tmp_path / "devplace_nodes_old"
+    stale.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (stale / OWNER_FILE).write_text(str(dead.pid))
+    with run_folder("devplace_exec_") as t:
+        assert Path(t).parent == tmp_path
+        assert (Path(t) / OWNER_FILE).read_text() == str(os.getpid())
+        assert not stale.exists()  # swept on the way in
+    assert not Path(t).exists()
+    with pytest.raises(ValueError, match="must start with 'devplace_'"):
+        with run_folder("other_"):
+            pass
