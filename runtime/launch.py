@@ -18,12 +18,25 @@ from typing import Any
 
 from runtime.dist import free_port
 
-#: Each run folder this package makes in the system's temporary directory names its owner's
-#: pid in this file, so that a folder left behind by a killed run (SIGKILL skips
-#: ``TemporaryDirectory``'s cleanup) is removed by the next run on the machine.
+#: Each run folder this package makes in the system's temporary directory names its owner
+#: in this file (``PID HOST``: the pid, and the host and pid namespace it is a pid of), so
+#: that a folder left behind by a killed run (SIGKILL skips ``TemporaryDirectory``'s cleanup)
+#: is removed by the next run on the same host.
 OWNER_FILE = ".devplace_owner"
 #: Prefix of every such folder (``devplace_exec_``, ``devplace_spawn_``, ...).
 TMP_PREFIX = "devplace_"
+
+
+def _host_id() -> str:
+    """This host and pid namespace: a pid means something only there (containers may share
+    a temporary directory and have pid namespaces of their own)."""
+    import socket
+
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = "-"
+    return f"{socket.gethostname()}|{ns}".replace(" ", "_")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -40,19 +53,20 @@ def _pid_alive(pid: int) -> bool:
 
 def sweep_stale_run_folders(root: str | Path | None = None) -> list[Path]:
     """Remove the ``devplace_*`` folders under ``root`` (default: the system's temporary
-    directory) that this user owns and whose owner process (:data:`OWNER_FILE`) is gone;
-    folders without that file, other users' folders and live runs' folders are kept.
-    Returns the folders removed."""
+    directory) that this user owns and whose owner process (:data:`OWNER_FILE`), on this
+    host and pid namespace, is gone. Kept: live runs' folders, other users', other hosts' or
+    namespaces', and folders without a readable owner file. Returns the folders removed."""
     base = Path(root) if root is not None else Path(tempfile.gettempdir())
-    removed = []
+    here, removed = _host_id(), []
     for d in base.glob(TMP_PREFIX + "*"):
         try:
             if d.is_symlink() or not d.is_dir() or d.stat().st_uid != os.getuid():
                 continue
-            pid = int((d / OWNER_FILE).read_text().strip())
+            pid_text, host = (d / OWNER_FILE).read_text().split()
+            pid = int(pid_text)
         except (OSError, ValueError):
             continue
-        if pid != os.getpid() and not _pid_alive(pid):
+        if host == here and pid != os.getpid() and not _pid_alive(pid):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed
@@ -66,7 +80,7 @@ def run_folder(prefix: str) -> Iterator[str]:
         raise ValueError(f"run_folder: prefix {prefix!r} must start with {TMP_PREFIX!r}")
     sweep_stale_run_folders()
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        (Path(tmp) / OWNER_FILE).write_text(str(os.getpid()))
+        (Path(tmp) / OWNER_FILE).write_text(f"{os.getpid()} {_host_id()}")
         yield tmp
 
 

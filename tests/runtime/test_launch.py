@@ -230,7 +230,7 @@ def test_a_killed_runs_folder_is_swept_by_the_next_run(tmp_path):
     import os
     import signal
 
-    from runtime.launch import OWNER_FILE, sweep_stale_run_folders
+    from runtime.launch import OWNER_FILE, _host_id, sweep_stale_run_folders
 
     # a run holding its folder is SIGKILLed: TemporaryDirectory's cleanup never runs
     code = (
@@ -242,45 +242,49 @@ def test_a_killed_runs_folder_is_swept_by_the_next_run(tmp_path):
         [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True
     )
     killed = Path(proc.stdout.readline().strip())
-    assert killed.parent == tmp_path and (killed / OWNER_FILE).read_text() == str(proc.pid)
+    here = _host_id()
+    assert killed.parent == tmp_path
+    assert (killed / OWNER_FILE).read_text() == f"{proc.pid} {here}"
     assert sweep_stale_run_folders(tmp_path) == []  # its owner is alive: kept
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
     assert killed.is_dir()
     # kept besides: this process's own folder, one without an owner file, one whose owner
-    # file is not a pid, and a folder of another name whose owner is dead
-    mine = tmp_path / "devplace_spawn_mine"
-    mine.mkdir()
-    (mine / OWNER_FILE).write_text(str(os.getpid()))
-    (tmp_path / "devplace_exec_noowner").mkdir()
-    junk = tmp_path / "devplace_exec_junk"
-    junk.mkdir()
-    (junk / OWNER_FILE).write_text("not a pid")
-    other = tmp_path / "someone_else"
-    other.mkdir()
-    (other / OWNER_FILE).write_text(str(proc.pid))
+    # file is not a pid, one whose dead owner ran on another host (or pid namespace: its
+    # pid means nothing here), and a folder of another name whose owner is dead
+    kept = {}
+    for name, owner in [
+        ("devplace_spawn_mine", f"{os.getpid()} {here}"),
+        ("devplace_exec_noowner", None),
+        ("devplace_exec_junk", "not a pid"),
+        ("devplace_exec_elsewhere", f"{proc.pid} otherhost|pid:[1]"),
+        ("someone_else", f"{proc.pid} {here}"),
+    ]:
+        kept[name] = tmp_path / name
+        kept[name].mkdir()
+        if owner is not None:
+            (kept[name] / OWNER_FILE).write_text(owner)
     assert sweep_stale_run_folders(tmp_path) == [killed]
     assert not killed.exists()
-    assert mine.is_dir() and junk.is_dir() and other.is_dir()
-    assert (tmp_path / "devplace_exec_noowner").is_dir()
+    assert all(d.is_dir() for d in kept.values())
 
 
 def test_run_folder_records_its_owner_and_cleans_up(tmp_path, monkeypatch):
     import os
     import tempfile
 
-    from runtime.launch import OWNER_FILE, run_folder
+    from runtime.launch import OWNER_FILE, _host_id, run_folder
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     stale = tmp_path / "devplace_nodes_old"
     stale.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (stale / OWNER_FILE).write_text(str(dead.pid))
+    (stale / OWNER_FILE).write_text(f"{dead.pid} {_host_id()}")
     with run_folder("devplace_exec_") as t:
         assert Path(t).parent == tmp_path
-        assert (Path(t) / OWNER_FILE).read_text() == str(os.getpid())
+        assert (Path(t) / OWNER_FILE).read_text() == f"{os.getpid()} {_host_id()}"
         assert not stale.exists()  # swept on the way in
     assert not Path(t).exists()
     with pytest.raises(ValueError, match="must start with 'devplace_'"):
