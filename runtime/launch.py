@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
 import time
 import traceback
@@ -30,8 +31,6 @@ TMP_PREFIX = "devplace_"
 def _host_id() -> str:
     """This host and pid namespace: a pid means something only there (containers may share
     a temporary directory and have pid namespaces of their own)."""
-    import socket
-
     try:
         ns = os.readlink("/proc/self/ns/pid")
     except OSError:

@@ -498,6 +498,7 @@ class HybridModel:
         dp_time = np.zeros(P)
         opt_time = np.zeros(P)
         ag_time = np.zeros(P)
+        per_update, per_grad = optimizer_step_bytes(self.grad_bytes)
         for r in range(P):
             dp, zr = int(at(dpr, r)), int(at(z, r))
             grp = dp_groups(r) if dp > 1 else None
@@ -519,7 +520,6 @@ class HybridModel:
                     t = max(t + comm, finish)
                 sync_end[r] = max(rank_end[r], t)
             shard = dp if zr >= 1 else 1
-            per_update, per_grad = optimizer_step_bytes(self.grad_bytes)
             grad_shard = shard if zr >= 2 else 1
             opt_time[r] = (
                 rank_params[r] / shard * per_update + rank_params[r] / grad_shard * per_grad
