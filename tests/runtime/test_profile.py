@@ -118,6 +118,25 @@ def test_fit_runtime_slowdown_with_the_overhead_held_fixed():
     assert f == pytest.approx(1.2) and o == pytest.approx(1e-4)
 
 
+def test_fit_runtime_slowdown_never_returns_a_zero_factor():
+    from runtime.profile import fit_runtime_slowdown
+
+    # the more node time, the less compute (timer noise on a tiny model): the joint
+    # non-negative least squares puts everything on the transfers, factor 0 (which a
+    # calibration file may not hold)
+    node, transfers = [1e-4, 2e-4, 1e-4], [10, 30, 20]
+    compute = [1e-3 * t - 5 * n for n, t in zip(node, transfers)]
+    with pytest.warns(RuntimeWarning, match="cannot measure a slowdown; keeping factor 1"):
+        f, o, _ = fit_runtime_slowdown(node, transfers, compute)
+    # by hand: factor 1, cost = sum(t * (c - n)) / sum(t^2)
+    want = sum(t * (c - n) for n, t, c in zip(node, transfers, compute)) / (100 + 900 + 400)
+    assert f == 1.0 and o == pytest.approx(want, rel=1e-12)
+    # nothing left for the cost either: both stay at the one-process figures
+    with pytest.warns(RuntimeWarning, match="keeping factor 1"):
+        f, o, _ = fit_runtime_slowdown([0.2, 0.1], [10, 30], [0.0009, 0.003])
+    assert (f, o) == (1.0, 0.0)
+
+
 def test_fit_runtime_slowdown_refuses_degenerate_samples():
     from runtime.profile import fit_runtime_slowdown
 
