@@ -177,47 +177,14 @@ def chain_finetune(
             f"chain_finetune needs a per-unit policy (mode 'per_node', as the generalist), "
             f"not mode {policy.mode!r}"
         )
-    # whole numbers and finite rates (1.5 samples used to be cut to 1, "abc" to fail in int(),
-    # lr="abc" with a TypeError, lr=inf to be taken)
-    for name, val in (("calls", calls), ("samples", samples), ("elite", elite),
-                      ("updates", updates), ("patience", patience)):  # fmt: skip
-        if not is_whole(val, 1):
-            raise ValueError(f"chain_finetune: {name} must be an integer >= 1, got {val!r}")
-    if not is_number(lr, 0, lo_open=True):
-        raise ValueError(f"chain_finetune: lr must be a finite number > 0, got {lr!r}")
-    for name, val in (("local", local), ("moves", moves), ("focus", focus)):
-        if not is_number(val):
-            raise ValueError(f"chain_finetune: {name} must be a number in [0, 1], got {val!r}")
-    if not is_number(temperature):
-        raise ValueError(
-            f"chain_finetune: temperature must be a finite number > 0, got {temperature!r}"
-        )
-    if window is not None and not is_whole(window):
-        raise ValueError(f"chain_finetune: window must be an integer >= 1, got {window!r}")
-    if not is_whole(screen):
-        raise ValueError(f"chain_finetune: screen must be an integer >= 1, got {screen!r}")
-    if seconds is not None and not is_number(seconds):
-        raise ValueError(f"chain_finetune: seconds must be a finite number > 0, got {seconds!r}")
-    if not 0.0 <= float(local) <= 1.0:
-        raise ValueError(f"chain_finetune: local must be in [0, 1], got {local}")
-    if window is not None and int(window) < 1:
-        raise ValueError(f"chain_finetune: window must be >= 1, got {window}")
-    if not temperature > 0:
-        raise ValueError(f"chain_finetune: temperature must be > 0, got {temperature}")
-    if not 0.0 <= float(moves) <= 1.0:
-        raise ValueError(f"chain_finetune: moves must be in [0, 1], got {moves}")
-    if int(screen) < 1:
-        raise ValueError(f"chain_finetune: screen must be >= 1, got {screen}")
-    if not 0.0 <= float(focus) <= 1.0:
-        raise ValueError(f"chain_finetune: focus must be in [0, 1], got {focus}")
-    if seconds is not None and not seconds > 0:
-        raise ValueError(f"chain_finetune: seconds must be > 0, got {seconds}")
+    check_options(
+        calls=calls, seconds=seconds, samples=samples, elite=elite, updates=updates, lr=lr,
+        patience=patience, local=local, window=window, temperature=temperature, moves=moves,
+        screen=screen, focus=focus, first_samples=first_samples, penalty=penalty,
+        link_exponent=link_exponent, sequential=sequential,
+    )  # fmt: skip
     if first_samples is None:
         first_samples = policy.default_samples()
-    if not is_whole(first_samples, 1):
-        raise ValueError(
-            f"chain_finetune: first_samples must be an integer >= 1, got {first_samples!r}"
-        )
     if penalty is None:
         penalty = policy.meta.get("decode_penalty", decoding.DEFAULT_PENALTY)
     try:  # NaN used to pass and collapse the search onto one plan after 2 calls
@@ -471,3 +438,82 @@ def chain_finetune(
 
 
 __all__ = ["FinetuneResult", "chain_finetune"]
+
+
+def check_options(**options: Any) -> None:
+    """``ValueError`` naming the first bad one of :func:`chain_finetune`'s budget and
+    options given as keywords (the others take their defaults), as ``chain_finetune``
+    raises it: for callers that want a bad option refused before they spend time (the
+    runners check ``agent.options`` before the env's baselines run). Unknown names raise
+    too."""
+    import inspect
+
+    from agents import decoding
+
+    sig = inspect.signature(chain_finetune).parameters
+    known = {"calls", "seconds", "samples", "elite", "updates", "lr", "patience", "local",
+             "window", "temperature", "moves", "screen", "focus", "first_samples", "penalty",
+             "link_exponent", "sequential"}  # fmt: skip
+    bad = sorted(set(options) - known)
+    if bad:
+        raise ValueError(
+            f"chain_finetune: unknown option(s) {bad}; expected some of {sorted(known)}"
+        )
+    o = {k: sig[k].default for k in known} | options
+    calls, seconds, samples, elite = o["calls"], o["seconds"], o["samples"], o["elite"]
+    updates, lr, patience, local = o["updates"], o["lr"], o["patience"], o["local"]
+    window, temperature, moves = o["window"], o["temperature"], o["moves"]
+    screen, focus, first_samples = o["screen"], o["focus"], o["first_samples"]
+    # whole numbers and finite rates (1.5 samples used to be cut to 1, "abc" to fail in int(),
+    # lr="abc" with a TypeError, lr=inf to be taken)
+    for name, val in (("calls", calls), ("samples", samples), ("elite", elite),
+                      ("updates", updates), ("patience", patience)):  # fmt: skip
+        if not is_whole(val, 1):
+            raise ValueError(f"chain_finetune: {name} must be an integer >= 1, got {val!r}")
+    if not is_number(lr, 0, lo_open=True):
+        raise ValueError(f"chain_finetune: lr must be a finite number > 0, got {lr!r}")
+    for name, val in (("local", local), ("moves", moves), ("focus", focus)):
+        if not is_number(val):
+            raise ValueError(f"chain_finetune: {name} must be a number in [0, 1], got {val!r}")
+    if not is_number(temperature):
+        raise ValueError(
+            f"chain_finetune: temperature must be a finite number > 0, got {temperature!r}"
+        )
+    if window is not None and not is_whole(window):
+        raise ValueError(f"chain_finetune: window must be an integer >= 1, got {window!r}")
+    if not is_whole(screen):
+        raise ValueError(f"chain_finetune: screen must be an integer >= 1, got {screen!r}")
+    if seconds is not None and not is_number(seconds):
+        raise ValueError(f"chain_finetune: seconds must be a finite number > 0, got {seconds!r}")
+    if not 0.0 <= float(local) <= 1.0:
+        raise ValueError(f"chain_finetune: local must be in [0, 1], got {local}")
+    if window is not None and int(window) < 1:
+        raise ValueError(f"chain_finetune: window must be >= 1, got {window}")
+    if not temperature > 0:
+        raise ValueError(f"chain_finetune: temperature must be > 0, got {temperature}")
+    if not 0.0 <= float(moves) <= 1.0:
+        raise ValueError(f"chain_finetune: moves must be in [0, 1], got {moves}")
+    if int(screen) < 1:
+        raise ValueError(f"chain_finetune: screen must be >= 1, got {screen}")
+    if not 0.0 <= float(focus) <= 1.0:
+        raise ValueError(f"chain_finetune: focus must be in [0, 1], got {focus}")
+    if seconds is not None and not seconds > 0:
+        raise ValueError(f"chain_finetune: seconds must be > 0, got {seconds}")
+    if first_samples is not None and not is_whole(first_samples, 1):
+        raise ValueError(
+            f"chain_finetune: first_samples must be an integer >= 1, got {first_samples!r}"
+        )
+    if o["penalty"] is not None:
+        pen = o["penalty"]
+        try:
+            for x in [pen] if np.isscalar(pen) else pen:
+                decoding.check_penalty(x)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"chain_finetune: {exc} (option penalty)") from None
+    le = o["link_exponent"]
+    if le is not None and not is_number(le, 0.0):
+        raise ValueError(f"chain_finetune: link_exponent must be a number >= 0, got {le!r}")
+    if not isinstance(o["sequential"], (bool, np.bool_)):
+        raise ValueError(
+            f"chain_finetune: sequential must be True or False, got {o['sequential']!r}"
+        )

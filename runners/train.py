@@ -638,12 +638,7 @@ def search_finetune(
     from agents.finetune import chain_finetune
 
     opts = dict(agent_cfg.get("options") or {})
-    bad = sorted(set(opts) - set(FINETUNE_OPTIONS))
-    if bad:
-        raise ValueError(
-            f"agent {agent_cfg['name']!r}: unknown option(s) {bad} for chain fine-tuning; "
-            f"expected some of {list(FINETUNE_OPTIONS)}"
-        )
+    check_finetune_agent("", agent_cfg, budget, hybrid=False)
     init = agent_cfg.get("init_policy") or "generalist"
     policy = agents.load_policy(init)
     if policy.mode != "per_node":
@@ -812,6 +807,37 @@ def check_init_policy_network(agent_cfg: Mapping[str, Any]) -> None:
             f"agent.init_policy={str(init)!r} is a {network!r} network, which PPO would train "
             f"instead; use agent={network} (or agent=ppo) to fine-tune it, or a {wanted!r} policy"
         )
+
+
+def check_finetune_agent(
+    env: str, agent_cfg: Mapping[str, Any], train_cfg: Mapping[str, Any], hybrid: bool
+) -> None:
+    """Refuse, before any baseline runs, what :func:`search_finetune` would refuse only
+    after them: agent kind ``finetune`` on a hybrid env, an unknown ``agent.options`` name,
+    or a bad value of one (:func:`agents.finetune.check_options`, with ``agent.budget`` and
+    ``train.seconds``). A no-op for other agent kinds."""
+    if agent_cfg.get("kind") != "finetune":
+        return
+    if hybrid:
+        raise ValueError(
+            f"env {env!r} (Hybrid-v0): agent kind 'finetune' fine-tunes a graph "
+            "policy; hybrid layouts have no per-unit policy to fine-tune"
+        )
+    from agents.finetune import check_options
+
+    opts = dict(agent_cfg.get("options") or {})
+    bad = sorted(set(opts) - set(FINETUNE_OPTIONS))
+    if bad:
+        raise ValueError(
+            f"agent {agent_cfg['name']!r}: unknown option(s) {bad} for chain fine-tuning; "
+            f"expected some of {list(FINETUNE_OPTIONS)}"
+        )
+    try:
+        check_options(
+            calls=int(agent_cfg.get("budget") or 4096), seconds=train_cfg.get("seconds"), **opts
+        )
+    except ValueError as exc:
+        raise ValueError(f"agent {agent_cfg['name']!r}: {exc}") from None
 
 
 def check_hybrid_planners(
@@ -1031,6 +1057,7 @@ def train(
     # before any baseline runs: an op planner on a hybrid env, or a hybrid planner on an op
     # env, used to run and be scored by the other model
     check_hybrid_planners(spec.name, agent_cfg, spec.baselines, hybrid)
+    check_finetune_agent(spec.name, agent_cfg, plain["train"], hybrid)
     # a hybrid layout carries its own microbatching and schedule: the env's are not used
     pipeline = (
         "microbatches and schedule per layout (env.microbatches, env.schedule unused)"
@@ -1121,12 +1148,7 @@ def train(
                 log_every=int(cfg.logger.log_every),
                 resume_state=resume_state,
             )
-        elif agent_cfg["kind"] == "finetune":
-            if hybrid:
-                raise ValueError(
-                    f"env {spec.name!r} (Hybrid-v0): agent kind 'finetune' fine-tunes a graph "
-                    "policy; hybrid layouts have no per-unit policy to fine-tune"
-                )
+        elif agent_cfg["kind"] == "finetune":  # its options checked before the baselines
             outcome = search_finetune(
                 problem, agent_cfg, plain["train"], seed=seed, run_dir=run_dir, tracker=tracker
             )

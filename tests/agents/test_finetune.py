@@ -173,12 +173,28 @@ def test_stops_when_the_chain_model_proposes_nothing_new() -> None:
         ({"moves": -0.1}, "moves must be in"),
         ({"moves": 2.0}, "moves must be in"),
         ({"focus": 1.5}, "focus must be in"),
+        ({"link_exponent": -1}, "link_exponent must be a number >= 0, got -1"),
+        ({"sequential": "yes"}, "sequential must be True or False, got 'yes'"),
     ],
 )
 def test_bad_options_are_refused_by_name(kw: dict, match: str) -> None:
+    from agents.finetune import check_options
+
     g, c = _problem(5, 20, 2)
     with pytest.raises(ValueError, match=match):
         chain_finetune(load_policy("generalist"), g, c, **kw)
+    # the same refusal, with no policy, graph or work (what the runners call first)
+    with pytest.raises(ValueError, match=match):
+        check_options(**kw)
+
+
+def test_check_options_passes_the_defaults_and_refuses_unknown_names() -> None:
+    from agents.finetune import check_options
+
+    check_options()
+    check_options(calls=48, seconds=None, samples=8, penalty=[1, 2, 4, 8], sequential=True)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['elites'\]"):
+        check_options(elites=4)
 
 
 def test_local_redraws_change_one_window_of_an_elite_plan() -> None:

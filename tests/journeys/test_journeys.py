@@ -192,6 +192,31 @@ def test_a_failing_command_says_why_in_one_line(tmp_path: Path, args: list[str],
     assert message in (out / "error.txt").read_text()
 
 
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("+agent.options.elite=0", "chain_finetune: elite must be an integer >= 1, got 0"),
+        ("+agent.options.elites=4", "unknown option(s) ['elites'] for chain fine-tuning"),
+    ],
+)
+def test_a_bad_finetune_option_is_refused_before_the_baselines_run(
+    tmp_path: Path, option: str, message: str
+) -> None:
+    # it was refused after the env's baselines had run (minutes on a large env)
+    out = tmp_path / "run"
+    p = subprocess.run(
+        [sys.executable, "-m", "runners.train", "+env=bert_8gpu", "agent=chain_finetune", option,
+         "logger=none", f"output_dir={out}"],
+        cwd=ROOT, env={**os.environ, "WANDB_MODE": "offline"}, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1] == f"error: agent 'chain_finetune': {message}" or (
+        message in p.stderr.strip().splitlines()[-1]
+    )
+    assert "baseline " not in p.stdout and not (out / "baselines.json").exists()
+
+
 def test_exact_planner_reports_its_proof_then_its_plan_executes(tmp_path: Path) -> None:
     # an exact planner from the CLI: what it proved (ideal_dp's status, exactness, table limit)
     # is in result.json and in best_plan.json, and that plan runs on this machine
