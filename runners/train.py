@@ -224,7 +224,7 @@ def check_config(cfg: DictConfig) -> common.EnvSpec:
         )
     if agent_cfg["kind"] in ("ppo", "finetune"):
         check_ppo_extra((agent_cfg.get("ppo") or {}).get("extra"))
-    if agent_cfg["kind"] == "ppo" and spec.env_id != common.HYBRID_ENV_ID:
+    if agent_cfg["kind"] in ("ppo", "finetune") and spec.env_id != common.HYBRID_ENV_ID:
         check_init_policy_network(agent_cfg)
     if agent_cfg["kind"] == "baseline":  # refuse a misspelled option before any work
         common.check_baseline_options(
@@ -796,11 +796,14 @@ def check_init_policy_network(agent_cfg: Mapping[str, Any]) -> None:
     agent.init_policy=<a placeto policy.pt>`` trained Placeto under the name gdp (found by
     fuzzing). ``agent.policy=auto`` (``agent=ppo``) takes the file's network."""
     init, wanted = agent_cfg.get("init_policy"), agent_cfg.get("policy", "auto")
-    if not init or wanted in (None, "auto"):
+    if not init:
         return
     import agents
 
+    # loaded here in any case: a missing or broken file was refused after the baselines ran
     network = agents.load_policy(str(init)).network
+    if wanted in (None, "auto"):
+        return
     if network != wanted:
         raise ValueError(
             f"agent {agent_cfg.get('name')!r}: agent.policy is {wanted!r}, but "

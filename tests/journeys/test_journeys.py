@@ -197,6 +197,7 @@ def test_a_failing_command_says_why_in_one_line(tmp_path: Path, args: list[str],
     [
         ("+agent.options.elite=0", "chain_finetune: elite must be an integer >= 1, got 0"),
         ("+agent.options.elites=4", "unknown option(s) ['elites'] for chain fine-tuning"),
+        ("agent.init_policy=no/such.pt", "no/such.pt: not a loadable policy file (no such file)"),
     ],
 )
 def test_a_bad_finetune_option_is_refused_before_the_baselines_run(
