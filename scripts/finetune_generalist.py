@@ -18,7 +18,11 @@ counting oracle calls and wall time until its best plan is at or under the targe
   ``--anneal-calls`` budget;
 - ``chain fine-tuning``: :func:`agents.finetune.chain_finetune` from the generalist (its
   round 0 is the zero-shot plan, so its calls and time include it, as for ``anneal from
-  zero-shot``), stopping at the target or after ``--anneal-calls`` calls;
+  zero-shot``), stopping at the target or when its budget is spent: ``--ft-budget same``
+  (the default since 2 Dec 2026) gives it the zero-shot plan's calls plus
+  ``--anneal-calls``, the same total as ``anneal from zero-shot``; ``--ft-budget
+  inclusive`` (the protocol until then) gives it ``--anneal-calls`` in all, round 0
+  included, about a thousand calls fewer than annealing from the same plan;
 - ``PPO from generalist``: ``python -m runners.train`` on the row (``OneShot-v0``,
   ``agent.init_policy=generalist``, no warm start, no baselines), ``--ppo-steps`` episodes
   (one oracle call each) or ``--ppo-seconds``; read from ``result.json``'s ``meta.curve``;
@@ -179,6 +183,11 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     ap.add_argument("--anneal-calls", type=int, default=2000)
     ap.add_argument("--search-anneal-calls", type=int, default=2000)
+    ap.add_argument(
+        "--ft-budget", default="same", choices=["same", "inclusive"],
+        help="chain fine-tuning's oracle calls: 'same' total as annealing from the zero-shot "
+        "plan (its calls + --anneal-calls), or --anneal-calls in all ('inclusive', until 2 Dec 2026)",
+    )  # fmt: skip
     ap.add_argument("--ppo-steps", type=int, default=512)
     ap.add_argument("--ppo-seconds", type=float, default=240.0)
     ap.add_argument("--n-steps", type=int, default=64, help="PPO rollout length (= batch size)")
@@ -257,15 +266,19 @@ def main(argv: list[str] | None = None) -> None:
             r["anneal"] = rec.summary(target)
         if "chain" in args.methods:
             rec = RecordingOracle(pb.oracle())
+            ft_calls = args.anneal_calls + (zs_calls if args.ft_budget == "same" else 0)
             ft = chain_finetune(
                 policy, pb.graph, pb.cluster, oracle=rec, first_samples=args.samples,
-                calls=args.anneal_calls, target=target, seed=args.seed,
+                calls=ft_calls, target=target, seed=args.seed,
                 samples=args.ft_samples, elite=args.ft_elite, updates=args.ft_updates,
                 lr=args.ft_lr, local=args.ft_local, window=args.ft_window,
                 temperature=args.ft_temperature, sequential=args.ft_sequential,
                 moves=args.ft_moves, focus=args.ft_focus, screen=args.ft_screen,
             )  # fmt: skip
-            r["chain"] = {**rec.summary(target), "rounds": ft.rounds, "stop": ft.stop}
+            r["chain"] = {
+                **rec.summary(target), "rounds": ft.rounds, "stop": ft.stop, "budget": ft_calls,
+                "zero_shot_calls": ft.zero_shot_calls,
+            }  # fmt: skip
         print(pb.name, {m: r[m] for m in METHODS if m in r}, flush=True)
         for init in [i for i, m in ((True, "ppo_generalist"), (False, "ppo_scratch"))
                      if m in args.methods]:  # fmt: skip
@@ -308,7 +321,9 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     cols = [m for m in METHODS if any(m in r for r in rows)]
     lines = [
         f"target: within {100 * args.tolerance:g} % of per-model search; zero-shot {args.samples} "
-        f"samples; anneal and chain fine-tuning {args.anneal_calls} calls (fine-tuning: "
+        f"samples; anneal {args.anneal_calls} calls, chain fine-tuning "
+        + ("the same total" if args.ft_budget == "same" else f"{args.anneal_calls} in all")
+        + " (fine-tuning: "
         f"{args.ft_samples} samples a round, elite {args.ft_elite}, {args.ft_updates} updates, "
         f"lr {args.ft_lr:g}, local {args.ft_local:g}, window "
         f"{args.ft_window or 'units/8'}, temperature {args.ft_temperature:g}"
