@@ -334,8 +334,16 @@ def check_overrides(schema: type, overrides: list[str]) -> None:
     Group choices (``+env=...``, ``agent=...``: :func:`check_group_choices`), ``hydra.*``
     keys and flags (``-m``) are left out.
     """
+    fields = {f.name for f in dataclasses.fields(schema)}
     for ov in _parsed(overrides):
         key = ov.key_or_group
+        if key in GROUPS and key != "experiment" and key not in fields and not ov.is_delete():
+            # logger=none to runners.evaluate, agent=metis to runners.plan: hydra's several
+            # lines ("Could not override 'logger'. No match in the defaults list"), status 1
+            raise ValueError(
+                f"{ov.input_line!r}: this runner ({schema.__name__}) has no {key!r} config "
+                f"group; its keys: {sorted(fields)}"
+            )
         if key in GROUPS or key.startswith("hydra") or ov.is_delete():
             continue
         if "/" in key or "@" in key:
@@ -455,11 +463,36 @@ def _rule_of(schema: type, dotted: str) -> Callable[[Any], str | None] | None:
             if rule is None and types[part] in (bool, "bool"):  # hydra's own refusal of a
                 # non-boolean printed several lines and no `error:` line (found by fuzzing)
                 return _boolean
+            if rule is None and _is_list(types[part]):  # runs=DIR, env.baselines=metis: the
+                # same several lines of hydra's and exit status 1 (2 Dec 2026)
+                return _a_list(optional=type(None) in typing.get_args(types[part]))
             return rule
         tp = types[part]
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         cls = args[0] if args and dataclasses.is_dataclass(args[0]) else tp
     return None
+
+
+def _is_list(tp: Any) -> bool:
+    """True for ``list[...]`` fields (also ``list[...] | None``)."""
+    import typing
+
+    if typing.get_origin(tp) is list or tp is list:
+        return True
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return len(args) == 1 and (typing.get_origin(args[0]) is list or args[0] is list)
+
+
+def _a_list(optional: bool) -> Callable[[Any], str | None]:
+    """A rule: a list (hydra's ``[a, b]``), or null when ``optional``; the items are
+    checked by the schema (hydra) or by the field's own rule."""
+
+    def rule(v: Any) -> str | None:
+        if isinstance(v, (list, tuple)) or (v is None and optional):
+            return None
+        return f"a list in brackets, e.g. [{v}]" + (" (or null)" if optional else "")
+
+    return rule
 
 
 def _boolean(value: Any) -> str | None:

@@ -266,6 +266,41 @@ def test_an_experiment_for_another_runner_is_one_error_line(capsys):
     assert ran == [1, 1]
 
 
+@pytest.mark.parametrize(
+    "runner, argv, says",
+    [
+        # a single folder or name for a list key: hydra's several lines, exit status 1
+        ("EvaluateConfig", ["runs=outputs/train/x"],
+         "key 'runs' is 'outputs/train/x'; expected a list in brackets, e.g. "
+         "[outputs/train/x] (or null)"),
+        ("EvaluateConfig", ["envs=rnnlm_k40_2"], "key 'envs' is 'rnnlm_k40_2'; expected a list"),
+        ("TrainConfig", ["+env=rnnlm_k40_2", "env.baselines=metis"],
+         "key 'env.baselines' is 'metis'; expected a list in brackets, e.g. [metis]"),
+        # a config group the runner does not have: hydra's "Could not override" lines
+        ("EvaluateConfig", ["logger=none"],
+         "'logger=none': this runner (EvaluateConfig) has no 'logger' config group; its keys: "
+         "['agents', 'envs', "),
+        ("PlanConfig", ["+env=bert_8gpu", "agent=metis"],
+         "this runner (PlanConfig) has no 'agent' config group"),
+        ("ExecuteConfig", ["plan=p.json", "logger=none"],
+         "this runner (ExecuteConfig) has no 'logger' config group"),
+    ],
+)  # fmt: skip
+def test_a_scalar_for_a_list_and_a_foreign_group_are_one_error_line(runner, argv, says, capsys):
+    """2 Dec 2026: `runners.evaluate runs=DIR` (the README writes runs=[DIR]) and
+    `logger=none` given to a runner without a logger ended in hydra's multi-line message."""
+    from runners import schema
+
+    with pytest.raises(SystemExit) as stop:
+        schema.run_checked(getattr(schema, runner), lambda: pytest.fail("hydra ran"), argv=argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and says in err, err
+    ran = []  # the list written as a list, and null where the key may be null, go through
+    schema.run_checked(schema.EvaluateConfig, lambda: ran.append(1), argv=["runs=[a, b]"])
+    schema.run_checked(schema.EvaluateConfig, lambda: ran.append(1), argv=["runs=null"])
+    assert ran == [1, 1]
+
+
 def test_microbatches_that_do_not_divide_the_batch_are_refused_before_planning() -> None:
     """Found by fuzzing: 8 microbatches of gpt2_tiny_cpu4's batch of 4 (and the shipped
     llama_h100_16's 16 of 8) were planned and scored as half-sample microbatches, and only
