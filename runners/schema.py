@@ -540,9 +540,21 @@ def _resume_dir_overrides(schema: type, argv: list[str]) -> list[str]:
         return []
     keys = {ov.key_or_group: ov for ov in parsed}
     resume = keys.get("resume")
-    if resume is None or "hydra.run.dir" in keys or any(a in ("-m", "--multirun") for a in argv):
+    if resume is None:
         return []
     value = resume.value()
+    if isinstance(value, str) and value and "env" not in keys:
+        # no env group on the command line: hydra failed on `env.*` overrides in several
+        # lines ("Missing mandatory value: env") before train() could name them
+        envs = [k for k in keys if k.startswith("env.")]
+        if envs:
+            raise ValueError(
+                f"resume={value} continues the run as saved in its config.yaml; env keys "
+                f"cannot be changed on resume: {sorted(envs)}; to change the run, start a new "
+                "one (output_dir=...)"
+            )
+    if "hydra.run.dir" in keys or any(a in ("-m", "--multirun") for a in argv):
+        return []
     if not isinstance(value, str) or not value:
         return []
     if not Path(value).expanduser().is_dir():  # hydra would create the mistyped folder
@@ -683,11 +695,59 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
         raise SystemExit(2) from None
     if extra and argv is None:
         sys.argv[:] = with_overrides_beside_resume(sys.argv, extra)
+    if argv is None:
+        sys.argv[1:] = free_form_overrides(schema, sys.argv[1:])
     if argv is None:  # a command-line run (not a test calling with argv)
         from runners.common import exit_on_sigterm
 
         exit_on_sigterm()
     hydra_main()
+
+
+def _under_free_form(schema: type, dotted: str) -> bool:
+    """True when ``dotted`` is a free-form field of ``schema`` (``env.model_config``,
+    ``agent.options``, ``env.env_kwargs``: ``dict`` / ``Any``) or a key inside one."""
+    import typing
+
+    cls: Any = schema
+    for part in dotted.split("."):
+        if not dataclasses.is_dataclass(cls):
+            return False
+        types = _field_types(cls)
+        if part not in types:
+            return False
+        tp = types[part]
+        if _free_form(tp) or any(_free_form(a) for a in typing.get_args(tp)):
+            return True
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        cls = args[0] if args and dataclasses.is_dataclass(args[0]) else tp
+    return False
+
+
+def free_form_overrides(schema: type, argv: list[str]) -> list[str]:
+    """``argv`` with each plain override of a key in a free-form field written ``++KEY=V``
+    (add or override). Plain ``env.model_config.n_layer=1`` or ``agent.options.t0=0.5``
+    failed in hydra's several lines ("Key 'n_layer' is not in struct ... use +") whenever the
+    env or agent file did not already set that key, and worked when it did; the key is
+    checked where it is used (the model's own keys, :func:`common.check_baseline_options`,
+    ...), so a misspelt one is still named."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    out = []
+    parser = OverridesParser.create()
+    for arg in argv:
+        if "=" in arg and not arg.startswith(("-", "+", "~")):
+            try:
+                (ov,) = parser.parse_overrides([arg])
+            except (OverrideParseException, ValueError):
+                ov = None
+            key = None if ov is None else ov.key_or_group
+            if key and key not in GROUPS and "/" not in key and "@" not in key:
+                if _under_free_form(schema, key):
+                    arg = "++" + arg
+        out.append(arg)
+    return out
 
 
 def with_overrides_beside_resume(argv: list[str], extra: list[str]) -> list[str]:

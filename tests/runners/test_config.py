@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError
@@ -13,6 +15,8 @@ from omegaconf.errors import ConfigKeyError
 from runners import common, schema
 from runners.train import _hydra_main  # noqa: F401 - registers the schemas like the app does
 from tests.runners.conftest import compose
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ENVS = common.available("env")
 AGENTS = common.available("agent")
@@ -299,6 +303,47 @@ def test_a_scalar_for_a_list_and_a_foreign_group_are_one_error_line(runner, argv
     schema.run_checked(schema.EvaluateConfig, lambda: ran.append(1), argv=["runs=[a, b]"])
     schema.run_checked(schema.EvaluateConfig, lambda: ran.append(1), argv=["runs=null"])
     assert ran == [1, 1]
+
+
+def test_a_key_inside_a_free_form_field_needs_no_plus() -> None:
+    """2 Dec 2026: `env.model_config.n_layer=1` (an env whose file sets no model_config) and
+    `agent.options.t0=0.5` failed in hydra's several lines ("not in struct ... use +") and
+    worked only where the file already set the key; they are now written ++KEY=V."""
+    import subprocess
+    import sys
+
+    from runners import schema
+
+    argv = ["+env=rnnlm_k40_2", "env.model_config.n_layer=1", "agent.options.t0=0.5",
+            "env.max_groups=8", "+agent.options.t_end=0.1", "~env.baselines", "seed=1",
+            "env.env_kwargs={max_steps: 3}"]  # fmt: skip
+    assert schema.free_form_overrides(schema.TrainConfig, argv) == [
+        "+env=rnnlm_k40_2", "++env.model_config.n_layer=1", "++agent.options.t0=0.5",
+        "env.max_groups=8", "+agent.options.t_end=0.1", "~env.baselines", "seed=1",
+        "++env.env_kwargs={max_steps: 3}",
+    ]  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "runners.train", "+env=rnnlm_k40_2", "agent=anneal",
+         "env.model_config.n_layer=1", "agent.options.t0=0.5", "--cfg", "job"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    cfg = yaml.safe_load(out.stdout)
+    assert cfg["env"]["model_config"] == {"n_layer": 1} and cfg["agent"]["options"]["t0"] == 0.5
+
+
+def test_an_env_key_on_resume_is_one_error_line(tmp_path, capsys) -> None:
+    """resume=DIR with env.* overrides failed in hydra ("Missing mandatory value: env")."""
+    from runners import schema
+
+    with pytest.raises(SystemExit) as stop:
+        schema.run_checked(
+            schema.TrainConfig, lambda: pytest.fail("hydra ran"),
+            argv=[f"resume={tmp_path}", "env.model_config.n_layer=3"],
+        )  # fmt: skip
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert "env keys cannot be changed on resume: ['env.model_config.n_layer']" in err
 
 
 def test_microbatches_that_do_not_divide_the_batch_are_refused_before_planning() -> None:
