@@ -65,7 +65,8 @@ def cell_overrides(cfg: DictConfig, env: str, agent: str, seed: int) -> list[str
         f"train.seconds={'null' if b.seconds is None else b.seconds}",
         f"train.checkpoint_every={b.checkpoint_every}",
         f"train.progress={str(bool(b.progress)).lower()}",
-        *cfg.overrides,
+        # a key inside env.model_config / agent.options needs no '+' (as on the command line)
+        *schema.free_form_overrides(schema.TrainConfig, [str(o) for o in cfg.overrides]),
     ]
 
 

@@ -563,6 +563,30 @@ def _resume_dir_overrides(schema: type, argv: list[str]) -> list[str]:
     return [f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
 
 
+def check_override_syntax(overrides: list[str]) -> None:
+    """One line naming a command-line override hydra's grammar cannot parse (it was
+    hydra's several lines and exit status 1): ``overrides=[env.x=1]`` needs quotes inside the
+    list, ``key=[a`` a closing bracket."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in overrides:
+        if "=" not in arg or arg.startswith("-"):
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except OverrideParseException as exc:
+            why = " ".join(str(exc).split("\n")[0].split())
+            hint = ""
+            if "=" in arg.split("=", 1)[1]:
+                key, value = arg.split("=", 1)
+                hint = "; a value holding '=' must be quoted, e.g. " + (
+                    f"{key}=['...']" if value.startswith("[") else f"{key}='...'"
+                )
+            raise ValueError(f"cannot parse override {arg!r}: {why}{hint}") from None
+
+
 def _parsed(overrides: list[str]) -> list[Any]:
     """hydra's parse of the ``key=value`` command-line overrides; ``[]`` on a syntax error,
     which hydra then reports itself."""
@@ -683,6 +707,7 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
 
     args = sys.argv[1:] if argv is None else argv
     try:
+        check_override_syntax(args)
         check_multirun_output_dir(args)
         check_output_dir(schema, args)
         check_group_choices(args)

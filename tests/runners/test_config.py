@@ -332,6 +332,36 @@ def test_a_key_inside_a_free_form_field_needs_no_plus() -> None:
     assert cfg["env"]["model_config"] == {"n_layer": 1} and cfg["agent"]["options"]["t0"] == 0.5
 
 
+def test_evaluate_passes_its_overrides_on_as_the_command_line_would() -> None:
+    from runners.evaluate import cell_overrides
+
+    cfg = OmegaConf.structured(schema.EvaluateConfig)
+    cfg.overrides = ["env.model_config.n_layer=1", "+agent.options.t0=0.5", "env.max_groups=8"]
+    cell = cell_overrides(cfg, "rnnlm_k40_2", "anneal", 0)
+    assert cell[:3] == ["+env=rnnlm_k40_2", "agent=anneal", "seed=0"]
+    assert cell[-3:] == [
+        "++env.model_config.n_layer=1",
+        "+agent.options.t0=0.5",
+        "env.max_groups=8",
+    ]
+
+
+@pytest.mark.parametrize(
+    "arg, says",
+    [
+        ("overrides=[nosuch=1]", "cannot parse override 'overrides=[nosuch=1]': no viable "
+         "alternative at input '[nosuch='; a value holding '=' must be quoted, e.g. "
+         "overrides=['...']"),
+        ("envs=[a", "cannot parse override 'envs=[a': no viable alternative at input '[a'"),
+    ],
+)  # fmt: skip
+def test_an_override_hydra_cannot_parse_is_one_error_line(arg, says, capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        schema.run_checked(schema.EvaluateConfig, lambda: pytest.fail("hydra ran"), argv=[arg])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err == f"error: {says}\n"
+
+
 def test_an_env_key_on_resume_is_one_error_line(tmp_path, capsys) -> None:
     """resume=DIR with env.* overrides failed in hydra ("Missing mandatory value: env")."""
     from runners import schema
