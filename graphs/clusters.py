@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from graphs.cluster import Cluster
-from graphs.schema import check_path
+from graphs.schema import check_path, is_whole
 
 _CPU_RE = re.compile(r"^cpu_([1-9]\d*|0)(?:@(.+))?$")  # "cpu_01" was taken as cpu_1
 _NODES_RE = re.compile(r"^(.+)_x([1-9]\d*|0)$")  # "_x01" was taken as 1 node
@@ -62,8 +62,9 @@ def load(name: str, *, nodes: int = 1) -> Cluster:
     ``cpu_N@PATH`` takes its figures from the calibration file ``PATH`` written by
     ``python -m runners.profile`` (see :func:`graphs.cpu_cluster.cpu_cluster`).
     """
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+    if not is_whole(nodes, 1):  # numpy integers too (a grid's np.int64: refused before)
         raise ValueError(f"clusters.load: nodes must be an integer >= 1, got {nodes!r}")
+    nodes = int(nodes)
     if nodes > MAX_NODES:  # 100,000 nodes took minutes, 10**9 filled the memory
         raise ValueError(
             f"clusters.load: nodes must be at most {MAX_NODES:,} (32,768 GPUs of 8-GPU nodes "

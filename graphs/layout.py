@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass
 from typing import Any
 
-from graphs.schema import is_whole
+from graphs.schema import is_whole, show
 
 #: Recomputation modes: keep every activation, recompute attention's core
 #: (Korthikanti et al. 2022, "selective"), or keep only each layer's input ("full").
@@ -20,6 +20,10 @@ ZERO_STAGES = (0, 1, 2, 3)
 #: Most microbatches per replica a layout may have (``graphs.plan.MAX_MICROBATCHES`` is the
 #: same bound for an op-placement plan): the pipeline kernel steps through every one.
 MAX_LAYOUT_MICROBATCHES = 2**20
+#: Upper bounds of a parametric model's sizes (:class:`ModelDims`): 100,000 layers build in
+#: about 2 s; every other size (hidden, ffn, vocab, seq, batch, heads) is at most 2**31 - 1.
+MAX_MODEL_LAYERS = 100_000
+MAX_MODEL_SIZE = 2**31 - 1
 #: Names of the device-mesh dimensions, outermost first.
 MESH_DIM_NAMES = ("pp", "dp", "tp")
 
@@ -167,6 +171,11 @@ class ModelDims:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"ModelDims.{f} = {v!r}: expected an integer >= 1")
+            # 10**7 layers hung zoo.build, seq = 10**200 overflowed a float, hidden = 10**40
+            # built a model of 1e70-second steps (2 Dec 2026)
+            hi = MAX_MODEL_LAYERS if f == "layers" else MAX_MODEL_SIZE
+            if v > hi:
+                raise ValueError(f"ModelDims.{f} = {show(v)}: expected an integer in [1, {hi:,}]")
         for f in _SWITCHES:
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"ModelDims.{f} = {getattr(self, f)!r}: expected true or false")
@@ -662,9 +671,12 @@ class HybridLayout(StageMeshes):
         raise ValueError(f"HybridLayout: layer {layer} is in no stage_layers range")
 
     # ------------------------------------------------------------ validation
-    def validate(self, num_layers: int, num_heads: int, num_devices: int) -> None:
+    def validate(
+        self, num_layers: int, num_heads: int, num_devices: int, num_kv_heads: int | None = None
+    ) -> None:
         """Raise ``ValueError`` unless this layout fits a model of ``num_layers`` layers and
-        ``num_heads`` attention heads on ``num_devices`` devices (names the field)."""
+        ``num_heads`` attention heads (``num_kv_heads`` key/value heads, when given: a
+        grouped-query LLaMA's) on ``num_devices`` devices (names the field)."""
         if self.world_size != num_devices:
             if self.stage_meshes:
                 raise ValueError(
@@ -676,10 +688,16 @@ class HybridLayout(StageMeshes):
                 f"must equal the cluster's {num_devices} devices"
             )
         for p, (_, tp) in enumerate(self.meshes):
+            what = f"stage_meshes[{p}] tp" if self.stage_meshes else "tp"
             if num_heads % tp:
-                what = f"stage_meshes[{p}] tp" if self.stage_meshes else "tp"
                 raise ValueError(
                     f"HybridLayout.{what} = {tp} must divide the model's {num_heads} attention heads"
+                )
+            if num_kv_heads is not None and num_kv_heads % tp:
+                # accepted here and by Plan.load, refused only by the simulator (2 Dec 2026)
+                raise ValueError(
+                    f"HybridLayout.{what} = {tp} must divide the model's {num_kv_heads} kv "
+                    "heads (as Megatron-LM's num_query_groups; the runtime splits whole heads)"
                 )
         if self.num_chunks > num_layers:
             raise ValueError(
@@ -818,7 +836,9 @@ def _per_stage_problem(
     if virtual_stages != 1:
         return ("virtual_stages", virtual_stages, f"1 when the stages have their own {noun}")
     for c, x in enumerate(vals):
-        if isinstance(x, bool) or x not in allowed:
+        # 2.0 compared equal to the ZeRO stage 2 and was kept as a float (2 Dec 2026)
+        kinds = {type(a) for a in allowed}
+        if isinstance(x, bool) or not isinstance(x, tuple(kinds)) or x not in allowed:
             return (f"{name}[{c}]", x, f"one of {tuple(allowed)}")
     if vals[0] != first:
         return (f"{name}[0]", vals[0], f"{field} = {first!r}: {field} is the first stage's")

@@ -214,7 +214,21 @@ class Plan:
         if schedule is None:
             schedule = "interleaved" if is_whole(virtual_stages) and virtual_stages > 1 else "1f1b"
         if stage_layers is None:
-            stage_layers = balanced_stage_layers(dims.layers, pp * virtual_stages)
+            if is_whole(pp, 1) and is_whole(virtual_stages, 1):
+                if pp * virtual_stages > dims.layers:
+                    raise ValueError(
+                        f"Plan.hybrid: pp * virtual_stages = {pp} * {virtual_stages} = "
+                        f"{pp * virtual_stages} model chunks, more than the model's "
+                        f"{dims.layers} layers"
+                    )
+                stage_layers = balanced_stage_layers(dims.layers, pp * virtual_stages)
+            else:  # the layout's own checks name pp / virtual_stages (a TypeError before)
+                stage_layers = ()
+
+        def pairs(rows: Any) -> tuple:
+            # entries that are not pairs are named by the layout's checks (TypeErrors before)
+            return tuple(tuple(r) if isinstance(r, (list, tuple)) else r for r in rows or ())
+
         layout = HybridLayout(
             dp=dp,
             tp=tp,
@@ -226,8 +240,8 @@ class Plan:
             sequence_parallel=sequence_parallel,
             zero=zero,
             schedule=schedule,
-            stage_layers=tuple(tuple(r) for r in stage_layers),
-            stage_meshes=tuple(tuple(r) for r in (stage_meshes or ())),
+            stage_layers=pairs(stage_layers),
+            stage_meshes=pairs(stage_meshes),
             stage_recompute=tuple(stage_recompute or ()),
             stage_zero=tuple(stage_zero or ()),
         )
@@ -249,7 +263,7 @@ class Plan:
                 f"Plan.from_layout: layout must be a HybridLayout, got {type(layout).__name__}"
             )
         dims = model_dims(graph)
-        layout.validate(dims.layers, dims.heads, cluster.num_devices)
+        layout.validate(dims.layers, dims.heads, cluster.num_devices, dims.kv_heads)
         plan = cls(
             hybrid_placement(graph, layout),
             graph.content_hash(),
@@ -286,7 +300,7 @@ class Plan:
                 )
         if self.layout is not None:
             dims = model_dims(graph)
-            self.layout.validate(dims.layers, dims.heads, cluster.num_devices)
+            self.layout.validate(dims.layers, dims.heads, cluster.num_devices, dims.kv_heads)
 
     def check_layout_placement(self, graph: CompGraph) -> None:
         """A hybrid plan's ``placement`` must be its layout's (:func:`hybrid_placement`): a
@@ -644,3 +658,15 @@ def _check_graph_cluster(who: str, graph: Any, cluster: Any, meta: Any) -> None:
         raise TypeError(f"{who}: cluster must be a Cluster{hint}, got {cluster!r}")
     if meta is not None and not isinstance(meta, Mapping):
         raise TypeError(f"{who}: meta must be a mapping or None, got {meta!r}")
+    if meta:  # a set or an object failed only in save(), in json's words (2 Dec 2026)
+        import json
+
+        bad = [k for k in meta if not isinstance(k, str)]
+        if bad:
+            raise ValueError(f"{who}: meta keys must be strings (JSON's), got {bad[0]!r}")
+        try:
+            json.dumps(dict(meta), allow_nan=True)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{who}: meta must hold JSON values (it is saved with the plan): {exc}"
+            ) from None

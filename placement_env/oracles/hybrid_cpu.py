@@ -241,7 +241,7 @@ class CpuHybridModel:
 
     def evaluate(self, layout: HybridLayout) -> HybridResult:
         d = self.dims
-        layout.validate(d.layers, d.heads, self.cluster.num_devices)
+        layout.validate(d.layers, d.heads, self.cluster.num_devices, d.kv_heads)
         if layout.stage_meshes:
             return self._evaluate_submeshes(layout)
         return self._evaluate_uniform(layout)

@@ -369,6 +369,14 @@ class Simulator:
         ``runtime.hybrid_profile.calibrate_hybrid``) is scored by the calibrated
         :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` (this machine's gloo
         processes), every other cluster by :class:`placement_env.oracles.hybrid.HybridModel`."""
+        from graphs.layout import HybridLayout
+
+        if not isinstance(layout, HybridLayout):  # an AttributeError from inside (2 Dec 2026)
+            hint = " (HybridLayout.from_dict(...) reads one)" if isinstance(layout, dict) else ""
+            raise TypeError(
+                f"Simulator.evaluate_layout: layout must be a graphs.layout.HybridLayout{hint}, "
+                f"got {type(layout).__name__}"
+            )
         if plan is not None:
             plan.check(self.graph, self.cluster)
         res = self.hybrid_model().evaluate(layout)

@@ -175,3 +175,90 @@ def test_check_grid_axes_by_hand():
     assert check_axis("w", "x", [3, 1], lambda v: v > 0, "positives") == (3, 1)
     with pytest.raises(ValueError, match=r"w: x must be a list of positives, got \{1\}"):
         check_axis("w", "x", {1}, lambda v: v > 0, "positives")  # a set has no order
+
+
+def _gpt_and_cluster():
+    from graphs import zoo
+
+    g = zoo.build("gpt", hidden=1024, layers=8, heads=16, vocab=51200, seq=1024)
+    return g, clusters.load("dgx_a100_80g", nodes=2)
+
+
+B = dict(dp=4, tp=2, microbatch_size=1, global_batch=64)
+
+
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        # a TypeError from the even split before the layout named anything (2 Dec 2026)
+        ({"pp": 2.0}, "layout.pp = 2.0: expected an integer"),
+        ({"pp": None}, "layout.pp = None: expected an integer"),
+        ({"pp": "2"}, "layout.pp = '2': expected an integer"),
+        ({"pp": 0}, "layout.pp = 0: expected an integer >= 1"),
+        ({"pp": 2, "virtual_stages": 2.0}, "layout.virtual_stages = 2.0: expected an integer"),
+        # "balanced_stage_layers: cannot split 8 layers into 10 non-empty chunks"
+        ({"pp": 2, "virtual_stages": 5},
+         r"pp \* virtual_stages = 2 \* 5 = 10 model chunks, more than the model's 8 layers"),
+        # per-stage entries that are not pairs: TypeErrors ('int' object is not iterable)
+        ({"pp": 2, "stage_layers": [4, 8]}, r"stage_layers\[0\] = 4: expected a pair"),
+        ({"pp": 2, "stage_meshes": [4, 2]}, r"stage_meshes\[0\] = 4: expected a pair"),
+        ({"pp": 2, "stage_meshes": [[4, 2], None]}, r"stage_meshes\[1\] = None: expected a pair"),
+        # 2.0 was kept as the ZeRO stage of a stage, and saved so
+        ({"pp": 2, "stage_zero": [0, 2.0]}, r"stage_zero\[1\] = 2.0: expected one of \(0, 1, 2, 3\)"),
+        # meta that save() then failed on, in json's words; int keys came back as strings
+        ({"pp": 2, "meta": {"tags": {1, 2}}}, "meta must hold JSON values"),
+        ({"pp": 2, "meta": {1: "a"}}, "meta keys must be strings"),
+    ],
+)  # fmt: skip
+def test_plan_hybrid_names_a_bad_argument(kw: dict, says: str) -> None:
+    g, cl = _gpt_and_cluster()
+    with pytest.raises(ValueError, match=says):
+        Plan.hybrid(g, cl, **B, **kw)
+
+
+def test_plan_hybrid_takes_numpy_per_stage_values_and_json_meta() -> None:
+    g, cl = _gpt_and_cluster()
+    p = Plan.hybrid(g, cl, pp=2, stage_zero=np.array([0, 2]), meta={"a": [1, 2.5, None]}, **B)
+    assert p.layout.stage_zero == (0, 2) and all(type(z) is int for z in p.layout.stage_zero)
+    assert p.meta["a"] == [1, 2.5, None]
+
+
+def test_tp_must_divide_the_kv_heads_of_a_grouped_query_model(tmp_path) -> None:
+    """Accepted by Plan.hybrid, Plan.load and Plan.check, refused only when simulated."""
+    from graphs import zoo
+
+    ll = zoo.build("llama", hidden=1024, layers=8, heads=16, kv_heads=2, vocab=32000, seq=1024,
+                   ffn=2816)  # fmt: skip
+    cl = clusters.load("dgx_a100_80g", nodes=2)
+    says = "tp = 4 must divide the model's 2 kv heads"
+    with pytest.raises(ValueError, match=says):
+        Plan.hybrid(ll, cl, dp=2, tp=4, pp=2, microbatch_size=1, global_batch=64)
+    with pytest.raises(ValueError, match=r"stage_meshes\[1\] tp = 8 must divide the model's 2 kv"):
+        Plan.hybrid(ll, cl, dp=4, tp=2, pp=2, microbatch_size=1, global_batch=64,
+                    stage_meshes=[(4, 2), (1, 8)])  # fmt: skip
+    ok = Plan.hybrid(ll, cl, dp=4, tp=2, pp=2, microbatch_size=1, global_batch=64)
+    ok.save(tmp_path / "p.json")
+    d = json.loads((tmp_path / "p.json").read_text())
+    d["layout"].update(dp=2, tp=4)
+    d["microbatches"] = 32  # global_batch 64 / (dp 2 x microbatch 1)
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=says):
+        Plan.load(tmp_path / "bad.json").check(ll, cl)
+    with pytest.raises(ValueError, match="kv heads"):
+        _layout().validate(4, 4, 8, num_kv_heads=1)  # tp 2 of one kv head
+    _layout().validate(4, 4, 8, num_kv_heads=2)
+
+
+def test_model_dims_are_bounded() -> None:
+    """10**7 layers hung zoo.build; seq = 10**200 overflowed a float; hidden = 10**40 built."""
+    from graphs import zoo
+    from graphs.layout import MAX_MODEL_LAYERS, MAX_MODEL_SIZE
+
+    base = dict(hidden=256, layers=2, heads=4, vocab=1000, seq=128)
+    for key, value, hi in (("layers", 10**7, MAX_MODEL_LAYERS), ("seq", 10**200, MAX_MODEL_SIZE),
+                           ("hidden", 2**40, MAX_MODEL_SIZE), ("vocab", 2**31, MAX_MODEL_SIZE)):  # fmt: skip
+        with pytest.raises(
+            ValueError, match=rf"ModelDims.{key} = .*expected an integer in \[1, {hi:,}\]"
+        ):
+            zoo.build("gpt", **{**base, key: value})
+    assert zoo.build("gpt", **{**base, "layers": 1000}).num_nodes > 1000

@@ -87,6 +87,14 @@ def test_dgx_presets_scale_to_many_nodes():
     for name, kw in (("dgx_h100", {"nodes": 10**9}), ("dgx_a100_80g_x5000", {})):
         with pytest.raises(ValueError, match="nodes must be at most 4,096"):
             clusters.load(name, **kw)
+    # a numpy integer (a grid's node count) is an integer: "must be an integer ... got
+    # np.int64(2)" before (2 Dec 2026); an integral float is still not
+    import numpy as np
+
+    assert clusters.load("dgx_h100", nodes=np.int64(2)).num_devices == 16
+    for bad in (2.0, True, "2"):
+        with pytest.raises(ValueError, match="nodes must be an integer >= 1"):
+            clusters.load("dgx_h100", nodes=bad)
 
 
 def test_leonardo_booster_preset_has_four_gpus_per_node_and_direct_nvlink():

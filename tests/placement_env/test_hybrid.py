@@ -401,3 +401,22 @@ def model_dims_of(g):
     from graphs.layout import model_dims
 
     return model_dims(g)
+
+
+def test_evaluate_layout_names_an_argument_that_is_not_a_layout() -> None:
+    """A layout's dict (or None) failed with "'dict' object has no attribute 'validate'"."""
+    from graphs import clusters, zoo
+    from graphs.plan import Plan
+    from placement_env.oracles import Simulator
+
+    g = zoo.build("gpt", hidden=1024, layers=8, heads=16, vocab=51200, seq=1024)
+    cl = clusters.load("dgx_a100_80g", nodes=2)
+    lay = Plan.hybrid(g, cl, dp=4, tp=2, pp=2, microbatch_size=1, global_batch=64).layout
+    sim = Simulator(g, cl)
+    with pytest.raises(
+        TypeError, match=r"HybridLayout \(HybridLayout.from_dict\(...\) reads one\), got dict"
+    ):
+        sim.evaluate_layout(lay.to_dict())
+    with pytest.raises(TypeError, match="got NoneType"):
+        sim.evaluate_layout(None)
+    assert sim.evaluate_layout(lay).step_time > 0
