@@ -661,11 +661,8 @@ def _check_graph_cluster(who: str, graph: Any, cluster: Any, meta: Any) -> None:
     if meta:  # a set or an object failed only in save(), in json's words (2 Dec 2026)
         import json
 
-        bad = [k for k in meta if not isinstance(k, str)]
-        if bad:
-            raise ValueError(f"{who}: meta keys must be strings (JSON's), got {bad[0]!r}")
-        try:
-            json.dumps(dict(meta), allow_nan=True)
+        try:  # as save() writes it: numpy values as numbers, keys as strings
+            json.dumps(_jsonable(dict(meta)))
         except (TypeError, ValueError) as exc:
             raise ValueError(
                 f"{who}: meta must hold JSON values (it is saved with the plan): {exc}"
