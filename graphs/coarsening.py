@@ -11,6 +11,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from graphs.compgraph import FWD, KIND_NAMES, CompGraph
+from graphs.schema import is_whole
 
 #: Merging two segments across a layer boundary costs this many times more.
 LAYER_PENALTY = 4.0
@@ -244,8 +245,9 @@ def coarsen(graph: CompGraph, max_groups: int) -> CompGraph:
     Raises ``ValueError`` if ``max_groups < 1`` or a colocation group has no
     forward node.
     """
-    if int(max_groups) != max_groups or max_groups < 1:
+    if not is_whole(max_groups, 1):  # None, NaN, inf were int() errors, True 1 (2 Dec 2026)
         raise ValueError(f"coarsen: max_groups must be an integer >= 1, got {max_groups!r}")
+    max_groups = int(max_groups)
     n = graph.num_nodes
     ids, unit = graph.group_index()
     n_units = len(ids)

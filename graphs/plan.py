@@ -152,9 +152,15 @@ class Plan:
     # --------------------------------------------------------------- checks
     @classmethod
     def for_graph(cls, placement: Any, graph: CompGraph, cluster: Cluster, **kw: Any) -> Plan:
-        """A plan stamped with the graph's and cluster's hashes, validated against them."""
+        """A plan stamped with the graph's and cluster's hashes, validated against them, and
+        read back as :meth:`load` reads its file (``ValueError`` naming the field): a plan
+        with ``stage`` but no ``stage_device``, ``microbatches`` over the bound or ``meta``
+        that JSON cannot hold was made, and then refused by ``load`` or by ``save`` (2 Dec
+        2026)."""
+        _check_graph_cluster("Plan.for_graph", graph, cluster, kw.get("meta"))
         plan = cls(np.asarray(placement), graph.content_hash(), cluster.content_hash(), **kw)
         plan.check(graph, cluster)
+        cls.from_dict(json.loads(json.dumps(plan.to_dict())), source="Plan.for_graph")
         return plan
 
     @classmethod

@@ -9,9 +9,10 @@ memory-feasible plan is found it raises :class:`InfeasiblePlanError`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from agents.baselines.common import InfeasiblePlanError
 from graphs.cluster import Cluster
@@ -62,12 +63,48 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Callable[..., Plan]:
-    """The baseline called ``name``; ``ValueError`` listing the valid names otherwise."""
-    target = _REGISTRY.get(name)
-    if target is None:
+    """The baseline called ``name``; ``ValueError`` listing the valid names otherwise.
+
+    The function returned checks its first four arguments before it plans: ``graph`` a
+    ``CompGraph``, ``cluster`` a ``Cluster`` and ``oracle`` an oracle (``TypeError`` naming the
+    argument; an ``AttributeError`` from inside before), ``budget`` ``None`` or an integer >= 1
+    (``ValueError``; one-call planners took ``-1``, ``2.5`` or ``"10"`` without a word, 2 Dec
+    2026). Its signature is the planner's (``inspect.signature`` follows ``__wrapped__``)."""
+    if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(f"unknown baseline {name!r}; valid names: {names()}")
-    module, func = target.split(":")
-    return getattr(importlib.import_module(module), func)
+    return _checked(name)
+
+
+@functools.cache
+def _checked(name: str) -> Callable[..., Plan]:
+    module, func = _REGISTRY[name].split(":")
+    fn = getattr(importlib.import_module(module), func)
+
+    @functools.wraps(fn)
+    def planner(
+        graph: Any, cluster: Any, oracle: Any, budget: Any = None, *a: Any, **kw: Any
+    ) -> Plan:
+        check_call(name, graph, cluster, oracle, budget)
+        return fn(graph, cluster, oracle, budget, *a, **kw)
+
+    return planner
+
+
+def check_call(name: str, graph: Any, cluster: Any, oracle: Any, budget: Any) -> None:
+    """The argument checks of :func:`get`'s planners (see there)."""
+    from agents.baselines.common import check_budget
+
+    if not isinstance(graph, CompGraph):
+        raise TypeError(f"{name}: graph must be a CompGraph (graphs.zoo.build(...)), got {graph!r}")
+    if not isinstance(cluster, Cluster):
+        hint = f" (graphs.clusters.load({cluster!r}))" if isinstance(cluster, str) else ""
+        raise TypeError(f"{name}: cluster must be a Cluster{hint}, got {cluster!r}")
+    if not any(callable(getattr(oracle, m, None)) for m in ("evaluate", "evaluate_layout")):
+        raise TypeError(
+            f"{name}: oracle must be an oracle with evaluate() (placement_env.oracles.Simulator"
+            f"(graph, cluster, ...)), got {oracle!r}"
+        )
+    check_budget(name, budget, None)
 
 
 def register(name: str, target: str) -> None:

@@ -48,6 +48,7 @@ from agents.baselines.simple import random_feasible
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan, check_placement
+from graphs.schema import is_number
 from placement_env.oracles.base import Oracle
 
 
@@ -212,8 +213,11 @@ def anneal(
     t_start = time.perf_counter()
     n_eval = check_budget("anneal", budget, 1000)
     seed = check_seed("anneal", seed)
-    if time_limit is not None and not time_limit > 0:
-        raise ValueError(f"anneal: time_limit must be > 0 seconds, got {time_limit}")
+    if time_limit is not None and not is_number(time_limit, 0, lo_open=True):
+        raise ValueError(f"anneal: time_limit must be > 0 seconds, got {time_limit!r}")
+    for what, v in (("t0", t0), ("t_end", t_end)):  # "1" a TypeError, inf taken (2 Dec 2026)
+        if not is_number(v):
+            raise ValueError(f"anneal: {what} must be a finite number, got {v!r}")
     if not (t0 > 0 and 0 < t_end <= 1):
         raise ValueError(f"anneal: need t0 > 0 and 0 < t_end <= 1, got t0={t0}, t_end={t_end}")
     prob = make_problem(graph, cluster, oracle)

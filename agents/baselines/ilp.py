@@ -35,6 +35,7 @@ bound), ``mip_gap`` (``(objective - bound) / objective``; 0 = proven optimal),
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import highspy
@@ -62,6 +63,7 @@ from agents.baselines.maxload import MaxLoadModel
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
+from graphs.schema import is_whole
 from placement_env.oracles.base import Oracle
 
 #: Default cap on the model's columns.
@@ -428,6 +430,16 @@ def ilp(
     (an upper bound on any schedule) and the oracle's step time is reported.
     """
     check_seconds("ilp", "time_limit", time_limit)
+    # NaN turned a cap off, None / "1" were TypeErrors, a list of pairs an AttributeError
+    for name, cap in (("max_variables", max_variables), ("max_rows", max_rows)):
+        if not is_whole(cap, 1):
+            raise ValueError(f"ilp: {name} must be an integer >= 1, got {cap!r}")
+    if highs_options is not None and (
+        not isinstance(highs_options, Mapping) or not all(isinstance(k, str) for k in highs_options)
+    ):
+        raise ValueError(
+            f"ilp: highs_options must be a mapping of HiGHS option names to values, got {highs_options!r}"
+        )
     for name, flag in (("warm_start", warm_start), ("symmetry", symmetry)):
         check_flag("ilp", name, flag)  # "no" was taken as true (fuzzing)
     if warm_time_limit is not None:

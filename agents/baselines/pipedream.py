@@ -47,6 +47,7 @@ from agents.baselines.common import (
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
+from graphs.schema import is_whole
 from placement_env.oracles.base import Oracle
 
 
@@ -83,7 +84,10 @@ def dp_stages(
     the best ``S`` wins (ties: fewer stages).
     """
     D = len(chain)
-    top = D if max_stages is None else max(1, min(int(max_stages), D))
+    if max_stages is not None and not is_whole(max_stages, 1):
+        # 0, -1, True were one stage, 2.5 and "2" two, NaN a bare int() error (2 Dec 2026)
+        raise ValueError(f"max_stages must be an integer >= 1 or None, got {max_stages!r}")
+    top = D if max_stages is None else min(int(max_stages), D)
     IN, OUT = boundary_bytes(prob)
     best: tuple[float, np.ndarray] | None = None
     for S in range(1, top + 1):

@@ -143,10 +143,22 @@ class Simulator:
         schedule: str = "gpipe",
         objective: str = "makespan",
     ) -> None:
-        if schedule not in SCHEDULES:
+        from graphs.cluster import Cluster as _Cluster
+        from graphs.compgraph import CompGraph as _CompGraph
+
+        if not isinstance(graph, _CompGraph):  # an AttributeError from inside (2 Dec 2026)
+            raise TypeError(
+                f"Simulator: graph must be a CompGraph (graphs.zoo.build(...)), got {graph!r}"
+            )
+        if not isinstance(cluster, _Cluster):
+            hint = f" (graphs.clusters.load({cluster!r}))" if isinstance(cluster, str) else ""
+            raise TypeError(f"Simulator: cluster must be a Cluster{hint}, got {cluster!r}")
+        if not isinstance(schedule, str) or schedule not in SCHEDULES:  # a list: unhashable
             raise ValueError(
                 f"Simulator: unknown schedule {schedule!r}; valid: {sorted(SCHEDULES)}"
             )
+        if not isinstance(objective, str):
+            raise ValueError(f"Simulator: unknown objective {objective!r}; valid: {OBJECTIVES}")
         if objective not in OBJECTIVES:
             raise ValueError(f"Simulator: unknown objective {objective!r}; valid: {OBJECTIVES}")
         if not is_whole(microbatches, 1) or microbatches > MAX_MICROBATCHES:

@@ -286,3 +286,53 @@ def test_plan_hybrid_names_a_wrong_argument_and_takes_numpy_integers():
         Plan.from_layout(g, cl, plan.layout.to_dict())
     with pytest.raises(ValueError, match=r"layout.dp = 2.5: expected an integer"):
         Plan.hybrid(g, cl, dp=2.5, **kw)
+
+
+def test_for_graph_refuses_what_load_or_save_would_refuse(tmp_path) -> None:
+    """Made, then refused by Plan.load (stage without stage_device, microbatches over the
+    bound) or by save (meta JSON cannot hold) -- 2 Dec 2026, found by fuzzing."""
+    import numpy as np
+
+    from graphs import clusters, zoo
+    from graphs.plan import Plan
+
+    g = zoo.build(
+        "gpt2", max_groups=16, n_layer=2, d_model=64, n_head=2, vocab=128, seq=16, batch=4
+    )
+    c = clusters.load("cpu_4")
+    p = np.zeros(g.num_nodes, dtype=np.int64)
+    for kw, says in (
+        ({"stage": np.zeros(g.num_nodes, dtype=np.int64)}, "stage_device"),
+        ({"microbatches": 10**9}, "microbatches"),
+        ({"meta": {"x": {1, 2}}}, "meta must hold JSON values"),
+        ({"meta": 5}, "meta must be a mapping or None"),
+    ):
+        with pytest.raises((ValueError, TypeError), match=says):
+            Plan.for_graph(p, g, c, **kw)
+    with pytest.raises(TypeError, match="Plan.for_graph: graph must be a CompGraph"):
+        Plan.for_graph(p, "gpt2", c)
+    ok = Plan.for_graph(p, g, c, microbatches=4, meta={"n": np.int64(2)})
+    ok.save(tmp_path / "p.json")
+    assert Plan.load(tmp_path / "p.json").meta == {"n": 2}
+
+
+def test_coarsen_and_simulator_name_bad_arguments() -> None:
+    import math
+
+    from graphs import clusters, zoo
+    from graphs.coarsening import coarsen
+    from placement_env.oracles import Simulator
+
+    g = zoo.build(
+        "gpt2", max_groups=16, n_layer=2, d_model=64, n_head=2, vocab=128, seq=16, batch=4
+    )
+    for bad in (None, math.nan, math.inf, True, 2.5):
+        with pytest.raises(ValueError, match="coarsen: max_groups must be an integer >= 1"):
+            coarsen(g, bad)
+    assert coarsen(g, 8).num_groups <= 8
+    with pytest.raises(TypeError, match="Simulator: graph must be a CompGraph"):
+        Simulator("gpt2", clusters.load("cpu_4"))
+    with pytest.raises(TypeError, match=r"Simulator: cluster must be a Cluster \(graphs.clusters"):
+        Simulator(g, "cpu_4")
+    with pytest.raises(ValueError, match=r"Simulator: unknown schedule \['1f1b'\]"):
+        Simulator(g, clusters.load("cpu_4"), schedule=["1f1b"])
