@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from graphs.compgraph import CompGraph
+from graphs.schema import is_number, is_whole
 
 #: Bytes per activation element (fp16/bf16 under mixed precision).
 BYTES_PER_ELEMENT = 2.0
@@ -17,6 +19,21 @@ BYTES_PER_PARAM = 16.0
 RngLike = np.random.Generator | int | None
 
 
+def _whole(who: str, name: str, v: Any, lo: int) -> int:
+    """``v`` as an int when it is an integer (numpy too, never a bool) >= ``lo``; else one
+    ``ValueError`` naming it (2.5, "3" and None were numpy or comparison TypeErrors, and NaN
+    ``reduction_every`` silently no reduction cell; 2 Dec 2026)."""
+    if not is_whole(v, lo):
+        raise ValueError(f"{who}: {name} must be an integer >= {lo}, got {v!r}")
+    return int(v)
+
+
+def _flag(who: str, name: str, v: Any) -> bool:
+    if not isinstance(v, (bool, np.bool_)):  # "no" was taken as true
+        raise ValueError(f"{who}: {name} must be true or false, got {v!r}")
+    return bool(v)
+
+
 def _rng(rng: RngLike) -> np.random.Generator:
     """``rng`` itself, or a generator seeded with ``rng`` (``None`` = seed 0, so results are reproducible)."""
     if isinstance(rng, np.random.Generator):
@@ -24,6 +41,8 @@ def _rng(rng: RngLike) -> np.random.Generator:
     if rng is None:
         return np.random.default_rng(0)
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        if rng < 0:  # numpy's "expected non-negative integer", rng not named
+            raise ValueError(f"rng: a seed must be an integer >= 0, got {rng!r}")
         return np.random.default_rng(int(rng))
     raise ValueError(
         f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}"
@@ -286,14 +305,17 @@ def layered_dag(
     unless ``training`` is False.
     """
     gen = _rng(rng)
-    if n_layers < 1:
-        raise ValueError(f"layered_dag: n_layers must be >= 1, got {n_layers}")
-    if isinstance(width, (int, np.integer)):
-        if width < 1:
-            raise ValueError(f"layered_dag: width must be >= 1, got {width}")
+    n_layers = _whole("layered_dag", "n_layers", n_layers, 1)
+    training = _flag("layered_dag", "training", training)
+    if is_whole(width):
+        width = _whole("layered_dag", "width", width, 1)
         widths = gen.integers(1, int(width) + 1, size=n_layers).tolist()
     else:
-        widths = [int(w) for w in width]
+        if not isinstance(width, (list, tuple, np.ndarray)):  # "123" was read as [1, 2, 3]
+            raise ValueError(
+                f"layered_dag: width must be an integer or a list of integers, got {width!r}"
+            )
+        widths = [_whole("layered_dag", "width[]", w, 1) for w in width]  # 1.9 was 1
         if len(widths) != n_layers or min(widths) < 1:
             raise ValueError(
                 f"layered_dag: width list must have {n_layers} entries >= 1, got {widths}"
@@ -349,9 +371,9 @@ def series_parallel(
     or ResNet-like blocks.
     """
     gen = _rng(rng)
-    if n < 2:
-        raise ValueError(f"series_parallel: n must be >= 2, got {n}")
-    if not 0 <= p_series <= 1:
+    n = _whole("series_parallel", "n", n, 2)
+    training = _flag("series_parallel", "training", training)
+    if not is_number(p_series) or not 0 <= p_series <= 1:
         raise ValueError(f"series_parallel: p_series must be in [0, 1], got {p_series}")
     scale = _Scale.draw(gen, domain)
     edges: list[tuple[int, int]] = [(0, 1)]
@@ -417,14 +439,11 @@ def nasnet_cells(
     other block consumed. Forward ops: ``1 + n_cells * (3 * blocks + 3) + 2``.
     """
     gen = _rng(rng)
-    if n_cells < 1:
-        raise ValueError(f"nasnet_cells: n_cells must be >= 1, got {n_cells}")
-    if blocks < 1:
-        raise ValueError(f"nasnet_cells: blocks must be >= 1, got {blocks}")
-    if max_reductions < 0:
-        raise ValueError(f"nasnet_cells: max_reductions must be >= 0, got {max_reductions}")
-    if reduction_every < 1:
-        raise ValueError(f"nasnet_cells: reduction_every must be >= 1, got {reduction_every}")
+    n_cells = _whole("nasnet_cells", "n_cells", n_cells, 1)
+    blocks = _whole("nasnet_cells", "blocks", blocks, 1)
+    max_reductions = _whole("nasnet_cells", "max_reductions", max_reductions, 0)
+    reduction_every = _whole("nasnet_cells", "reduction_every", reduction_every, 1)
+    training = _flag("nasnet_cells", "training", training)
     # image side (CIFAR-sized to ImageNet-sized input), batch and NASNet-A filter counts
     side = int(gen.choice([32, 64, 128, 224]))
     batch = int(gen.choice([16, 32, 64]))
@@ -567,6 +586,9 @@ def sample(
         raise ValueError(
             f"unknown synthetic graph kind {kind!r}; expected one of {['mixed', *choices]}"
         )
+    min_nodes = _whole("sample", "min_nodes", min_nodes, 2)
+    max_nodes = _whole("sample", "max_nodes", max_nodes, 2)  # inf: an OverflowError
+    training = _flag("sample", "training", training)
     if not 2 <= min_nodes <= max_nodes:
         raise ValueError(
             f"sample: need 2 <= min_nodes <= max_nodes, got min_nodes={min_nodes}, max_nodes={max_nodes}"
