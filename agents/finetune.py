@@ -437,7 +437,17 @@ def chain_finetune(
     )
 
 
-__all__ = ["FinetuneResult", "chain_finetune"]
+__all__ = ["OPTIONS", "FinetuneResult", "chain_finetune", "check_options"]
+
+
+#: The keyword options of :func:`chain_finetune` that :func:`check_options` checks (its budget
+#: ``calls`` and ``seconds`` and the search's settings; ``runners.train.FINETUNE_OPTIONS`` are
+#: these less the budget, as ``agent.options``).
+OPTIONS = (
+    "calls", "seconds", "first_samples", "samples", "elite", "updates", "lr", "penalty",
+    "link_exponent", "patience", "local", "window", "temperature", "sequential", "moves",
+    "focus", "screen",
+)  # fmt: skip
 
 
 def check_options(**options: Any) -> None:
@@ -450,59 +460,36 @@ def check_options(**options: Any) -> None:
 
     from agents import decoding
 
-    sig = inspect.signature(chain_finetune).parameters
-    known = {"calls", "seconds", "samples", "elite", "updates", "lr", "patience", "local",
-             "window", "temperature", "moves", "screen", "focus", "first_samples", "penalty",
-             "link_exponent", "sequential"}  # fmt: skip
-    bad = sorted(set(options) - known)
+    bad = sorted(set(options) - set(OPTIONS))
     if bad:
         raise ValueError(
-            f"chain_finetune: unknown option(s) {bad}; expected some of {sorted(known)}"
+            f"chain_finetune: unknown option(s) {bad}; expected some of {sorted(OPTIONS)}"
         )
-    o = {k: sig[k].default for k in known} | options
-    calls, seconds, samples, elite = o["calls"], o["seconds"], o["samples"], o["elite"]
-    updates, lr, patience, local = o["updates"], o["lr"], o["patience"], o["local"]
-    window, temperature, moves = o["window"], o["temperature"], o["moves"]
-    screen, focus, first_samples = o["screen"], o["focus"], o["first_samples"]
+    sig = inspect.signature(chain_finetune).parameters
+    o = {k: sig[k].default for k in OPTIONS} | options
     # whole numbers and finite rates (1.5 samples used to be cut to 1, "abc" to fail in int(),
     # lr="abc" with a TypeError, lr=inf to be taken)
-    for name, val in (("calls", calls), ("samples", samples), ("elite", elite),
-                      ("updates", updates), ("patience", patience)):  # fmt: skip
-        if not is_whole(val, 1):
-            raise ValueError(f"chain_finetune: {name} must be an integer >= 1, got {val!r}")
-    if not is_number(lr, 0, lo_open=True):
-        raise ValueError(f"chain_finetune: lr must be a finite number > 0, got {lr!r}")
-    for name, val in (("local", local), ("moves", moves), ("focus", focus)):
-        if not is_number(val):
-            raise ValueError(f"chain_finetune: {name} must be a number in [0, 1], got {val!r}")
-    if not is_number(temperature):
+    for name in ("calls", "samples", "elite", "updates", "patience", "screen"):
+        if not is_whole(o[name], 1):
+            raise ValueError(f"chain_finetune: {name} must be an integer >= 1, got {o[name]!r}")
+    if o["first_samples"] is not None and not is_whole(o["first_samples"], 1):  # None: default
         raise ValueError(
-            f"chain_finetune: temperature must be a finite number > 0, got {temperature!r}"
+            f"chain_finetune: first_samples must be an integer >= 1, got {o['first_samples']!r}"
         )
-    if window is not None and not is_whole(window):
-        raise ValueError(f"chain_finetune: window must be an integer >= 1, got {window!r}")
-    if not is_whole(screen):
-        raise ValueError(f"chain_finetune: screen must be an integer >= 1, got {screen!r}")
-    if seconds is not None and not is_number(seconds):
-        raise ValueError(f"chain_finetune: seconds must be a finite number > 0, got {seconds!r}")
-    if not 0.0 <= float(local) <= 1.0:
-        raise ValueError(f"chain_finetune: local must be in [0, 1], got {local}")
-    if window is not None and int(window) < 1:
-        raise ValueError(f"chain_finetune: window must be >= 1, got {window}")
-    if not temperature > 0:
-        raise ValueError(f"chain_finetune: temperature must be > 0, got {temperature}")
-    if not 0.0 <= float(moves) <= 1.0:
-        raise ValueError(f"chain_finetune: moves must be in [0, 1], got {moves}")
-    if int(screen) < 1:
-        raise ValueError(f"chain_finetune: screen must be >= 1, got {screen}")
-    if not 0.0 <= float(focus) <= 1.0:
-        raise ValueError(f"chain_finetune: focus must be in [0, 1], got {focus}")
-    if seconds is not None and not seconds > 0:
-        raise ValueError(f"chain_finetune: seconds must be > 0, got {seconds}")
-    if first_samples is not None and not is_whole(first_samples, 1):
-        raise ValueError(
-            f"chain_finetune: first_samples must be an integer >= 1, got {first_samples!r}"
-        )
+    if o["window"] is not None and not is_whole(o["window"], 1):
+        raise ValueError(f"chain_finetune: window must be >= 1 (an integer), got {o['window']!r}")
+    if not is_number(o["lr"], 0, lo_open=True):
+        raise ValueError(f"chain_finetune: lr must be a finite number > 0, got {o['lr']!r}")
+    for name in ("local", "moves", "focus"):
+        if not is_number(o[name]) or not 0.0 <= o[name] <= 1.0:
+            raise ValueError(f"chain_finetune: {name} must be in [0, 1], got {o[name]!r}")
+    t = o["temperature"]
+    if not is_number(t):
+        raise ValueError(f"chain_finetune: temperature must be a finite number > 0, got {t!r}")
+    if not t > 0:
+        raise ValueError(f"chain_finetune: temperature must be > 0, got {t}")
+    if o["seconds"] is not None and not is_number(o["seconds"], 0, lo_open=True):
+        raise ValueError(f"chain_finetune: seconds must be > 0 (finite), got {o['seconds']!r}")
     if o["penalty"] is not None:
         pen = o["penalty"]
         try:

@@ -157,7 +157,7 @@ class Plan:
         with ``stage`` but no ``stage_device``, ``microbatches`` over the bound or ``meta``
         that JSON cannot hold was made, and then refused by ``load`` or by ``save`` (2 Dec
         2026)."""
-        _check_graph_cluster("Plan.for_graph", graph, cluster, kw.get("meta"))
+        check_graph_cluster("Plan.for_graph", graph, cluster, kw.get("meta"))
         plan = cls(np.asarray(placement), graph.content_hash(), cluster.content_hash(), **kw)
         plan.check(graph, cluster)
         cls.from_dict(json.loads(json.dumps(plan.to_dict())), source="Plan.for_graph")
@@ -199,7 +199,7 @@ class Plan:
         ``microbatches`` is the layout's microbatch count per replica. Raises
         ``ValueError`` naming the field when the layout does not fit.
         """
-        _check_graph_cluster("Plan.hybrid", graph, cluster, meta)
+        check_graph_cluster("Plan.hybrid", graph, cluster, meta)
         # numpy integers (a grid's np.int64 degrees) are integers here, as the planners take them
         dp, tp, pp, microbatch_size, global_batch, virtual_stages, zero = (
             int(v) if is_whole(v) else v
@@ -263,7 +263,7 @@ class Plan:
         meta: Mapping[str, Any] | None = None,
     ) -> Plan:
         """The plan of :meth:`hybrid` for an existing :class:`HybridLayout`."""
-        _check_graph_cluster("Plan.from_layout", graph, cluster, meta)
+        check_graph_cluster("Plan.from_layout", graph, cluster, meta)
         if not isinstance(layout, HybridLayout):
             raise TypeError(
                 f"Plan.from_layout: layout must be a HybridLayout, got {type(layout).__name__}"
@@ -653,10 +653,12 @@ def _read_layout(f: Fields, value: Any) -> HybridLayout:
         raise f.fail("layout", f"is refused: {exc}") from None
 
 
-def _check_graph_cluster(who: str, graph: Any, cluster: Any, meta: Any) -> None:
+def check_graph_cluster(who: str, graph: Any, cluster: Any, meta: Any = None) -> None:
     """``TypeError`` naming the argument when ``graph`` / ``cluster`` / ``meta`` is not what a
     plan is made for (a cluster's name used to fail with ``AttributeError: 'str' object has no
-    attribute 'num_devices'``, a list as ``meta`` with a dictionary-update ``TypeError``)."""
+    attribute 'num_devices'``, a list as ``meta`` with a dictionary-update ``TypeError``).
+    Shared by the plan constructors, the simulator and the planners of
+    ``agents.baselines.get``."""
     if not isinstance(graph, CompGraph):
         raise TypeError(f"{who}: graph must be a CompGraph (graphs.zoo.build(...)), got {graph!r}")
     if not isinstance(cluster, Cluster):

@@ -614,7 +614,8 @@ def search_baseline(
     )
 
 
-#: ``agent.options`` that :func:`search_finetune` passes to ``chain_finetune``.
+#: ``agent.options`` that :func:`search_finetune` passes to ``chain_finetune``
+#: (``agents.finetune.OPTIONS`` less its budget; not imported here: that module loads torch).
 FINETUNE_OPTIONS = (
     "first_samples", "samples", "elite", "updates", "lr", "penalty", "link_exponent",
     "patience", "local", "window", "temperature", "sequential", "moves", "focus", "screen",
@@ -637,8 +638,7 @@ def search_finetune(
     import agents
     from agents.finetune import chain_finetune
 
-    opts = dict(agent_cfg.get("options") or {})
-    check_finetune_agent("", agent_cfg, budget, hybrid=False)
+    opts = dict(agent_cfg.get("options") or {})  # checked by check_finetune_agent, in train()
     init = agent_cfg.get("init_policy") or "generalist"
     policy = agents.load_policy(init)
     if policy.mode != "per_node":

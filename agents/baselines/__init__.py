@@ -93,12 +93,9 @@ def _checked(name: str) -> Callable[..., Plan]:
 def check_call(name: str, graph: Any, cluster: Any, oracle: Any, budget: Any) -> None:
     """The argument checks of :func:`get`'s planners (see there)."""
     from agents.baselines.common import check_budget
+    from graphs.plan import check_graph_cluster
 
-    if not isinstance(graph, CompGraph):
-        raise TypeError(f"{name}: graph must be a CompGraph (graphs.zoo.build(...)), got {graph!r}")
-    if not isinstance(cluster, Cluster):
-        hint = f" (graphs.clusters.load({cluster!r}))" if isinstance(cluster, str) else ""
-        raise TypeError(f"{name}: cluster must be a Cluster{hint}, got {cluster!r}")
+    check_graph_cluster(name, graph, cluster)
     if not any(callable(getattr(oracle, m, None)) for m in ("evaluate", "evaluate_layout")):
         raise TypeError(
             f"{name}: oracle must be an oracle with evaluate() (placement_env.oracles.Simulator"

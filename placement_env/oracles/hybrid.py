@@ -334,14 +334,7 @@ class HybridModel:
 
     def evaluate(self, layout: HybridLayout) -> HybridResult:
         d, lay, dev, topo = self.dims, layout, self.device, self.topo
-        layout.validate(d.layers, d.heads, self.cluster.num_devices)
-        for tp_p in sorted({t for _, t in lay.meshes}):
-            if d.kv_heads % tp_p:
-                what = "stage_meshes tp" if lay.stage_meshes else "tp"
-                raise ValueError(
-                    f"HybridLayout.{what} = {tp_p} must divide the model's {d.kv_heads} kv "
-                    "heads (as Megatron-LM's num_query_groups; the runtime splits whole heads)"
-                )
+        layout.validate(d.layers, d.heads, self.cluster.num_devices, d.kv_heads)
         P, v, m = lay.pp, lay.virtual_stages, lay.num_microbatches
         C = P * v
         s, h = d.seq, d.hidden

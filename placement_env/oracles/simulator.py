@@ -8,7 +8,8 @@ import numpy as np
 
 from graphs.cluster import EAGER_ROUTE_DEVICES, Cluster
 from graphs.compgraph import KIND_NAMES, OPT, CompGraph
-from graphs.plan import MAX_MICROBATCHES, Plan, check_placement
+from graphs.layout import HybridLayout
+from graphs.plan import MAX_MICROBATCHES, Plan, check_graph_cluster, check_placement
 from graphs.schema import is_whole
 from placement_env.oracles import _kernels
 from placement_env.oracles.base import ScheduleEvent, SimResult
@@ -143,23 +144,12 @@ class Simulator:
         schedule: str = "gpipe",
         objective: str = "makespan",
     ) -> None:
-        from graphs.cluster import Cluster as _Cluster
-        from graphs.compgraph import CompGraph as _CompGraph
-
-        if not isinstance(graph, _CompGraph):  # an AttributeError from inside (2 Dec 2026)
-            raise TypeError(
-                f"Simulator: graph must be a CompGraph (graphs.zoo.build(...)), got {graph!r}"
-            )
-        if not isinstance(cluster, _Cluster):
-            hint = f" (graphs.clusters.load({cluster!r}))" if isinstance(cluster, str) else ""
-            raise TypeError(f"Simulator: cluster must be a Cluster{hint}, got {cluster!r}")
+        check_graph_cluster("Simulator", graph, cluster)  # AttributeErrors before (2 Dec 2026)
         if not isinstance(schedule, str) or schedule not in SCHEDULES:  # a list: unhashable
             raise ValueError(
                 f"Simulator: unknown schedule {schedule!r}; valid: {sorted(SCHEDULES)}"
             )
-        if not isinstance(objective, str):
-            raise ValueError(f"Simulator: unknown objective {objective!r}; valid: {OBJECTIVES}")
-        if objective not in OBJECTIVES:
+        if not isinstance(objective, str) or objective not in OBJECTIVES:
             raise ValueError(f"Simulator: unknown objective {objective!r}; valid: {OBJECTIVES}")
         if not is_whole(microbatches, 1) or microbatches > MAX_MICROBATCHES:
             raise ValueError(
@@ -381,8 +371,6 @@ class Simulator:
         ``runtime.hybrid_profile.calibrate_hybrid``) is scored by the calibrated
         :class:`placement_env.oracles.hybrid_cpu.CpuHybridModel` (this machine's gloo
         processes), every other cluster by :class:`placement_env.oracles.hybrid.HybridModel`."""
-        from graphs.layout import HybridLayout
-
         if not isinstance(layout, HybridLayout):  # an AttributeError from inside (2 Dec 2026)
             hint = " (HybridLayout.from_dict(...) reads one)" if isinstance(layout, dict) else ""
             raise TypeError(

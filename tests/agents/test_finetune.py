@@ -189,7 +189,10 @@ def test_bad_options_are_refused_by_name(kw: dict, match: str) -> None:
 
 
 def test_check_options_passes_the_defaults_and_refuses_unknown_names() -> None:
-    from agents.finetune import check_options
+    from agents.finetune import OPTIONS, check_options
+    from runners.train import FINETUNE_OPTIONS
+
+    assert set(FINETUNE_OPTIONS) == set(OPTIONS) - {"calls", "seconds"}
 
     check_options()
     check_options(calls=48, seconds=None, samples=8, penalty=[1, 2, 4, 8], sequential=True)
