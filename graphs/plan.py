@@ -29,6 +29,9 @@ MAX_MICROBATCHES = MAX_LAYOUT_MICROBATCHES
 #: A content hash as written by ``CompGraph.content_hash`` / ``Cluster.content_hash``.
 _HASH = re.compile(r"[0-9a-z]{8,64}")
 
+#: The largest device index a plan can hold (int64).
+INT64_MAX = int(np.iinfo(np.int64).max)
+
 
 @dataclass(frozen=True, eq=False)
 class Plan:
@@ -77,6 +80,11 @@ class Plan:
                 raise ValueError(
                     f"Plan.placement must be a 1-D integer array, got shape {p.shape} dtype {p.dtype}"
                 )
+        if p.size and p.max() > INT64_MAX:  # uint64 2**64-1 was cast to -1 without a word
+            raise ValueError(
+                f"Plan.placement holds device index {int(p.max())}, beyond any cluster "
+                "(at most 2**63-1)"
+            )
         p = p.astype(np.int64, copy=True)
         _no_negative(p, "Plan.placement", "device indices")
         p.flags.writeable = False
@@ -510,21 +518,28 @@ def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.nd
             f"placement has shape {p.shape}, expected ({graph.num_nodes},): one device index per node "
             f"of graph {graph.meta.get('name', '?')!r}"
         )
-    if p.size and not np.issubdtype(p.dtype, np.integer):
-        # booleans were taken as devices 0 and 1, strings raised a numpy TypeError (fuzzing)
-        if p.dtype == bool or not np.issubdtype(p.dtype, np.number):
+    if p.size and p.dtype == object and all(_is_int(x) for x in p):
+        p = np.array([int(x) for x in p], dtype=object)  # Python ints, beyond int64 too
+    elif p.size and not np.issubdtype(p.dtype, np.integer):
+        # booleans were taken as devices 0 and 1, strings raised a numpy TypeError, complex
+        # numbers numpy's "ufunc 'remainder' not supported" (fuzzing)
+        if p.dtype == bool or not np.issubdtype(p.dtype, np.floating):
             raise ValueError(f"placement must hold integer device indices, got dtype {p.dtype}")
         if not np.all(np.mod(p, 1) == 0):
             raise ValueError("placement must hold integer device indices")
-    p = p.astype(np.int64)
-    bad = (p < 0) | (p >= cluster.num_devices)
+    # the range is checked before the cast: 2**64-1 (uint64) used to be reported as device -1
+    bad = np.asarray((p < 0) | (p >= cluster.num_devices), dtype=bool)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(
             f"placement puts node {graph.name[i]!r} (index {i}) on device {int(p[i])}, "
             f"but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
         )
-    return p
+    return p.astype(np.int64)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def check_microbatches(graph: CompGraph, microbatches: int, what: str, hint: str = "") -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,31 +301,40 @@ def _free_form(tp: Any) -> bool:
     return tp is Any or origin is dict or tp is dict
 
 
+def _walk(schema: type, dotted: str) -> Iterator[tuple[int, type, str, dict[str, Any]]]:
+    """The steps of the dotted key down ``schema``: ``(index, dataclass, part, its field
+    types)`` for each part while the level is a dataclass, the last one the first part that
+    is not a field (if any). The one walk of :func:`check_key`, :func:`_rule_of` and
+    :func:`_under_free_form`."""
+    import typing
+
+    cls: Any = schema
+    for i, part in enumerate(dotted.split(".")):
+        if not dataclasses.is_dataclass(cls):
+            return
+        types = _field_types(cls)
+        yield i, cls, part, types
+        if part not in types:
+            return
+        args = [a for a in typing.get_args(types[part]) if a is not type(None)]
+        cls = args[0] if args and dataclasses.is_dataclass(args[0]) else types[part]
+
+
 def check_key(schema: type, dotted: str) -> None:
     """Raise ``ValueError`` unless ``dotted`` (``train.seconds``) is a key of ``schema``.
 
     The message names the valid keys at the level where the path went wrong.
     """
-    import typing
-
-    cls: Any = schema
-    seen: list[str] = []
-    for part in dotted.split("."):
-        if not dataclasses.is_dataclass(cls):
-            return
-        types = _field_types(cls)
+    parts = dotted.split(".")
+    for i, cls, part, types in _walk(schema, dotted):
         if part not in types:
-            where = ".".join(seen) or "the top level"
+            where = ".".join(parts[:i]) or "the top level"
             raise ValueError(
                 f"unknown config key {dotted!r}: {part!r} is not a key of {where} "
                 f"({cls.__name__}); valid keys: {sorted(types)}"
             )
-        tp = types[part]
-        if _free_form(tp):
+        if _free_form(types[part]):
             return
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        cls = args[0] if args and dataclasses.is_dataclass(args[0]) else tp
-        seen.append(part)
 
 
 def check_overrides(schema: type, overrides: list[str]) -> None:
@@ -450,15 +459,11 @@ def _rule_of(schema: type, dotted: str) -> Callable[[Any], str | None] | None:
     """The rule of the field at ``dotted`` below ``schema`` (None if it has none)."""
     import typing
 
-    cls: Any = schema
-    parts = dotted.split(".")
-    for i, part in enumerate(parts):
-        if not dataclasses.is_dataclass(cls):
-            return None
-        types = _field_types(cls)
+    last = len(dotted.split(".")) - 1
+    for i, cls, part, types in _walk(schema, dotted):
         if part not in types:
             return None
-        if i == len(parts) - 1:
+        if i == last:
             rule = RULES.get((cls, part))
             if rule is None and types[part] in (bool, "bool"):  # hydra's own refusal of a
                 # non-boolean printed several lines and no `error:` line (found by fuzzing)
@@ -467,9 +472,6 @@ def _rule_of(schema: type, dotted: str) -> Callable[[Any], str | None] | None:
                 # same several lines of hydra's and exit status 1 (2 Dec 2026)
                 return _a_list(optional=type(None) in typing.get_args(types[part]))
             return rule
-        tp = types[part]
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        cls = args[0] if args and dataclasses.is_dataclass(args[0]) else tp
     return None
 
 
@@ -734,18 +736,12 @@ def _under_free_form(schema: type, dotted: str) -> bool:
     ``agent.options``, ``env.env_kwargs``: ``dict`` / ``Any``) or a key inside one."""
     import typing
 
-    cls: Any = schema
-    for part in dotted.split("."):
-        if not dataclasses.is_dataclass(cls):
-            return False
-        types = _field_types(cls)
+    for _, _, part, types in _walk(schema, dotted):
         if part not in types:
             return False
         tp = types[part]
         if _free_form(tp) or any(_free_form(a) for a in typing.get_args(tp)):
             return True
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        cls = args[0] if args and dataclasses.is_dataclass(args[0]) else tp
     return False
 
 

@@ -586,6 +586,31 @@ def search_ppo(
     )
 
 
+def _plan_with_baseline(
+    problem: common.Problem,
+    agent_cfg: Mapping[str, Any],
+    objective: str,
+    seed: int,
+    echo: Callable[[str], None],
+) -> SearchOutcome:
+    """:func:`search_baseline` with what the run prints about it."""
+    bname = agent_cfg.get("baseline") or agent_cfg["name"]
+    limit = common.planner_time_limit(bname, agent_cfg.get("options"))
+    if limit is not None:  # a minute of silence otherwise (ilp, ideal_dp, ...)
+        echo(f"{bname}: planning (time limit {limit:g} s) ...")
+    outcome = search_baseline(problem, agent_cfg, seed=seed)
+    if outcome.step_time is None and outcome.meta.get("error"):
+        # the reason was only in result.json's meta.error; the summary said "n/a (OOM)"
+        echo(f"{bname}: no plan: {common.first_line(outcome.meta['error'], bname)}")
+    report = outcome.meta.get("planner")
+    line = report and common.planner_report(
+        bname, report, objective=objective, step_time=outcome.step_time
+    )
+    if line:
+        echo(line)
+    return outcome
+
+
 def search_baseline(
     problem: common.Problem, agent_cfg: Mapping[str, Any], *, seed: int
 ) -> SearchOutcome:
@@ -1110,6 +1135,11 @@ def train(
         (run_dir / checkpoint.WALL_CLOCK).unlink(missing_ok=True)
     clock = checkpoint.SessionClock(run_dir).start(already=time.perf_counter() - t_start)
     try:
+        # ---- a baseline agent plans first: a bad value of one of its options (ideal_dp's
+        # time_limit=-1, ...) used to be refused only after the env's baselines had run
+        if agent_cfg["kind"] == "baseline":
+            outcome = _plan_with_baseline(problem, agent_cfg, spec.objective, seed, echo)
+
         # ---- baselines: the reference
         bpath = run_dir / "baselines.json"
         if resuming and bpath.exists():
@@ -1125,20 +1155,7 @@ def train(
 
         # ---- the agent's search
         if agent_cfg["kind"] == "baseline":
-            bname = agent_cfg.get("baseline") or agent_cfg["name"]
-            limit = common.planner_time_limit(bname, agent_cfg.get("options"))
-            if limit is not None:  # a minute of silence otherwise (ilp, ideal_dp, ...)
-                echo(f"{bname}: planning (time limit {limit:g} s) ...")
-            outcome = search_baseline(problem, agent_cfg, seed=seed)
-            if outcome.step_time is None and outcome.meta.get("error"):
-                # the reason was only in result.json's meta.error; the summary said "n/a (OOM)"
-                echo(f"{bname}: no plan: {common.first_line(outcome.meta['error'], bname)}")
-            report = outcome.meta.get("planner")
-            line = report and common.planner_report(
-                bname, report, objective=spec.objective, step_time=outcome.step_time
-            )
-            if line:
-                echo(line)
+            pass  # planned before the baselines
         elif agent_cfg["kind"] == "ppo" and hybrid:
             outcome = search_hybrid_ppo(
                 problem,

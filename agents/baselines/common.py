@@ -577,11 +577,18 @@ def check_flag(who: str, name: str, value: Any) -> bool:
     return bool(value)
 
 
+#: The largest seed a planner takes: METIS's options hold a signed 64-bit integer.
+MAX_SEED = 2**63 - 1
+
+
 def check_seed(who: str, seed: Any) -> int:
-    """A random seed: an integer >= 0 (``ValueError`` naming ``who``; -1 and 1.5 raised numpy's
-    or METIS's own errors, and METIS took -1, found by fuzzing)."""
+    """A random seed: an integer in ``0..MAX_SEED`` (``ValueError`` naming ``who``; -1 and 1.5
+    raised numpy's or METIS's own errors, METIS took -1, and 2**70 raised pybind11's
+    ``TypeError`` from inside METIS, found by fuzzing)."""
     if not is_whole(seed, 0):
         raise ValueError(f"{who}: seed must be an integer >= 0, got {seed!r}")
+    if int(seed) > MAX_SEED:
+        raise ValueError(f"{who}: seed must be an integer >= 0, got {seed!r} (at most 2**63-1)")
     return int(seed)
 
 

@@ -101,19 +101,22 @@ class OneShotEnv(PlacementEnv):
                 f"OneShotEnv action must have shape ({b.max_nodes},): one device per unit, "
                 f"got shape {a.shape}"
             )
-        if a.dtype == bool or not np.issubdtype(a.dtype, np.number):
+        # complex actions raised numpy's "ufunc 'remainder' not supported" (fuzzing)
+        if a.dtype == bool or not (
+            np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
+        ):
             raise ValueError(
                 f"OneShotEnv action must hold integer device indices, got dtype {a.dtype}"
             )
         if not (np.issubdtype(a.dtype, np.integer) or np.all(np.mod(a, 1) == 0)):
             raise ValueError("OneShotEnv action must hold integer device indices")
-        a = a.astype(np.int64)
-        bad = (a < 0) | (a >= b.max_devices)
+        bad = (a < 0) | (a >= b.max_devices)  # before the cast: uint64 2**64-1 read as -1
         if bad.any():
             u = int(np.flatnonzero(bad)[0])
             raise ValueError(
                 f"OneShotEnv action puts unit {u} on device {int(a[u])}; expected [0, {b.max_devices})"
             )
+        a = a.astype(np.int64)
         U, D = self.enc.num_units, self.enc.num_devices
         p = a[:U]
         self._invalid = bool((p >= D).any())

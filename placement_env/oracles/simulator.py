@@ -321,6 +321,8 @@ class Simulator:
         step model (:class:`placement_env.oracles.hybrid.HybridModel`) and returns a
         :class:`~placement_env.oracles.hybrid.HybridResult`; ``record`` is ignored there.
         """
+        if not isinstance(record, (bool, np.bool_)):  # "yes" and 1 were taken (fuzzing)
+            raise TypeError(f"Simulator.evaluate: record must be True or False, got {record!r}")
         if isinstance(placement_or_plan, Plan) and placement_or_plan.layout is not None:
             return self.evaluate_layout(placement_or_plan.layout, plan=placement_or_plan)
         p = self._check(placement_or_plan)

@@ -605,6 +605,7 @@ def test_a_first_unit_larger_than_the_accelerator_goes_to_the_host(name):
         ("anneal", 10, {"seed": -1}, "anneal: seed must be an integer >= 0, got -1"),
         ("metis", None, {"seed": 1.5}, "metis: seed must be an integer >= 0"),  # METIS TypeError
         ("metis", None, {"seed": -1}, "metis: seed must be an integer >= 0"),  # was taken
+        ("metis", None, {"seed": 2**70}, r"at most 2\*\*63-1"),  # pybind11's TypeError
         ("random", 5, {"seed": 1.5}, "random: seed must be an integer >= 0"),
         ("ilp", None, {"symmetry": "yes"}, "ilp: symmetry must be true or false"),  # truthy
         ("ilp", None, {"warm_start": "no"}, "ilp: warm_start must be true or false"),

@@ -125,6 +125,25 @@ def test_non_integer_placement(graph, cluster):
         Plan(np.array([0.5, 1.0]))
 
 
+def test_placements_beyond_int64_and_complex_ones_are_named(graph, cluster):
+    """Found by fuzzing: complex numbers raised numpy's "ufunc 'remainder' not supported",
+    uint64 2**64-1 was cast to int64 and reported as device -1, Python ints beyond int64
+    gave dtype object."""
+    with pytest.raises(ValueError, match="integer device indices, got dtype complex128"):
+        check_placement(np.zeros(4, complex), graph, cluster)
+    big = np.array([0, 2**64 - 1, 0, 0], dtype=np.uint64)
+    with pytest.raises(ValueError, match=r"'b' \(index 1\) on device 18446744073709551615"):
+        check_placement(big, graph, cluster)
+    with pytest.raises(ValueError, match=r"'a' \(index 0\) on device 1180591620717411303424"):
+        check_placement([2**70, 0, 0, 0], graph, cluster)
+    assert check_placement(np.array([0, 1, 2, 0], np.uint8), graph, cluster).dtype == np.int64
+    np.testing.assert_array_equal(
+        check_placement(np.array([2, 1, 0, 0], object), graph, cluster), [2, 1, 0, 0]
+    )
+    with pytest.raises(ValueError, match="device index 18446744073709551615, beyond any"):
+        Plan(big)
+
+
 def test_negative_devices_and_stages_are_refused_when_the_plan_is_made():
     """Plan(np.array([-1, 0])) was accepted until Plan.check (and Plan.save wrote it)."""
     with pytest.raises(ValueError, match=r"Plan.placement\[1\] is -1; device indices are >= 0"):

@@ -328,6 +328,8 @@ def test_stage_memory_mask() -> None:
         ("placement_env/OneShot-v0", np.array([0, 1, 2])),
         ("placement_env/OneShot-v0", np.array([0.5, 1, 1])),
         ("placement_env/OneShot-v0", np.array([True, False, True])),  # devices 1, 0, 1 (fuzzing)
+        ("placement_env/OneShot-v0", np.zeros(3, complex)),  # numpy's ufunc error (fuzzing)
+        ("placement_env/OneShot-v0", np.array([0, 2**64 - 1, 0], np.uint64)),  # read as -1
     ],
 )
 def test_bad_action_raises_value_error(env_id: str, bad) -> None:
@@ -490,6 +492,9 @@ def test_warm_start_from_a_node_placement_and_bad_init_refused() -> None:
             cls(fixed(g, c), init=np.array([1, 0])).reset(seed=0)
         with pytest.raises(ValueError, match="unknown"):
             cls(fixed(g, c), init="best")
+        for bad in (np.array([1, 2**64 - 1, 1, 0], np.uint64), np.array([1, -1, 1, 0])):
+            with pytest.raises(ValueError, match="init placement holds device index"):
+                cls(fixed(g, c), init=bad)
 
 
 @pytest.mark.parametrize(

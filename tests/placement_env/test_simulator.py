@@ -270,6 +270,11 @@ def test_bad_inputs_are_refused() -> None:
         ):
             Simulator(g, c, microbatches=bad)
     assert Simulator(g, c, microbatches=np.int64(4)).microbatches == 4
+    # record="yes" and record=1 were taken (fuzzing)
+    for bad in ("yes", 1, None):
+        with pytest.raises(TypeError, match="record must be True or False, got"):
+            sim.evaluate(np.array([0, 1, 1]), record=bad)
+    assert sim.evaluate(np.array([0, 1, 1]), record=np.bool_(True)).events is not None
 
 
 def test_plan_fields_the_simulator_cannot_model_are_refused() -> None:

@@ -478,3 +478,21 @@ def test_warm_starts_only_go_to_envs_that_start_from_a_placement() -> None:
         init = inspect.signature(getattr(importlib.import_module(mod), cls)).parameters.get("init")
         takes_array = init is not None and "ndarray" in str(init.annotation)
         assert takes_array == (env_id in WARM_START_ENVS), env_id
+
+
+def test_a_baseline_agent_with_a_bad_option_value_fails_before_the_env_baselines(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """`agent=anneal +agent.options.t0=-1` was refused only after the env's baselines had run
+    (minutes on a real env: ideal_dp and ilp take up to 60 s each); the agent plans first."""
+    ov = [*small_env(graph_file), "agent=anneal", "agent.budget=20"]
+    lines: list[str] = []
+    with pytest.raises(ValueError, match="t0"):
+        train(compose([*ov, "+agent.options.t0=-1"]), tmp_path / "bad", echo=lines.append)
+    assert not (tmp_path / "bad" / "baselines.json").exists()
+    assert not any(line.startswith(("single", "expert")) for line in lines), lines
+    res = train(compose(ov), tmp_path / "good", echo=lambda s: None)
+    assert res["agent"] == "anneal" and res["best_step_time"] > 0 and not res["oom"]
+    assert sorted(res["baselines"]) == ["expert", "single"]
+    saved = json.loads((tmp_path / "good" / "baselines.json").read_text())
+    assert sorted(saved) == ["expert", "single"]
