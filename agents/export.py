@@ -182,6 +182,11 @@ def resolve_policy(path: str | Path) -> Path:
     from agents.generalist import shipped_path
 
     p = check_path(path, "policy", "a shipped policy name or a file path")
+    if not str(path).strip():  # Path("") is ".": "error: .: not a loadable policy file"
+        raise ValueError(
+            "policy is empty; expected a shipped policy name ('generalist') or a policy file, "
+            "e.g. outputs/train/DATE/TIME/policy.pt"
+        )
     shipped = shipped_path(str(path))
     if shipped is not None and not p.exists():
         if not shipped.exists():
@@ -193,6 +198,18 @@ def resolve_policy(path: str | Path) -> Path:
 def _read_policy_file(path: Path) -> Any:
     """``torch.load(path, weights_only=True)`` with refusals that name the file and never
     suggest ``weights_only=False`` (that would run whatever the file's pickle says)."""
+    if path.is_dir():  # "(no such file)" for a run folder (fuzzing)
+        inside = sorted(f.name for f in path.glob("*.pt"))
+        raise ValueError(
+            f"{path} is a folder; policy= takes a policy file"
+            + (
+                f": {path / inside[0]}?"
+                if len(inside) == 1
+                else f" (it holds {inside})"
+                if inside
+                else " (it holds no .pt file)"
+            )
+        )
     if not path.is_file():
         raise ValueError(f"{path}: not a loadable policy file (no such file)")
     if not zipfile.is_zipfile(path):

@@ -60,6 +60,16 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
         raise f.fail(
             unknown[0], f"is not a calibration key; expected one of {list(CALIBRATION_KEYS)}{hint}"
         )
+    # a section that is there must be an object: "device": null, "runtime": [] and
+    # "measured": "x" were taken as absent, "hybrid": {} as no hybrid calibration (fuzzing)
+    for k in CALIBRATION_KEYS:
+        if k in cal:
+            f.obj(cal[k], k, free=True)
+    if "hybrid" in cal and not cal["hybrid"]:
+        raise f.fail(
+            "hybrid", "is empty; leave it out, or write a hybrid calibration there "
+            f"({list(HYBRID_CALIBRATION_KEYS)}: python -m runners.profile hybrid.model=...)",
+        )  # fmt: skip
     dev = f.obj(cal.get("device") or {}, "device", optional=DEVICE_FIGURES)
     positive = ("peak_flops", "mem_bw", "memory", "efficiency")  # as Device requires
     for k, v in dev.items():
@@ -70,8 +80,6 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
     link = f.obj(cal.get("link") or {}, "link", optional=("bandwidth", "latency"))
     for k, v in link.items():  # a bandwidth of 0 was refused later by Link, naming no file
         f.number(v, f"link.{k}", lo=0, lo_open=k == "bandwidth")
-    for k in ("concurrency", "runtime", "hybrid"):
-        f.obj(cal.get(k) or {}, k, free=True)
     hy = cal.get("hybrid") or {}
     if hy:  # refused here, naming the file, not when a planner first builds the model from it
         check_hybrid_calibration(hy, f, "hybrid")

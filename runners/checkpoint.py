@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from graphs.schema import show
+from graphs.schema import is_number, show
 from runners.common import write_bytes_atomic
 
 CHECKPOINT = "checkpoint.pkl"
@@ -49,6 +49,8 @@ MAGIC = b"devplace-checkpoint "
 _HEADER_MAX = 512
 #: Environment variable naming the key file (default ``~/.config/devplace/checkpoint.key``).
 KEY_ENV = "DEVPLACE_CHECKPOINT_KEY_FILE"
+#: The key of the checkpoint's ``extra`` holding :func:`config_digest` of the run.
+CONFIG_DIGEST = "config_sha256"
 #: Keys of the unpickled state, as :func:`save` writes them.
 _STATE_KEYS = frozenset({"version", "algo", "model", "env", "rng", "callbacks", "extra"})
 
@@ -144,13 +146,23 @@ def save(
         "env": model.get_env(),
         "rng": rng_state(),
         "callbacks": [callback_state(cb) for cb in callbacks],
-        "extra": dict(extra or {}),
+        # the config.yaml the run was started with: resume= refuses the checkpoint if it
+        # was edited since (cluster: k40_2 -> k40_4 trained on in the 2-device envs, fuzzing)
+        "extra": {**dict(extra or {}), CONFIG_DIGEST: config_digest(run_dir)},
     }
     payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
     header = {"version": VERSION, "bytes": len(payload), "hmac_sha256": _sign(payload)}
     path = Path(run_dir) / CHECKPOINT
     write_bytes_atomic(path, MAGIC + json.dumps(header).encode() + b"\n" + payload)
     return path
+
+
+def config_digest(run_dir: str | Path) -> str | None:
+    """SHA-256 of ``RUN_DIR/config.yaml`` (``None`` when there is none)."""
+    try:
+        return hashlib.sha256((Path(run_dir) / "config.yaml").read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def exists(run_dir: str | Path) -> bool:
@@ -227,6 +239,14 @@ def load(run_dir: str | Path) -> dict[str, Any]:
             f"({type(exc).__name__}: {exc}); {_restart_hint(path)}"
         ) from None
     _check_state(state, path)
+    saved, now = state["extra"].get(CONFIG_DIGEST), config_digest(run_dir)
+    if saved is not None and saved != now:
+        raise ValueError(
+            f"resume: {path} was written by a run of another config than "
+            f"{Path(run_dir) / 'config.yaml'} (edited since, or replaced by another run's): "
+            f"resuming would train on the checkpoint's problem under the config's name; "
+            f"{_restart_hint(path)}"
+        )
     return state
 
 
@@ -296,12 +316,34 @@ class SessionClock:
         self._thread: threading.Thread | None = None
 
     def _read(self) -> list[list[float]]:
+        """The sessions so far: none without a file (a new run); ``ValueError`` naming the
+        file for one that is not what :meth:`_tick` writes (``[[0, Infinity]]`` gave
+        ``wall_seconds`` null, ``[[0, 1e9]]`` a billion seconds, and a damaged file was
+        read as none, all without a word: fuzzing, 2 Dec 2026)."""
+        if not self.path.exists():
+            return []
+        now = time.time()
         try:
             data = json.loads(self.path.read_text())
             sessions = data["sessions"]
-            return [[float(a), float(b)] for a, b in sessions if float(b) >= float(a)]
-        except (OSError, ValueError, KeyError, TypeError):
-            return []  # no file (a new run) or a damaged one: count from now
+            if not isinstance(sessions, list):
+                raise TypeError("'sessions' is not a list")
+            out = []
+            for s in sessions:
+                if not (isinstance(s, list) and len(s) == 2):
+                    raise TypeError(f"session {show(s)} is not [start, end]")
+                a, b = s
+                if not all(is_number(x) and 0 <= x <= now + 60 for x in (a, b)) or b < a:
+                    raise ValueError(
+                        f"session {show(s)}: expected unix seconds, start <= end <= now"
+                    )
+                out.append([float(a), float(b)])
+            return out
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(
+                f"resume: {self.path} is not a run's wall clock ({type(exc).__name__}: {exc}); "
+                f"it counts the run's seconds over its sessions: delete it to count from now"
+            ) from None
 
     def _tick(self) -> None:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import math
@@ -127,15 +128,28 @@ def problem_identity(problem: Problem) -> dict[str, Any]:
     differ (runs that differed only in schedule or memory fraction were averaged: their lower
     bounds are equal)."""
     s = problem.spec
-    return {
+    out = {
         "graph": problem.graph.content_hash(),
         "cluster": problem.cluster.content_hash(),
+        "env_id": str(s.env_id),
         "microbatches": int(s.microbatches),
         "schedule": str(s.schedule),
         "objective": str(s.objective),
         "oracle": str(s.oracle),
         "oracle_options": json.loads(json.dumps(dict(s.oracle_options), default=str)),
     }
+    if s.env_id == HYBRID_ENV_ID:
+        # each layout has its own microbatches and schedule: two runs differing only in the
+        # unused env.microbatches were refused as different problems; and which step model
+        # scores the layouts (a hybrid calibration of cpu_N is not in the cluster's hash:
+        # runs scored 0.51 and 10.61 ms were averaged as two seeds; fuzzing, 2 Dec 2026)
+        out["microbatches"] = out["schedule"] = None
+        hcal = problem.cluster.meta.get("hybrid_calibration")
+        out["hybrid_model"] = "HybridModel"
+        if hcal:
+            digest = hashlib.sha256(json.dumps(hcal, sort_keys=True, default=str).encode())
+            out["hybrid_model"] = f"CpuHybridModel {digest.hexdigest()[:16]}"
+    return out
 
 
 def is_factory(model: str | None) -> bool:

@@ -89,7 +89,10 @@ def evaluate(
         rows = [row_of_run(p) for p in folders]
         check_one_problem_per_env(rows, folders)
         check_one_run_per_seed(rows, folders)
-        return _write_all(rows, run_dir, echo)
+        notes = [f"left out, no result.json: {why}" for why in unfinished_runs(runs)]
+        for note in notes:  # a sweep's crashed job was left out without a word (fuzzing)
+            echo(f"evaluate: {note}")
+        return _write_all(rows, run_dir, echo, notes)
     for group, names in (("env", cfg.envs), ("agent", cfg.agents)):
         unknown = sorted(set(names) - set(common.available(group)))
         if unknown:
@@ -203,6 +206,33 @@ def run_folders(paths: Sequence[str]) -> list[Path]:
     return found
 
 
+#: Files a ``runners.train`` / ``runners.plan`` run folder holds before its ``result.json``.
+RUN_MARKERS = ("train.log", "plan.log", "error.txt", "checkpoint.pkl")
+
+
+def unfinished_runs(paths: Sequence[str]) -> list[str]:
+    """The run folders under ``paths`` (searched as :func:`run_folders` searches) that hold
+    a run's log, ``error.txt`` or checkpoint but no ``result.json``: failed, killed or still
+    running. Each as ``"FOLDER (why)"``, the first line of its ``error.txt`` where it has one."""
+    out: list[str] = []
+    seen: set[Path] = set()
+    for p in map(Path, paths):
+        for marker in RUN_MARKERS:
+            for f in [p / marker, *p.rglob(marker)]:
+                run = f.parent
+                hidden = any(part.startswith(".") for part in run.relative_to(p).parts)
+                if not f.is_file() or hidden or run in seen or (run / "result.json").is_file():
+                    continue
+                seen.add(run)
+                err = run / "error.txt"
+                why = "unfinished: killed or still running"
+                if err.is_file():
+                    first = err.read_text(errors="replace").strip().splitlines()
+                    why = f"failed: {first[0][:200] if first else 'error.txt is empty'}"
+                out.append(f"{run} ({why})")
+    return sorted(out)
+
+
 def check_one_run_per_seed(rows: Sequence[dict[str, Any]], folders: Sequence[Path]) -> None:
     """A row's mean and std are over seeds: two runs of one (env, agent, seed) -- the same
     seed trained twice with other settings, or two runners.plan runs of one policy folder
@@ -233,13 +263,11 @@ def check_one_problem_per_env(rows: Sequence[dict[str, Any]], folders: Sequence[
             first[row["env"]] = (lb, folder, prob)
             continue
         lb0, folder0, prob0 = first[row["env"]]
-        if prob is not None and prob0 is not None and prob != prob0:
-            keys = sorted(set(prob) | set(prob0))
-            diff = ", ".join(
-                f"{k} {prob0.get(k)!r} vs {prob.get(k)!r}"
-                for k in keys
-                if prob0.get(k) != prob.get(k)
-            )
+        # keys both runs record (env_id and hybrid_model since 2 Dec 2026: earlier runs
+        # are compared on the rest)
+        keys = sorted(set(prob or {}) & set(prob0 or {}))
+        diff = ", ".join(f"{k} {prob0[k]!r} vs {prob[k]!r}" for k in keys if prob0[k] != prob[k])
+        if diff:
             raise ValueError(
                 f"runs: {folder0} and {folder} both ran env {row['env']!r} but on different "
                 f"problems ({diff}); compare runs of one problem per env name"
@@ -294,9 +322,12 @@ def row_of_run(run: Path) -> dict[str, Any]:
 
 
 def _write_all(
-    rows: list[dict[str, Any]], run_dir: Path, echo: Callable[[str], None]
+    rows: list[dict[str, Any]],
+    run_dir: Path,
+    echo: Callable[[str], None],
+    notes: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    write_tables(rows, run_dir)
+    write_tables(rows, run_dir, notes)
     plot_bars(rows, run_dir / "results.png")
     echo(f"evaluate: {len(rows)} runs -> {run_dir / 'results.md'}")
     return rows
@@ -332,8 +363,9 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def write_tables(rows: Sequence[dict[str, Any]], run_dir: Path) -> None:
-    """``results.csv`` (one row per run) and ``results.md`` (mean ± std over seeds)."""
+def write_tables(rows: Sequence[dict[str, Any]], run_dir: Path, notes: Sequence[str] = ()) -> None:
+    """``results.csv`` (one row per run) and ``results.md`` (mean ± std over seeds; then
+    ``notes``, one line each, e.g. the run folders left out)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(COLUMNS))
     w.writeheader()
@@ -352,6 +384,8 @@ def write_tables(rows: Sequence[dict[str, Any]], run_dir: Path) -> None:
             f"| {a['env']} | {a['agent']} | {st} | {lb} | {a['feasible']}/{a['runs']} | "
             f"{a['oracle_calls']:.0f} | {a['wall_seconds']:.1f} |"
         )
+    if notes:
+        lines += ["", *(f"- {n}" for n in notes)]
     common.write_bytes_atomic(run_dir / "results.md", ("\n".join(lines) + "\n").encode())
 
 

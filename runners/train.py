@@ -586,6 +586,41 @@ def search_ppo(
     )
 
 
+#: The files a run writes into its folder (``error.txt`` and ``train.log`` aside: the one is
+#: removed when a run starts, the other appended to).
+RUN_FILES = (
+    "result.json",
+    "baselines.json",
+    "best_plan.json",
+    "best_plan_gantt.png",
+    "best_plan_trace.json",
+    "best_plan_timeline.txt",
+    "best_plan_measured.json",
+    "policy.pt",
+    "warm_start.json",
+    "run_info.json",
+    checkpoint.CHECKPOINT,
+    checkpoint.WALL_CLOCK,
+)
+
+
+def clear_earlier_run(run_dir: Path) -> list[str]:
+    """Remove the :data:`RUN_FILES` an earlier run left in ``run_dir``; return their names.
+
+    A new run (not ``resume=``) in a used folder kept them: its resume then took the earlier
+    run's ``baselines.json`` as its own (a speed-up of 93x over another model's baseline), a
+    baseline agent left the earlier PPO run's ``policy.pt`` beside its plan, and a run killed
+    before its first checkpoint resumed from the earlier run's (fuzzing, 2 Dec 2026); the
+    clock was already restarted (``wall_clock.json``)."""
+    cleared = []
+    for name in RUN_FILES:
+        path = run_dir / name
+        if path.is_file():
+            path.unlink()
+            cleared.append(name)
+    return cleared
+
+
 def _plan_with_baseline(
     problem: common.Problem,
     agent_cfg: Mapping[str, Any],
@@ -1067,6 +1102,10 @@ def train(
         echo(f"resuming {run_dir}" + ("" if resume_state else " (no checkpoint: from the start)"))
     schema.check_values(schema.TrainConfig, cfg)  # budgets > 0, known schedule, ...
     run_dir.mkdir(parents=True, exist_ok=True)
+    if not resuming:
+        cleared = clear_earlier_run(run_dir)
+        if cleared:
+            echo(f"{run_dir} held an earlier run: removed its {', '.join(cleared)}")
     plain = common.to_plain(cfg)
     if resume_state is None:
         common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
@@ -1130,9 +1169,6 @@ def train(
         options=log_opts,
     )
 
-    # a new run in a used folder starts its own clock (it used to add the old run's)
-    if not resuming:
-        (run_dir / checkpoint.WALL_CLOCK).unlink(missing_ok=True)
     clock = checkpoint.SessionClock(run_dir).start(already=time.perf_counter() - t_start)
     try:
         # ---- a baseline agent plans first: a bad value of one of its options (ideal_dp's

@@ -184,6 +184,18 @@ def test_load_policy_rejects_foreign_or_stale_files(tmp_path: Path):
         load_policy(tmp_path / "junk.pt")
     with pytest.raises(TypeError, match="GraphActorCriticPolicy"):
         export_policy(object(), tmp_path / "x.pt")
+    # a run folder and an empty policy= said "(no such file)", the latter of "." (fuzzing)
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(ValueError, match=r"run is a folder; .*\(it holds no .pt file\)"):
+        load_policy(run)
+    (run / "policy.pt").write_bytes(b"")
+    with pytest.raises(
+        ValueError, match=r"run is a folder; policy= takes a policy file: .*policy.pt\?"
+    ):
+        load_policy(run)
+    with pytest.raises(ValueError, match="policy is empty; expected a shipped policy name"):
+        load_policy("")
 
 
 @pytest.mark.parametrize("value", [None, 0, 1.5, b"generalist"])

@@ -595,6 +595,11 @@ def test_bad_cpu_calibration_is_refused(tmp_path, text, field, value) -> None:
         ('{"segments": {}, "model": {}}', "model", "goes under the key 'hybrid'"),
         ("{}", "(top level)", "holds no figures"),
         ('{"measured": {"time": 1}}', "(top level)", "holds no figures"),
+        # taken as absent until 2 Dec 2026 (fuzzing)
+        ('{"device": null, "link": {"latency": 1e-5}}', "device", "expected an object"),
+        ('{"device": {"peak_flops": 1e9}, "runtime": []}', "runtime", "expected an object"),
+        ('{"device": {"peak_flops": 1e9}, "measured": "x"}', "measured", "expected an object"),
+        ('{"device": {"peak_flops": 1e9}, "hybrid": {}}', "hybrid", "is empty; leave it out"),
         # a junk hybrid section was refused only when a planner built the model, unnamed
         ('{"hybrid": {"junk": 1}}', "hybrid.segments", "is missing: a hybrid calibration"),
         (

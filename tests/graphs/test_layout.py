@@ -263,3 +263,33 @@ def test_model_dims_are_bounded() -> None:
         ):
             zoo.build("gpt", **{**base, key: value})
     assert zoo.build("gpt", **{**base, "layers": 1000}).num_nodes > 1000
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        ({"d_model": 1024}, r"gives [\d,]+ parameters, but the graph's forward nodes hold"),
+        ({"n_layer": 8}, "says n_layer = 8, but the graph's nodes hold 4 transformer blocks"),
+        ({"batch": 16}, "says batch = 16, but meta.batch = 8"),
+        ({"d_ff": 4096}, r"gives [\d,]+ parameters, but the graph.s forward nodes hold 5.51"),
+    ],
+)
+def test_an_extracted_graphs_config_must_match_its_nodes(tmp_path, edit, says):
+    """The hybrid model reads an extracted graph's dimensions from meta.config, which is not
+    in the content hash: an edited graph file scored 1220 against 83 ms (d_model 256 ->
+    1024), 163 ms (n_layer 4 -> 8), 162 ms (batch 8 -> 16) under one hash (fuzzing)."""
+    from graphs import io
+    from runtime.model import graph_for_model
+
+    cfg = {"n_layer": 4, "d_model": 256, "n_head": 4, "vocab": 512, "seq": 64, "n_ctx": 64,
+           "batch": 8}  # fmt: skip
+    g = graph_for_model({"name": "gpt2", "config": cfg, "max_groups": 24})
+    assert model_dims(g).layers == 4
+    io.save(g, tmp_path / "g.json")
+    d = json.loads((tmp_path / "g.json").read_text())
+    d["meta"]["config"].update(edit)
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    bad = io.load(tmp_path / "bad.json")
+    assert bad.content_hash() == g.content_hash()  # the hash does not see the config
+    with pytest.raises(ValueError, match=rf"graph 'gpt2': meta.config {says}"):
+        model_dims(bad)

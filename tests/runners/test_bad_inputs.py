@@ -168,7 +168,8 @@ def test_bad_checkpoint_is_refused_unread_naming_file_field_value_and_restart(
 def test_valid_checkpoint_loads(tmp_path: Path, valid_checkpoint: bytes) -> None:
     (tmp_path / checkpoint.CHECKPOINT).write_bytes(valid_checkpoint)
     state = checkpoint.load(tmp_path)
-    assert state["extra"] == {"note": "test"} and state["model"]
+    # the digest of the run's config.yaml (None: the fixture's folder had none)
+    assert state["extra"] == {"note": "test", checkpoint.CONFIG_DIGEST: None} and state["model"]
 
 
 def test_foreign_pickle_is_never_unpickled(tmp_path: Path, valid_checkpoint: bytes) -> None:
@@ -362,6 +363,30 @@ def test_wall_clock_counts_a_session_killed_with_sigkill(tmp_path: Path) -> None
     assert len(sessions) == 2
     assert 1.3 <= sessions[0][1] - sessions[0][0] < 30  # the killed session, to its last tick
     assert clock.total() >= sessions[0][1] - sessions[0][0]
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('{"sessions": [[0, Infinity]]}', "expected unix seconds"),  # wall_seconds null
+        ('{"sessions": [[0, 1e12]]}', "expected unix seconds"),  # in the future
+        ('{"sessions": [[10, 5]]}', "start <= end"),
+        ('{"sessions": [[1, 2, 3]]}', "is not \\[start, end\\]"),
+        ('{"sessions": {"a": 1}}', "'sessions' is not a list"),
+        ('{"session": []}', "KeyError"),
+        ("[[0, 1]", "JSONDecodeError"),
+    ],
+)
+def test_a_damaged_wall_clock_is_refused_by_name(tmp_path: Path, text: str, says: str) -> None:
+    """It was read as no sessions (counted from now), or summed Infinity / 1e9 seconds into
+    wall_seconds without a word (fuzzing, 2 Dec 2026)."""
+    (tmp_path / checkpoint.WALL_CLOCK).write_text(text)
+    with pytest.raises(ValueError, match=rf"wall_clock.json is not a run's wall clock .*{says}"):
+        checkpoint.SessionClock(tmp_path).start()
+    (tmp_path / checkpoint.WALL_CLOCK).write_text('{"sessions": [[100.0, 160.5]]}')
+    clock = checkpoint.SessionClock(tmp_path).start()
+    clock.stop()
+    assert 60.5 <= clock.total() < 70
 
 
 # ============================================================ resume bookkeeping files

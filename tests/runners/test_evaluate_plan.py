@@ -334,3 +334,55 @@ def test_evaluate_refuses_two_runs_of_one_seed(tmp_path: Path) -> None:
     cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / 'b'}]"], config="evaluate")
     with pytest.raises(ValueError, match=r"are both env 'gpt2_tiny_cpu4', agent 'metis', seed 0"):
         evaluate(cfg, tmp_path / "cmp", echo=lambda s: None)
+
+
+def test_evaluate_names_the_run_folders_it_leaves_out(tmp_path: Path) -> None:
+    """A sweep folder with a failed job (error.txt, no result.json) and a killed one
+    (train.log and a checkpoint only) was compared as if they did not exist (fuzzing)."""
+    base = ["+env=gpt2_tiny_cpu4", "agent=metis", "logger=none", "env.baselines=[]"]
+    sweep = tmp_path / "sweep"
+    train(compose(base), sweep / "0", echo=lambda s: None)
+    (sweep / "1").mkdir()
+    (sweep / "1" / "error.txt").write_text("ValueError: the problem\nTraceback ...\n")
+    (sweep / "2" / ".hydra").mkdir(parents=True)
+    (sweep / "2" / "train.log").write_text("started\n")
+    (sweep / "0" / ".hydra").mkdir()
+    (sweep / "0" / ".hydra" / "error.txt").write_text("not a run folder\n")  # hydra's own
+    lines: list[str] = []
+    cfg = compose([f"runs=[{sweep}]"], config="evaluate")
+    (row,) = aggregate(evaluate(cfg, tmp_path / "cmp", echo=lines.append))
+    assert row["runs"] == 1
+    left = [ln for ln in lines if "left out" in ln]
+    assert left == [
+        f"evaluate: left out, no result.json: {sweep / '1'} (failed: ValueError: the problem)",
+        f"evaluate: left out, no result.json: {sweep / '2'} (unfinished: killed or still running)",
+    ]
+    md = (tmp_path / "cmp" / "results.md").read_text()
+    assert f"- left out, no result.json: {sweep / '1'} (failed" in md
+
+
+def test_problem_identity_tells_scoring_models_and_env_kinds_apart() -> None:
+    """Found by fuzzing (2 Dec 2026): a hybrid-calibrated cpu_2 (CpuHybridModel, not in the
+    cluster's content hash) and a plain one (HybridModel) gave one `problem`, so runs scored
+    10.61 and 0.51 ms were averaged as two seeds; an op-level and a hybrid run of one env had
+    one `problem` too; and two hybrid runs differing only in the unused env.microbatches were
+    refused as different problems."""
+    import dataclasses
+
+    from runners import common
+
+    def problem(*ov: str) -> common.Problem:
+        cfg = compose(["+env=gpt2_tiny_cpu4", *ov])
+        return common.build_problem(common.env_spec(cfg.env))
+
+    hyb = ["env.env_id=placement_env/Hybrid-v0"]
+    op, h = common.problem_identity(problem()), common.problem_identity(problem(*hyb))
+    assert op["env_id"] == "placement_env/Sweep-v0" and h["env_id"] == "placement_env/Hybrid-v0"
+    assert h["hybrid_model"] == "HybridModel" and "hybrid_model" not in op
+    assert common.problem_identity(problem(*hyb, "env.microbatches=2")) == h
+    p = problem(*hyb)
+    meta = {**p.cluster.meta, "hybrid_calibration": {"gemm": [1.0, 2.0]}}
+    cal = dataclasses.replace(p, cluster=dataclasses.replace(p.cluster, meta=meta))
+    assert cal.cluster.content_hash() == p.cluster.content_hash()  # by design
+    got = common.problem_identity(cal)
+    assert got["hybrid_model"].startswith("CpuHybridModel ") and got != h

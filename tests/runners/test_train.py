@@ -496,3 +496,47 @@ def test_a_baseline_agent_with_a_bad_option_value_fails_before_the_env_baselines
     assert sorted(res["baselines"]) == ["expert", "single"]
     saved = json.loads((tmp_path / "good" / "baselines.json").read_text())
     assert sorted(saved) == ["expert", "single"]
+
+
+@pytest.mark.timeout(300)
+def test_a_new_run_in_a_used_folder_removes_the_earlier_runs_files(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """A killed PPO run's folder reused by a new run: its baselines.json was taken by the new
+    run's resume as its own (speed-up against another problem's baseline), a baseline
+    agent's run kept its policy.pt, and its checkpoint was resumed by a new run killed before
+    its first checkpoint (fuzzing, 2 Dec 2026)."""
+    run = tmp_path / "run"
+    ppo = [*small_env(graph_file), "env.baselines=[expert]", "train.timesteps=256",
+           "train.checkpoint_every=1", "agent.ppo.n_steps=64"]  # fmt: skip
+    quiet = lambda s: None  # noqa: E731
+    with pytest.raises(CrashForTest):
+        train(compose([*ppo, "train.crash_after_updates=1"]), run, echo=quiet)
+    assert checkpoint.exists(run) and (run / "baselines.json").exists()
+    (run / "policy.pt").write_bytes(b"an earlier run's policy")
+    lines: list[str] = []
+    res = train(compose([*small_env(graph_file), "env.baselines=[single]", "agent=metis"]), run,
+                echo=lines.append)  # fmt: skip
+    assert any("held an earlier run: removed its baselines.json" in ln for ln in lines), lines
+    assert not (run / "policy.pt").exists() and not checkpoint.exists(run)
+    assert sorted(res["baselines"]) == ["single"]
+    assert sorted(json.loads((run / "baselines.json").read_text())) == ["single"]
+
+
+@pytest.mark.timeout(300)
+def test_resume_refuses_a_checkpoint_whose_config_was_edited(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """`cluster: k40_2` edited to k40_4 in a killed run's config.yaml resumed without a word:
+    result.json named k40_4, the envs in the checkpoint trained on 2 devices (fuzzing)."""
+    run = tmp_path / "run"
+    ov = [*small_env(graph_file), "env.baselines=[]", "train.timesteps=256",
+          "train.checkpoint_every=1", "agent.ppo.n_steps=64", "train.crash_after_updates=1"]  # fmt: skip
+    with pytest.raises(CrashForTest):
+        train(compose(ov), run, echo=lambda s: None)
+    saved = checkpoint.load(run)["extra"][checkpoint.CONFIG_DIGEST]
+    assert saved == checkpoint.config_digest(run)
+    cfg = run / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("cluster: k40_2", "cluster: k40_4"))
+    with pytest.raises(ValueError, match="written by a run of another config than"):
+        train(compose(["+env=rnnlm_k40_2", f"resume={run}"]), tmp_path / "x", echo=lambda s: None)
