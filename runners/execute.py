@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from graphs import clusters
 from graphs.plan import Plan
+from graphs.schema import show
 from runners import common, schema
 
 
@@ -188,6 +189,13 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
             f"{cluster.name!r} ({'cluster=' + str(cfg.cluster) if cfg.cluster else 'its meta.cluster'}"
             "); a placement only runs on the cluster it was made for: drop cluster= or plan "
             "again on that cluster"
+        )
+    if plan.graph_hash and plan.graph_hash != graph.content_hash() and not cfg.graph:
+        model = plan.meta.get("model") or {}
+        raise ValueError(  # it said "Plan was made for graph a8de..., not for 'gpt2'" (fuzzing)
+            f"plan={cfg.plan} was made for graph {plan.graph_hash}, but the graph its "
+            f"meta.model builds ({show(model)[:160]}) is {graph.content_hash()}: meta.model "
+            "was edited, or the model's code changed since the plan was made; plan again"
         )
     _check_graph_matches_model(graph, plan.meta.get("model"), cfg.graph, f"{cfg.plan}: ")
     optimizer = cfg.optimizer or default_optimizer(plan, cluster)

@@ -652,3 +652,28 @@ def test_a_plan_of_another_coarsening_or_an_unnamed_cluster_is_named(tmp_path: P
     with pytest.raises(ValueError, match=r"names no cluster \(no meta.cluster\) and was not made "
                        r"for 'cpu_2'.*give the cluster it was made for: cluster=NAME"):  # fmt: skip
         run(cfg, tmp_path / "out")
+
+
+def test_a_plan_whose_meta_model_was_edited_is_named(tmp_path: Path) -> None:
+    """An edited meta.model.config (same node count) said only "Plan was made for graph
+    a8de..., not for 'gpt2' (bc42...)", pointing at neither field (fuzzing, 2 Dec 2026)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from runners.execute import run
+    from runners.train import train
+    from tests.runners.conftest import compose
+
+    train(compose(["+env=gpt2_tiny_cpu4", "agent=single", "env.baselines=[]", "logger=none"]),
+          tmp_path / "t", echo=lambda s: None)  # fmt: skip
+    d = json.loads((tmp_path / "t" / "best_plan.json").read_text())
+    d["meta"]["model"]["config"]["d_model"] *= 2
+    (tmp_path / "edited.json").write_text(json.dumps(d))
+    cfg = OmegaConf.load(ROOT / "conf" / "execute" / "config.yaml")
+    cfg.pop("defaults"), cfg.pop("hydra")
+    cfg.plan = str(tmp_path / "edited.json")
+    with pytest.raises(ValueError, match=r"edited.json was made for graph [0-9a-f]{16}, but the "
+                       r"graph its meta.model builds \(.*d_model.*\) is [0-9a-f]{16}: meta.model "
+                       r"was edited"):  # fmt: skip
+        run(cfg, tmp_path / "out")
