@@ -1102,10 +1102,6 @@ def train(
         echo(f"resuming {run_dir}" + ("" if resume_state else " (no checkpoint: from the start)"))
     schema.check_values(schema.TrainConfig, cfg)  # budgets > 0, known schedule, ...
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not resuming:
-        cleared = clear_earlier_run(run_dir)
-        if cleared:
-            echo(f"{run_dir} held an earlier run: removed its {', '.join(cleared)}")
     plain = common.to_plain(cfg)
     if resume_state is None:
         common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
@@ -1144,6 +1140,11 @@ def train(
         lower_bound = hybrid_lower_bound(problem.graph, problem.cluster)
     else:
         lower_bound = common.lower_bound(problem)  # the simulator's: nothing is executed
+
+    if not resuming:  # once the config has passed its checks: a typo removes nothing
+        cleared = clear_earlier_run(run_dir)
+        if cleared:
+            echo(f"{run_dir} held an earlier run: removed its {', '.join(cleared)}")
 
     # ---- logger
     info_path = run_dir / "run_info.json"

@@ -540,3 +540,18 @@ def test_resume_refuses_a_checkpoint_whose_config_was_edited(
     cfg.write_text(cfg.read_text().replace("cluster: k40_2", "cluster: k40_4"))
     with pytest.raises(ValueError, match="written by a run of another config than"):
         train(compose(["+env=rnnlm_k40_2", f"resume={run}"]), tmp_path / "x", echo=lambda s: None)
+
+
+def test_a_new_run_refused_by_its_checks_leaves_the_earlier_runs_files(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """The earlier run's files are removed only once the new run's config passed its checks."""
+    run = tmp_path / "run"
+    train(compose([*small_env(graph_file), "env.baselines=[]", "agent=single"]), run,
+          echo=lambda s: None)  # fmt: skip
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(ValueError):
+        train(compose([*small_env(graph_file), "agent=ideal_dp", "env.env_id=placement_env/Hybrid-v0"]),
+              run, echo=lambda s: None)  # fmt: skip
+    assert before == ["config.yaml", "result.json", "run_info.json", "wall_clock.json"]
+    assert (run / "result.json").exists() and (run / "run_info.json").exists()
