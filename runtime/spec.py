@@ -328,9 +328,13 @@ def make_run_spec(
         tp_modules = sorted(
             {graph.module[i] for i, _ in fwd if int(graph.group[i]) in groups and graph.module[i]}
         )
-        if not tp_modules:
+        if not tp_modules:  # the groups were not named (fuzzing, 2 Dec 2026)
+            shown = sorted(groups)
+            ops = [graph.name[i] for i, _ in fwd if int(graph.group[i]) in groups][:3]
             raise ValueError(
-                "Plan.tp_degree names groups whose forward nodes have no module path to shard"
+                f"Plan.tp_degree names group(s) {shown[:5]}{' ...' if len(shown) > 5 else ''} "
+                f"whose forward nodes ({', '.join(ops) or 'none'}) have no module path to "
+                "shard: tensor parallelism splits the Linear layers of named modules"
             )
     common = dict(
         model=model,

@@ -424,6 +424,11 @@ def test_tp_degree_naming_a_group_the_graph_lacks_is_named() -> None:
     plan = Plan.for_graph(np.array([0, 0, 0]), g, cl, tp_degree={99999: 2})
     with pytest.raises(ValueError, match=r"Plan.tp_degree names group\(s\) \[99999\] that graph"):
         make_run_spec(plan, g, cl, {"name": "gpt2"})
+    # a group the graph has, without a module to shard: named too (fuzzing, 2 Dec 2026)
+    plan = Plan.for_graph(np.array([0, 0, 0]), g, cl, tp_degree={0: 2})
+    with pytest.raises(ValueError, match=r"names group\(s\) \[0\] whose forward nodes \(.+\) "
+                       r"have no module path to shard"):  # fmt: skip
+        make_run_spec(plan, g, cl, {"name": "gpt2"})
 
 
 @pytest.mark.parametrize(
