@@ -813,6 +813,13 @@ def reported_errors(run_dir: Path | None, app: str) -> Iterator[None]:
         _record_failure(run_dir, app, f"terminated by signal {exc.signum}")
         sys.stderr.write(f"error: runners.{app} terminated by signal {exc.signum}\n")
         raise SystemExit(128 + exc.signum) from None
+    except KeyboardInterrupt:  # Ctrl-C: a traceback, no error.txt, no log line (fuzzing)
+        _record_failure(run_dir, app, "interrupted (Ctrl-C)")
+        hint = ""
+        if app == "train" and run_dir is not None:
+            hint = f"; python -m runners.train resume={run_dir} continues it"
+        sys.stderr.write(f"error: runners.{app} interrupted (Ctrl-C){hint}\n")
+        raise SystemExit(130) from None
     except Exception as exc:
         if not _user_error(exc):
             _record_failure(run_dir, app, f"{type(exc).__name__}: {exc}")

@@ -207,7 +207,14 @@ def run_folders(paths: Sequence[str]) -> list[Path]:
 
 
 #: Files a ``runners.train`` / ``runners.plan`` run folder holds before its ``result.json``.
-RUN_MARKERS = ("train.log", "plan.log", "error.txt", "checkpoint.pkl")
+RUN_MARKERS = (
+    "train.log",
+    "plan.log",
+    "error.txt",
+    "checkpoint.pkl",
+    "run_info.json",  # a runners.evaluate cell has no train.log (fuzzing)
+    "wall_clock.json",
+)
 
 
 def unfinished_runs(paths: Sequence[str]) -> list[str]:

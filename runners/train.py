@@ -604,8 +604,31 @@ RUN_FILES = (
 )
 
 
-def clear_earlier_run(run_dir: Path) -> list[str]:
-    """Remove the :data:`RUN_FILES` an earlier run left in ``run_dir``; return their names.
+def _input_files(plain: Any) -> set[Path]:
+    """Every existing file a config names (``agent.init_policy``, ``env.graph_file``, ...)."""
+    out: set[Path] = set()
+    stack = [plain]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Mapping):
+            stack += list(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack += list(v)
+        elif isinstance(v, str) and v and len(v) < 4096:
+            try:
+                p = Path(v.split("@", 1)[-1]).expanduser()
+                if p.is_file():
+                    out.add(p.resolve())
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def clear_earlier_run(run_dir: Path, keep: set[Path] = frozenset()) -> list[str]:
+    """Remove the :data:`RUN_FILES` an earlier run left in ``run_dir`` (a folder holding its
+    ``config.yaml``), except the files in ``keep`` (what the new run reads: an
+    ``agent.init_policy=DIR/policy.pt`` was removed and then not found, fuzzing); return
+    their names.
 
     A new run (not ``resume=``) in a used folder kept them: its resume then took the earlier
     run's ``baselines.json`` as its own (a speed-up of 93x over another model's baseline), a
@@ -615,7 +638,7 @@ def clear_earlier_run(run_dir: Path) -> list[str]:
     cleared = []
     for name in RUN_FILES:
         path = run_dir / name
-        if path.is_file():
+        if path.is_file() and path.resolve() not in keep:
             path.unlink()
             cleared.append(name)
     return cleared
@@ -1102,6 +1125,7 @@ def train(
         echo(f"resuming {run_dir}" + ("" if resume_state else " (no checkpoint: from the start)"))
     schema.check_values(schema.TrainConfig, cfg)  # budgets > 0, known schedule, ...
     run_dir.mkdir(parents=True, exist_ok=True)
+    earlier_run = not resuming and (run_dir / "config.yaml").is_file()  # before it is written
     plain = common.to_plain(cfg)
     if resume_state is None:
         common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
@@ -1141,8 +1165,8 @@ def train(
     else:
         lower_bound = common.lower_bound(problem)  # the simulator's: nothing is executed
 
-    if not resuming:  # once the config has passed its checks: a typo removes nothing
-        cleared = clear_earlier_run(run_dir)
+    if earlier_run:  # once the config has passed its checks: a typo removes nothing
+        cleared = clear_earlier_run(run_dir, keep=_input_files(plain))
         if cleared:
             echo(f"{run_dir} held an earlier run: removed its {', '.join(cleared)}")
 
@@ -1152,9 +1176,24 @@ def train(
     if resuming and info_path.exists():
         from graphs.schema import Fields, read_json
 
-        info = dict(Fields(info_path).obj(read_json(info_path), "", optional=("wandb_id",)))
+        info = dict(
+            Fields(info_path).obj(read_json(info_path), "", optional=("wandb_id", "problem"))
+        )
         if "wandb_id" in info:
             Fields(info_path).string(info["wandb_id"], "wandb_id")
+    identity = common.problem_identity(problem)
+    if resuming and info.get("problem") not in (None, identity):
+        # env.graph_file is read again by path: a file changed since trained on in the
+        # checkpoint's envs and was scored on the new one (fuzzing, 2 Dec 2026)
+        was = info["problem"] if isinstance(info["problem"], dict) else {}
+        diff = [k for k in sorted(set(was) | set(identity)) if was.get(k) != identity.get(k)]
+        raise ValueError(
+            f"resume={run_dir}: the run's problem changed since it started ({', '.join(diff)}: "
+            f"{', '.join(f'{was.get(k)!r} -> {identity.get(k)!r}' for k in diff)}); a file "
+            "it reads by path (env.graph_file, a cluster or calibration file) was replaced? "
+            "Put the original back, or start a new run"
+        )
+    info["problem"] = identity
     log_opts = dict(plain["logger"])
     if cfg.logger.kind == "wandb":
         import secrets
@@ -1170,6 +1209,9 @@ def train(
         options=log_opts,
     )
 
+    # a new run starts its own clock, in any folder (it used to add the old run's)
+    if not resuming:
+        (run_dir / checkpoint.WALL_CLOCK).unlink(missing_ok=True)
     clock = checkpoint.SessionClock(run_dir).start(already=time.perf_counter() - t_start)
     try:
         # ---- a baseline agent plans first: a bad value of one of its options (ideal_dp's

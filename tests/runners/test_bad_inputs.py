@@ -504,3 +504,20 @@ def test_resume_of_a_broken_config_names_the_file(tmp_path: Path, text: str, say
         match=rf"resume={run}: {run}/config.yaml is not the config of a runners.train run \(.*{says}",
     ):
         train(cfg, run, echo=lambda s: None)
+
+
+def test_ctrl_c_is_one_error_line_with_error_txt(tmp_path: Path, capsys) -> None:
+    """Ctrl-C in any runner printed a KeyboardInterrupt traceback and left no error.txt or
+    log line (SIGTERM already gave one line; fuzzing, 2 Dec 2026)."""
+    from runners.common import reported_errors
+
+    with pytest.raises(SystemExit) as info, reported_errors(tmp_path, "train"):
+        raise KeyboardInterrupt
+    assert info.value.code == 130
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"error: runners.train interrupted (Ctrl-C); python -m runners.train resume={tmp_path} continues it\n"
+    )
+    assert (tmp_path / "error.txt").read_text().startswith("runners.train failed: interrupted")
+    assert "interrupted (Ctrl-C)" in (tmp_path / "train.log").read_text()

@@ -346,6 +346,8 @@ def test_evaluate_names_the_run_folders_it_leaves_out(tmp_path: Path) -> None:
     (sweep / "1" / "error.txt").write_text("ValueError: the problem\nTraceback ...\n")
     (sweep / "2" / ".hydra").mkdir(parents=True)
     (sweep / "2" / "train.log").write_text("started\n")
+    (sweep / "3").mkdir()  # an interrupted runners.evaluate cell: no train.log (fuzzing)
+    (sweep / "3" / "run_info.json").write_text("{}")
     (sweep / "0" / ".hydra").mkdir()
     (sweep / "0" / ".hydra" / "error.txt").write_text("not a run folder\n")  # hydra's own
     lines: list[str] = []
@@ -356,6 +358,7 @@ def test_evaluate_names_the_run_folders_it_leaves_out(tmp_path: Path) -> None:
     assert left == [
         f"evaluate: left out, no result.json: {sweep / '1'} (failed: ValueError: the problem)",
         f"evaluate: left out, no result.json: {sweep / '2'} (unfinished: killed or still running)",
+        f"evaluate: left out, no result.json: {sweep / '3'} (unfinished: killed or still running)",
     ]
     md = (tmp_path / "cmp" / "results.md").read_text()
     assert f"- left out, no result.json: {sweep / '1'} (failed" in md

@@ -555,3 +555,51 @@ def test_a_new_run_refused_by_its_checks_leaves_the_earlier_runs_files(
               run, echo=lambda s: None)  # fmt: skip
     assert before == ["config.yaml", "result.json", "run_info.json", "wall_clock.json"]
     assert (run / "result.json").exists() and (run / "run_info.json").exists()
+
+
+def test_a_new_run_keeps_its_inputs_and_the_files_of_a_folder_that_holds_no_run(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """Found by fuzzing the first version of the clearing: `agent.init_policy=DIR/policy.pt
+    output_dir=DIR` removed the policy it was told to start from, and a plain folder
+    (no config.yaml) lost its result.json."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "result.json").write_text("{}")
+    (plain / "policy.pt").write_bytes(b"x")
+    train(compose([*small_env(graph_file), "env.baselines=[]", "agent=single"]), plain,
+          echo=lambda s: None)  # fmt: skip
+    assert (plain / "policy.pt").read_bytes() == b"x"  # not a run's folder: kept
+    from runners.train import _input_files, clear_earlier_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("config.yaml", "policy.pt", "baselines.json"):
+        (run / name).write_text("x")
+    keep = _input_files({"agent": {"init_policy": str(run / "policy.pt")}, "x": [1, None]})
+    assert keep == {(run / "policy.pt").resolve()}
+    assert clear_earlier_run(run, keep) == ["baselines.json"]
+    assert (run / "policy.pt").exists()
+
+
+@pytest.mark.timeout(300)
+def test_resume_refuses_a_graph_file_replaced_since_the_run_started(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """env.graph_file is read again on resume: a file replaced since was trained on in the
+    checkpoint's envs and the plan scored on the new one, "speed-up vs metis x0.26", exit 0
+    (fuzzing, 2 Dec 2026)."""
+    g = tmp_path / "g.json"
+    g.write_bytes(graph_file.read_bytes())
+    run = tmp_path / "run"
+    ov = [*small_env(graph_file), f"env.graph_file={g}", "env.baselines=[]",
+          "train.timesteps=256", "train.checkpoint_every=1", "agent.ppo.n_steps=64",
+          "train.crash_after_updates=1"]  # fmt: skip
+    with pytest.raises(CrashForTest):
+        train(compose(ov), run, echo=lambda s: None)
+    assert "problem" in json.loads((run / "run_info.json").read_text())
+    d = json.loads(g.read_text())
+    d["nodes"]["flops"] = [4 * x for x in d["nodes"]["flops"]]
+    g.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=r"the run's problem changed since it started \(graph: "):
+        train(compose(["+env=rnnlm_k40_2", f"resume={run}"]), tmp_path / "x", echo=lambda s: None)
