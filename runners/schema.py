@@ -678,6 +678,14 @@ def check_multirun_output_dir(argv: list[str]) -> None:
 
 #: The runners that write ``result.json`` into their run folder, by their schema.
 RESULT_WRITERS = {"TrainConfig": "train", "PlanConfig": "plan", "ExecuteConfig": "execute"}
+#: The files that tell whose run folder a folder is: a runners.evaluate cell (a train run
+#: without train.log) and an evaluate folder were not recognised (fuzzing, 2 Dec 2026).
+RUN_FOLDER_FILES = {
+    "train": ("train.log", "run_info.json"),
+    "plan": ("plan.log",),
+    "execute": ("execute.log",),
+    "evaluate": ("evaluate.log", "results.md"),
+}
 
 
 def check_output_dir(schema: type, argv: list[str]) -> None:
@@ -691,13 +699,16 @@ def check_output_dir(schema: type, argv: list[str]) -> None:
     if path.exists() and not path.is_dir():
         raise ValueError(f"output_dir={given[-1]} is a file; give a folder (made if missing)")
     app = RESULT_WRITERS.get(schema.__name__)
-    if app is None or not (path / "result.json").is_file():
+    results = [f for f in ("result.json", "results.md") if (path / f).is_file()]
+    if app is None or not results:
         return
-    other = [a for a in ("train", "plan", "execute") if a != app and (path / f"{a}.log").is_file()]
-    if other and not (path / f"{app}.log").is_file():
+    held = {a: [f for f in files if (path / f).is_file()] for a, files in RUN_FOLDER_FILES.items()}
+    other = [a for a in held if a != app and held[a]]
+    if other and not held.get(app):
         raise ValueError(
-            f"output_dir={given[-1]} is a runners.{other[0]} run folder ({other[0]}.log, "
-            f"result.json): runners.{app} would replace its result.json; give another folder"
+            f"output_dir={given[-1]} is a runners.{other[0]} run folder "
+            f"({', '.join(held[other[0]] + results)}): runners.{app} would replace its files; "
+            "give another folder"
         )
 
 

@@ -630,6 +630,27 @@ def test_output_dir_that_is_a_file_or_another_runners_run_is_refused(tmp_path: P
     from runners.schema import ExecuteConfig, PlanConfig, check_output_dir
 
     check_output_dir(PlanConfig, [f"output_dir={run}"])  # its own folder: a re-run, fine
+    # a runners.evaluate cell (a train run without train.log) and an evaluate folder were
+    # not recognised: execute replaced the cell's result.json, train the folder's config.yaml
+    from runners.schema import TrainConfig
+
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "run_info.json").write_text("{}")
+    (cell / "result.json").write_text("{}")
+    with pytest.raises(
+        ValueError, match=r"is a runners.train run folder \(run_info.json, result.json\)"
+    ):
+        check_output_dir(ExecuteConfig, [f"output_dir={cell}"])
+    check_output_dir(TrainConfig, [f"output_dir={cell}"])
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    (ev / "evaluate.log").write_text("")
+    (ev / "results.md").write_text("")
+    with pytest.raises(
+        ValueError, match=r"is a runners.evaluate run folder \(evaluate.log, results.md"
+    ):
+        check_output_dir(TrainConfig, [f"output_dir={ev}"])
     check_output_dir(ExecuteConfig, [f"output_dir={tmp_path / 'new'}"])  # made if missing
 
 
