@@ -698,6 +698,7 @@ def check_output_dir(schema: type, argv: list[str]) -> None:
     path = Path(given[-1]).expanduser()
     if path.exists() and not path.is_dir():
         raise ValueError(f"output_dir={given[-1]} is a file; give a folder (made if missing)")
+    _check_creatable(path, given[-1])
     app = RESULT_WRITERS.get(schema.__name__)
     results = [f for f in ("result.json", "results.md") if (path / f).is_file()]
     if app is None or not results:
@@ -709,6 +710,29 @@ def check_output_dir(schema: type, argv: list[str]) -> None:
             f"output_dir={given[-1]} is a runners.{other[0]} run folder "
             f"({', '.join(held[other[0]] + results)}): runners.{app} would replace its files; "
             "give another folder"
+        )
+
+
+def _check_creatable(path: Path, given: str) -> None:
+    """``ValueError`` unless folder ``path`` exists writable or can be made: a path under a
+    file, a read-only place, a dangling or looping symlink ended in hydra's traceback, exit
+    status 1 (fuzzing, 2 Dec 2026)."""
+    import os
+
+    try:
+        if path.is_symlink() and not path.exists():
+            raise ValueError(f"output_dir={given} is a symlink to nothing ({os.readlink(path)})")
+    except OSError as exc:  # a symlink loop
+        raise ValueError(f"output_dir={given} cannot be used ({exc.strerror})") from None
+    at = path if path.is_dir() else next((p for p in path.parents if p.exists()), None)
+    if at is None:
+        return
+    if not at.is_dir():
+        raise ValueError(f"output_dir={given} cannot be made: {at} is a file, not a folder")
+    if not os.access(at, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"output_dir={given} cannot be {'written' if at == path else 'made'}: {at} is not "
+            "writable; give a folder you can write"
         )
 
 

@@ -703,3 +703,31 @@ def test_a_plan_whose_meta_model_was_edited_is_named(tmp_path: Path) -> None:
                        r"graph its meta.model builds \(.*d_model.*\) is [0-9a-f]{16}: meta.model "
                        r"was edited"):  # fmt: skip
         run(cfg, tmp_path / "out")
+
+
+def test_an_output_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    """Under a file, dangling or looping symlinks: hydra's traceback, exit status 1 (fuzzing,
+    2 Dec 2026)."""
+    import os
+
+    from runners.schema import TrainConfig, check_output_dir
+
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for given, says in [
+        (
+            tmp_path / "afile" / "sub",
+            f"cannot be made: {tmp_path / 'afile'} is a file, not a folder",
+        ),
+        (tmp_path / "dangling", "is a symlink to nothing"),
+        (tmp_path / "loop", "is a symlink to nothing"),  # itself
+    ]:
+        with pytest.raises(ValueError, match=f"output_dir={given} {says}".replace("(", r"\(")):
+            check_output_dir(TrainConfig, [f"output_dir={given}"])
+    check_output_dir(TrainConfig, [f"output_dir={tmp_path / 'new' / 'deeper'}"])  # made later
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        with pytest.raises(ValueError, match="is not writable"):
+            check_output_dir(TrainConfig, [f"output_dir={ro / 'x'}"])
