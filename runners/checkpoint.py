@@ -125,6 +125,20 @@ def _key() -> bytes:
     return key
 
 
+def check_key() -> None:
+    """Make sure the signing key can be read (or made) now: ``ValueError`` naming the file and
+    ``$DEVPLACE_CHECKPOINT_KEY_FILE`` otherwise. A read-only home, or the variable naming a
+    folder, failed with an ``OSError`` traceback at the first checkpoint, after the
+    baselines and a rollout (fuzzing, 2 Dec 2026)."""
+    try:
+        _key()
+    except OSError as exc:
+        raise ValueError(
+            f"checkpoint key file {key_path()} cannot be read or made ({exc.strerror}); "
+            f"point ${KEY_ENV} at a file you can write, or set train.checkpoint_every=0"
+        ) from None
+
+
 def _sign(payload: bytes) -> str:
     return hmac.new(_key(), payload, hashlib.sha256).hexdigest()
 

@@ -1145,6 +1145,8 @@ def train(
     # env, used to run and be scored by the other model
     check_hybrid_planners(spec.name, agent_cfg, spec.baselines, hybrid)
     check_finetune_agent(spec.name, agent_cfg, plain["train"], hybrid)
+    if agent_cfg["kind"] == "ppo" and plain["train"].get("checkpoint_every"):
+        checkpoint.check_key()  # not at the first checkpoint, after the baselines
     # a hybrid layout carries its own microbatching and schedule: the env's are not used
     pipeline = (
         "microbatches and schedule per layout (env.microbatches, env.schedule unused)"

@@ -521,3 +521,20 @@ def test_ctrl_c_is_one_error_line_with_error_txt(tmp_path: Path, capsys) -> None
     )
     assert (tmp_path / "error.txt").read_text().startswith("runners.train failed: interrupted")
     assert "interrupted (Ctrl-C)" in (tmp_path / "train.log").read_text()
+
+
+def test_an_unusable_checkpoint_key_is_named_before_any_work(
+    graph_file: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """$DEVPLACE_CHECKPOINT_KEY_FILE naming a folder (or a read-only home) raised an OSError
+    traceback at the first checkpoint, after the baselines and a rollout (fuzzing)."""
+    from runners.train import train
+    from tests.runners.conftest import compose, small_env
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path))  # a folder
+    with pytest.raises(ValueError, match=rf"checkpoint key file {tmp_path} cannot be read"):
+        checkpoint.check_key()
+    with pytest.raises(ValueError, match="DEVPLACE_CHECKPOINT_KEY_FILE at a file you can write"):
+        train(compose([*small_env(graph_file), "train.checkpoint_every=1"]), tmp_path / "run",
+              echo=lambda s: None)  # fmt: skip
+    assert not (tmp_path / "run" / "baselines.json").exists()
