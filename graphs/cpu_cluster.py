@@ -190,7 +190,12 @@ def check_hybrid_calibration(
 
 def calibration_digest(calibration: Mapping[str, Any]) -> str:
     """SHA-256 (16 hex chars) of a calibration's JSON form: which figures a cluster used."""
-    return hashlib.sha256(json.dumps(calibration, sort_keys=True).encode()).hexdigest()[:16]
+    text = json.dumps(calibration, sort_keys=True, default=_jsonable)  # arrays as lists
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _jsonable(x: Any) -> Any:
+    return x.tolist() if hasattr(x, "tolist") else str(x)
 
 
 def runtime_fit(calibration: dict | None, processes: int) -> dict | None:

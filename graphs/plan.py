@@ -518,7 +518,7 @@ def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.nd
             f"placement has shape {p.shape}, expected ({graph.num_nodes},): one device index per node "
             f"of graph {graph.meta.get('name', '?')!r}"
         )
-    if p.size and p.dtype == object and all(_is_int(x) for x in p):
+    if p.size and p.dtype == object and all(is_whole(x) for x in p):
         p = np.array([int(x) for x in p], dtype=object)  # Python ints, beyond int64 too
     elif p.size and not np.issubdtype(p.dtype, np.integer):
         # booleans were taken as devices 0 and 1, strings raised a numpy TypeError, complex
@@ -536,10 +536,6 @@ def check_placement(placement: Any, graph: CompGraph, cluster: Cluster) -> np.nd
             f"but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
         )
     return p.astype(np.int64)
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def check_microbatches(graph: CompGraph, microbatches: int, what: str, hint: str = "") -> None:

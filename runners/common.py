@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import math
@@ -147,8 +146,9 @@ def problem_identity(problem: Problem) -> dict[str, Any]:
         hcal = problem.cluster.meta.get("hybrid_calibration")
         out["hybrid_model"] = "HybridModel"
         if hcal:
-            digest = hashlib.sha256(json.dumps(hcal, sort_keys=True, default=str).encode())
-            out["hybrid_model"] = f"CpuHybridModel {digest.hexdigest()[:16]}"
+            from graphs.cpu_cluster import calibration_digest
+
+            out["hybrid_model"] = f"CpuHybridModel {calibration_digest(hcal)}"
     return out
 
 

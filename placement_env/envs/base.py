@@ -47,11 +47,12 @@ def check_init(init: str | np.ndarray | list[int]) -> str | np.ndarray:
             f"init placement must be a 1-D integer array (device per node), got shape "
             f"{arr.shape} dtype {arr.dtype}"
         )
-    if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.int64).max):
+    lo, hi = (arr.min(), arr.max()) if arr.size else (0, 0)
+    if lo < 0 or hi > np.iinfo(np.int64).max:
         # uint64 2**64-1 was cast to -1, and negative indices taken until the first episode
         raise ValueError(
-            f"init placement holds device index {int(arr.min() if arr.min() < 0 else arr.max())}:"
-            " device indices are >= 0"
+            f"init placement holds device index {int(lo if lo < 0 else hi)}: device indices "
+            "are >= 0"
         )
     return arr.astype(np.int64)
 

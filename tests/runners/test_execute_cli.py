@@ -634,23 +634,21 @@ def test_output_dir_that_is_a_file_or_another_runners_run_is_refused(tmp_path: P
     # not recognised: execute replaced the cell's result.json, train the folder's config.yaml
     from runners.schema import TrainConfig
 
-    cell = tmp_path / "cell"
-    cell.mkdir()
-    (cell / "run_info.json").write_text("{}")
-    (cell / "result.json").write_text("{}")
-    with pytest.raises(
-        ValueError, match=r"is a runners.train run folder \(run_info.json, result.json\)"
-    ):
-        check_output_dir(ExecuteConfig, [f"output_dir={cell}"])
+    def folder(name: str, *files: str) -> Path:
+        (tmp_path / name).mkdir()
+        for f in files:
+            (tmp_path / name / f).write_text("{}")
+        return tmp_path / name
+
+    cell = folder("cell", "run_info.json", "result.json")
+    ev = folder("ev", "evaluate.log", "results.md")
+    for schema_, path, says in [
+        (ExecuteConfig, cell, r"runners.train run folder \(run_info.json, result.json\)"),
+        (TrainConfig, ev, r"runners.evaluate run folder \(evaluate.log, results.md"),
+    ]:
+        with pytest.raises(ValueError, match=f"is a {says}"):
+            check_output_dir(schema_, [f"output_dir={path}"])
     check_output_dir(TrainConfig, [f"output_dir={cell}"])
-    ev = tmp_path / "ev"
-    ev.mkdir()
-    (ev / "evaluate.log").write_text("")
-    (ev / "results.md").write_text("")
-    with pytest.raises(
-        ValueError, match=r"is a runners.evaluate run folder \(evaluate.log, results.md"
-    ):
-        check_output_dir(TrainConfig, [f"output_dir={ev}"])
     check_output_dir(ExecuteConfig, [f"output_dir={tmp_path / 'new'}"])  # made if missing
 
 
