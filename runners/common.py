@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -717,11 +717,25 @@ def save_figure(fig: Any, path: str | Path, *, dpi: int = 100, title: str | None
     return path
 
 
+def umask_mode(mode: int = 0o666) -> int:
+    """``mode`` less this process's umask: the mode ``open()`` would give a new file.
+
+    ``tempfile.mkstemp`` creates its file with mode 0600 whatever the umask, so a file
+    published by renaming it would be readable by its owner only (a run folder on a shared
+    cluster that the group cannot read)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mode & ~mask
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a reader sees the old or the new file, never half of one."""
+    """Write ``data`` to ``path`` so a reader sees the old or the new file, never half of one.
+
+    The file gets the mode a plain ``open(path, "w")`` would give it (0666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, umask_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -803,7 +817,24 @@ def reported_errors(run_dir: Path | None, app: str) -> Iterator[None]:
     ``error: ...`` line and exits with status 2; any other exception keeps its
     traceback. Either way the run folder is left with ``error.txt`` saying why (the
     message, then the traceback), and the message goes to the run's log file.
+
+    The runner holds the folder's lock (:mod:`runners.folder_lock`) meanwhile: a second
+    runner on the same folder exits with status 2 naming the first, and writes nothing there.
     """
+    from runners import folder_lock
+
+    stack = ExitStack()
+    if run_dir is not None:  # one runner at a time writes a folder; the second is refused
+        try:  # before it writes anything there (not even error.txt: the folder is the other's)
+            stack.enter_context(folder_lock.held(run_dir, app))
+        except folder_lock.FolderInUse as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            raise SystemExit(2) from None
+    with stack:
+        yield from _reported(run_dir, app)
+
+
+def _reported(run_dir: Path | None, app: str) -> Iterator[None]:
     if run_dir is not None:  # a resumed run: the failure of the attempt before is its log's
         (run_dir / "error.txt").unlink(missing_ok=True)  # now (it stayed beside result.json)
     try:

@@ -14,7 +14,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from runners import common, schema
+from runners import common, folder_lock, schema
 from runners.train import check_config, train
 
 schema.register()
@@ -233,7 +233,10 @@ def unfinished_runs(paths: Sequence[str]) -> list[str]:
                 seen.add(run)
                 err = run / "error.txt"
                 why = "unfinished: killed or still running"
-                if err.is_file():
+                holder = folder_lock.holder(run)
+                if holder is not None:  # a runner holds it: running now, not killed
+                    why = f"still running: {holder}"
+                elif err.is_file():
                     first = err.read_text(errors="replace").strip().splitlines()
                     why = f"failed: {first[0][:200] if first else 'error.txt is empty'}"
                 out.append(f"{run} ({why})")
@@ -428,8 +431,8 @@ def plot_bars(rows: Sequence[dict[str, Any]], path: Path) -> None:
 @hydra.main(version_base=None, config_path="../conf", config_name="evaluate")
 def _hydra_main(cfg: DictConfig) -> None:
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
-    common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
     with common.reported_errors(run_dir, "evaluate"):
+        common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
         evaluate(cfg, run_dir, echo=common.RunLog(run_dir, "evaluate"))
 
 

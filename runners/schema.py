@@ -713,6 +713,24 @@ def check_output_dir(schema: type, argv: list[str]) -> None:
         )
 
 
+def check_folder_free(argv: list[str]) -> None:
+    """``ValueError`` when the folder this command would write (``output_dir=``, else
+    ``resume=``) is held by a runner still going (:mod:`runners.folder_lock`): checked before
+    hydra writes its own files there. The runner takes the lock itself once it starts."""
+    from runners import folder_lock
+
+    given = [
+        a.split("=", 1)[1]
+        for a in argv
+        if a.lstrip("+").startswith(("output_dir=", "resume=", "hydra.run.dir="))
+    ]
+    given = [g for g in given if g not in ("", "null")]
+    for folder in given:
+        path = Path(folder).expanduser()
+        if path.is_dir():
+            folder_lock.check_free(path)
+
+
 def _check_creatable(path: Path, given: str) -> None:
     """``ValueError`` unless folder ``path`` exists writable or can be made: a path under a
     file, a read-only place, a dangling or looping symlink ended in hydra's traceback, exit
@@ -752,6 +770,7 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
         check_overrides(schema, args)
         check_override_values(schema, args)
         extra = _resume_dir_overrides(schema, args)
+        check_folder_free(args)
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise SystemExit(2) from None

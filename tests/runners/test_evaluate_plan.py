@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
+import socket
 from pathlib import Path
 
 import pytest
 
+from runners import folder_lock
 from runners.evaluate import aggregate, evaluate
 from runners.plan import SUMMARY_KEYS, plan
 from runners.train import train
@@ -350,16 +354,22 @@ def test_evaluate_names_the_run_folders_it_leaves_out(tmp_path: Path) -> None:
     (sweep / "3" / "run_info.json").write_text("{}")
     (sweep / "0" / ".hydra").mkdir()
     (sweep / "0" / ".hydra" / "error.txt").write_text("not a run folder\n")  # hydra's own
+    (sweep / "4").mkdir()  # a run going on now: its runner holds the folder's lock
+    (sweep / "4" / "train.log").write_text("started\n")
     lines: list[str] = []
     cfg = compose([f"runs=[{sweep}]"], config="evaluate")
-    (row,) = aggregate(evaluate(cfg, tmp_path / "cmp", echo=lines.append))
+    with folder_lock.held(sweep / "4", "train"):
+        (row,) = aggregate(evaluate(cfg, tmp_path / "cmp", echo=lines.append))
     assert row["runs"] == 1
     left = [ln for ln in lines if "left out" in ln]
     assert left == [
         f"evaluate: left out, no result.json: {sweep / '1'} (failed: ValueError: the problem)",
         f"evaluate: left out, no result.json: {sweep / '2'} (unfinished: killed or still running)",
         f"evaluate: left out, no result.json: {sweep / '3'} (unfinished: killed or still running)",
+        f"evaluate: left out, no result.json: {sweep / '4'} (still running: runners.train "
+        f"(pid {os.getpid()} on {socket.gethostname()}, since {left[3][-25:-2]}))",
     ]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", left[3][-25:-2])
     md = (tmp_path / "cmp" / "results.md").read_text()
     assert f"- left out, no result.json: {sweep / '1'} (failed" in md
 

@@ -19,7 +19,9 @@ from tests.runners.conftest import compose, run_cli_module, small_env
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(args: list[str], tmp: Path, timeout: int = 240) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], tmp: Path, timeout: int = 240, umask: int | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "WANDB_MODE": "offline",
@@ -35,6 +37,7 @@ def _run(args: list[str], tmp: Path, timeout: int = 240) -> subprocess.Completed
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=None if umask is None else (lambda: os.umask(umask)),
     )
 
 
@@ -61,6 +64,7 @@ def test_entry_point_smoke(graph_file: Path, tmp_path: Path) -> None:
             f"hydra.run.dir={run_dir}",
         ],
         tmp_path,
+        umask=0o022,
     )
     assert p.returncode == 0, p.stderr[-3000:]
     for name in (
@@ -74,6 +78,14 @@ def test_entry_point_smoke(graph_file: Path, tmp_path: Path) -> None:
     ):
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "wandb").glob("offline-run-*")), "no offline wandb run"
+    # every file the run wrote has the mode open() gives under the umask (atomic writes
+    # through mkstemp made result.json, config.yaml and the checkpoint files 0600)
+    modes = {
+        str(f.relative_to(run_dir)): oct(f.stat().st_mode & 0o777)
+        for f in run_dir.rglob("*")
+        if f.is_file() and "wandb" not in f.parts
+    }
+    assert set(modes.values()) == {"0o644"}, modes
     res = json.loads((run_dir / "result.json").read_text())
     for key in ("best_step_time", "lower_bound", "oracle_calls", "wall_seconds"):
         assert isinstance(res[key], (int, float)) and math.isfinite(res[key]), key
