@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from graphs.schema import is_whole, show
+from graphs.schema import is_number, is_whole, show
 
 #: Recomputation modes: keep every activation, recompute attention's core
 #: (Korthikanti et al. 2022, "selective"), or keep only each layer's input ("full").
@@ -429,13 +429,19 @@ def _check_config_matches_graph(
     """``ValueError`` when an extracted graph's ``meta.config`` disagrees with its nodes: the
     hybrid model scores by the config, so a graph file with an edited ``d_model``,
     ``n_layer`` or batch scored 1220 against 83 ms under one content hash (fuzzing, 2 Dec
-    2026). Checked: the transformer blocks (``graph.layer`` ids), the forward nodes'
-    parameter bytes against the config's parameter count (a whole number of bytes per
-    parameter, within 2 %), and ``meta.batch`` against ``config.batch``."""
+    2026). Checked: the transformer blocks (``graph.layer`` ids; at most that many in a
+    coarsened graph), the forward nodes' parameter bytes against the config's parameter
+    count (the graph's bytes per parameter, within 0.1 %), ``meta.batch`` against
+    ``config.batch``, and, in an uncoarsened graph, the attention's sizes against
+    ``n_head`` and ``seq``. Not seen: edits that keep every one of these (``n_head`` doubled
+    with ``seq`` halved, say)."""
     where = f"graph {name!r}: meta.config"
     layer = np.asarray(getattr(graph, "layer", []))
     blocks = int(layer.max()) + 1 if layer.size else 0
-    if layer.size and blocks != dims.layers:
+    # a coarsened graph's node takes its heaviest member's block, so it may show fewer
+    # (a Llama-2-7B in 24 groups shows 30 of 32; refused until 2 Dec 2026), never more
+    coarse = "coarsened_from" in meta
+    if layer.size and (blocks > dims.layers if coarse else blocks != dims.layers):
         raise ValueError(
             f"{where} says n_layer = {dims.layers}, but the graph's nodes hold {blocks} "
             "transformer blocks (graph.layer); the file's config was edited, or belongs to "
@@ -443,18 +449,65 @@ def _check_config_matches_graph(
         )
     kind, pb = getattr(graph, "kind", None), getattr(graph, "param_bytes", None)
     if kind is not None and pb is not None and dims.num_params() > 0:
-        per = float(np.asarray(pb)[np.asarray(kind) == 0].sum()) / dims.num_params()
-        if per > 0 and not (round(per) >= 1 and abs(per - round(per)) <= 0.02 * round(per)):
+        # a GPT-2 holds n_ctx learned positions, the model counts seq of them
+        n_ctx = (meta.get("config") or {}).get("n_ctx")
+        extra = (
+            (int(n_ctx) - dims.seq) * dims.hidden
+            if dims.arch == "gpt" and is_whole(n_ctx, dims.seq, floats=True)
+            else 0
+        )
+        params = dims.num_params() + extra
+        per = float(np.asarray(pb)[np.asarray(kind) == 0].sum()) / params
+        bpp = meta.get("bytes_per_param")
+        whole = float(bpp) if is_number(bpp) and float(bpp) >= 1 else float(round(per))
+        # to 0.1 %: an edited n_kv_head or d_ff of a small Llama moves the count by 0.4 %
+        # (the 2 % of before let it pass, 2 Dec 2026)
+        if per > 0 and not (whole >= 1 and abs(per - whole) <= 1e-3 * whole):
             raise ValueError(
-                f"{where} gives {dims.num_params():,} parameters, but the graph's forward "
-                f"nodes hold {per:.3g} bytes per parameter of them (a whole number expected: "
-                "d_model, d_ff, vocab or n_layer edited, or another model's config)"
+                f"{where} gives {params:,} parameters, but the graph's forward nodes hold "
+                f"{per:.4g} bytes per parameter of them ({whole:g} expected: d_model, "
+                "n_kv_head, d_ff, vocab or n_layer edited, or another model's config)"
             )
     batch = meta.get("batch")
     if is_whole(batch, 1) and int(batch) != dims.batch:
         raise ValueError(
             f"{where} says batch = {dims.batch}, but meta.batch = {batch}: the graph was "
             "extracted with one batch"
+        )
+    if kind is not None and layer.size and not coarse:  # coarse nodes' sizes are the groups'
+        _check_attention_shape(graph, np.asarray(kind), layer, dims, where)
+
+
+def _check_attention_shape(
+    graph: Any, kind: np.ndarray, layer: np.ndarray, dims: ModelDims, where: str
+) -> None:
+    """The first block's attention scores (its ``softmax`` node: ``batch x n_head x seq^2``
+    elements) and the attention's output (the ``matmul`` that reads them: ``batch x seq x
+    d_model``) have the sizes the config gives: an edited ``n_head`` or ``seq`` changes no
+    parameter and was not seen (2 Dec 2026). Graphs without a ``softmax`` node (a fused
+    attention op) are not checked this way."""
+    names = list(getattr(graph, "name", ()))
+    out = getattr(graph, "out_bytes", None)
+    if not names or out is None:
+        return
+    out = np.asarray(out)
+    first = np.flatnonzero((kind == 0) & (layer == 0))
+    sm = next((int(i) for i in first if names[i].split("_")[0] == "softmax"), None)
+    if sm is None:
+        return
+    reads = [int(j) for j in graph.successors(sm) if kind[j] == 0 and "matmul" in names[j]]
+    if not reads:
+        return
+    b, h, a, s = dims.batch, dims.hidden, dims.heads, dims.seq
+    elem = float(out[reads[0]]) / (b * s * h)  # bytes per element of the activations
+    scores = b * a * s * s * elem
+    if not (is_whole(elem, 1, floats=True) and abs(float(out[sm]) - scores) <= 1e-6 * scores):
+        raise ValueError(
+            f"{where} says n_head = {a} and seq = {s} (batch {b}, d_model {h}), but the "
+            f"graph's attention scores ({names[sm]}: {float(out[sm]):,.0f} bytes) and "
+            f"output ({names[reads[0]]}: {float(out[reads[0]]):,.0f} bytes) are not "
+            "batch x n_head x seq^2 and batch x seq x d_model elements of one size; the "
+            "file's config was edited, or belongs to another model"
         )
 
 
