@@ -87,6 +87,8 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
     for key, v in (cal.get("concurrency") or {}).items():  # per-process speed with k at once
         _count(f, key, "concurrency", 1)
         f.number(v, f"concurrency.{key}", lo=0, lo_open=True)
+        if key == "1" and float(v) != 1.0:  # the reference: one process relative to itself
+            raise f.error("concurrency.1", v, "1 (the factors are relative to one process)")
     for key, v in (cal.get("runtime") or {}).items():  # the runtime's fit with k processes
         _count(f, key, "runtime", 2)
         fit = f.obj(v, f"runtime.{key}", required=("factor", "transfer_overhead"), free=True)

@@ -576,17 +576,57 @@ def check_override_syntax(overrides: list[str]) -> None:
     for arg in overrides:
         if "=" not in arg or arg.startswith("-"):
             continue
+        key, value = arg.split("=", 1)
         try:
             parser.parse_overrides([arg])
         except OverrideParseException as exc:
             why = " ".join(str(exc).split("\n")[0].split())
             hint = ""
-            if "=" in arg.split("=", 1)[1]:
-                key, value = arg.split("=", 1)
-                hint = "; a value holding '=' must be quoted, e.g. " + (
-                    f"{key}=['...']" if value.startswith("[") else f"{key}='...'"
-                )
+            if "=" in value and value.startswith("["):
+                hint = f"; a value holding '=' must be quoted, e.g. {key}=['...']"
+            elif not value.startswith(("[", "{")):
+                hint = f"; {_quote_hint(key, value)}"
             raise ValueError(f"cannot parse override {arg!r}: {why}{hint}") from None
+
+
+def check_sweep_needs_multirun(overrides: list[str]) -> None:
+    """A comma-separated value without ``--multirun`` (``agent=expert,metis``, a path with a
+    comma) was hydra's several lines ("Ambiguous value for argument"), exit status 1
+    (2 Dec 2026): one line naming both ways out."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if any(a in ("-m", "--multirun") for a in overrides):
+        return
+    parser = OverridesParser.create()
+    for arg in overrides:
+        if "=" not in arg or arg.startswith("-"):
+            continue
+        key, value = arg.split("=", 1)
+        (ov,) = parser.parse_overrides([arg])  # check_override_syntax parsed it already
+        if ov.is_sweep_override() and "," in value:
+            values = getattr(ov.value(), "list", None)
+            n = f"{len(values)} values" if isinstance(values, list) else "several values"
+            raise ValueError(
+                f"{arg!r} is a sweep over {n} (the commas): add --multirun (-m) to run "
+                f"each, or {_quote_hint(key, value)}"
+            )
+
+
+def _quote_hint(key: str, value: str) -> str:
+    """How to give ``value`` as one string: quoted for hydra inside the shell's quotes (a
+    path holding any of ``= , ( ) [ ] { } ' "`` is not one bare word to hydra)."""
+    if "'" not in value and '"' not in value:
+        shown = f"'{key}=\"{value}\"'"
+    else:  # the shell's double quotes, with what they expand escaped
+        q = "'" if '"' in value else '"'
+        inner = f"{key}={q}{value}{q}"
+        for c in ("\\", '"', "$", "`"):
+            inner = inner.replace(c, "\\" + c)
+        shown = f'"{inner}"'
+    return (
+        "to give it as one string (hydra reads = , ( ) [ ] { } and quotes as syntax), quote "
+        f"it for hydra inside the shell's quotes: {shown}"
+    )
 
 
 def _parsed(overrides: list[str]) -> list[Any]:
@@ -766,6 +806,7 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
         check_multirun_output_dir(args)
         check_output_dir(schema, args)
         check_group_choices(args)
+        check_sweep_needs_multirun(args)
         check_experiment_fits(schema, args)
         check_overrides(schema, args)
         check_override_values(schema, args)

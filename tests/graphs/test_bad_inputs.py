@@ -557,6 +557,8 @@ CALIBRATION = [
     # the sections' contents were only type-checked as objects (since 28 Nov 2026: by field)
     ('{"device": {"peak_flops": 1e9}, "concurrency": {"4": -1}}', "concurrency.4", -1),
     ('{"device": {"peak_flops": 1e9}, "concurrency": {"4": "x"}}', "concurrency.4", "x"),
+    # one process is the reference: a hand-edited 0.3 slowed every single-process plan
+    ('{"device": {"peak_flops": 1e9}, "concurrency": {"1": 0.3}}', "concurrency.1", 0.3),
     ('{"device": {"peak_flops": 1e9}, "runtime": {"4": {}}}', "runtime.4.factor", MISSING),
     (
         '{"device": {"peak_flops": 1e9}, "runtime": {"2": {"factor": 0, "transfer_overhead": 0}}}',

@@ -362,6 +362,69 @@ def test_an_override_hydra_cannot_parse_is_one_error_line(arg, says, capsys) -> 
     assert stop.value.code == 2 and err == f"error: {says}\n"
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["/tmp/r(1)", "/tmp/a,b", "/tmp/x=y", "/tmp/it's", "/tmp/a[1]", 'say "hi"', "$HOME/{a}"],
+)
+def test_a_path_hydra_reads_as_syntax_gets_a_quoting_that_works(value, capsys) -> None:
+    """``output_dir=/tmp/r(1)`` was hydra's grammar error alone, ``output_dir=/tmp/a,b``
+    hydra's several lines on sweeps with exit status 1 (2 Dec 2026): the error now shows the
+    argument to type, and that argument, split as the shell splits it, is ``value`` to hydra."""
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    with pytest.raises(SystemExit) as stop:
+        schema.run_checked(
+            schema.PlanConfig, lambda: pytest.fail("hydra ran"), argv=[f"output_dir={value}"]
+        )
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1, err
+    assert ("is a sweep over 2 values" in err) == ("," in value)
+    typed = err.rstrip("\n").split("inside the shell's quotes: ", 1)[1]
+    (arg,) = shlex.split(typed)
+    (ov,) = OverridesParser.create().parse_overrides([arg])
+    assert ov.key_or_group == "output_dir" and ov.value() == value
+    assert not ov.is_sweep_override()
+
+
+def test_the_quoting_the_error_shows_runs_from_a_shell(tmp_path) -> None:
+    """The journey: the refused command, then the argument the error shows, typed into bash."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.runners.conftest import ROOT
+
+    folder = tmp_path / "lr(3e-4)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = f"{sys.executable} -m runners.plan +env=gpt2_tiny_cpu4 samples=4 "
+
+    def bash(arg: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", cmd + arg], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=240,
+        )  # fmt: skip
+
+    refused = bash(f"'output_dir={folder}'")
+    assert refused.returncode == 2 and not folder.exists(), refused.stderr
+    typed = refused.stderr.strip().split("inside the shell's quotes: ", 1)[1]
+    done = bash(typed)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (folder / "result.json").is_file()
+
+
+def test_a_sweep_without_multirun_is_one_error_line(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        schema.run_checked(
+            schema.TrainConfig, lambda: pytest.fail("hydra ran"), argv=["agent=expert,metis"]
+        )
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert err.startswith("error: 'agent=expert,metis' is a sweep over 2 values (the commas): add ")
+    assert "--multirun (-m)" in err
+
+
 def test_an_env_key_on_resume_is_one_error_line(tmp_path, capsys) -> None:
     """resume=DIR with env.* overrides failed in hydra ("Missing mandatory value: env")."""
     from runners import schema
