@@ -624,6 +624,35 @@ def _input_files(plain: Any) -> set[Path]:
     return out
 
 
+def absolute_input_paths(cfg: DictConfig) -> list[str]:
+    """Write the input files a new run's config names -- ``env.graph_file``,
+    ``agent.init_policy``, the calibration of ``env.cluster=cpu_N@PATH`` -- as absolute
+    paths (those that name an existing file; the rest stay as typed, so a refusal names what
+    was typed); the keys changed. ``config.yaml`` kept them as typed, so ``resume=`` from
+    another folder read ``g/chain.json`` there: "cannot read file" (2 Dec 2026)."""
+    changed = []
+
+    def absolute(v: Any) -> str | None:
+        if not isinstance(v, str) or not v.strip():
+            return None
+        p = Path(v).expanduser()
+        return str(p.resolve()) if p.is_file() and str(p.resolve()) != v else None
+
+    for section, key in (("env", "graph_file"), ("agent", "init_policy")):
+        new = absolute(cfg[section].get(key))
+        if new is not None:
+            cfg[section][key] = new
+            changed.append(f"{section}.{key}")
+    cluster = cfg.env.get("cluster")
+    if isinstance(cluster, str) and "@" in cluster:
+        base, path = cluster.split("@", 1)
+        new = absolute(path)
+        if new is not None:
+            cfg.env.cluster = f"{base}@{new}"
+            changed.append("env.cluster")
+    return changed
+
+
 def clear_earlier_run(run_dir: Path, keep: set[Path] = frozenset()) -> list[str]:
     """Remove the :data:`RUN_FILES` an earlier run left in ``run_dir`` (a folder holding its
     ``config.yaml``), except the files in ``keep`` (what the new run reads: an
@@ -1126,6 +1155,8 @@ def train(
     schema.check_values(schema.TrainConfig, cfg)  # budgets > 0, known schedule, ...
     run_dir.mkdir(parents=True, exist_ok=True)
     earlier_run = not resuming and (run_dir / "config.yaml").is_file()  # before it is written
+    if not resuming:  # so that resume= finds them from any folder
+        absolute_input_paths(cfg)
     plain = common.to_plain(cfg)
     if resume_state is None:
         common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())

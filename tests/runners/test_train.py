@@ -615,3 +615,54 @@ def test_resume_refuses_a_graph_file_replaced_since_the_run_started(
     g.write_text(json.dumps(d))
     with pytest.raises(ValueError, match=r"the run's problem changed since it started \(graph: "):
         train(compose(["+env=rnnlm_k40_2", f"resume={run}"]), tmp_path / "x", echo=lambda s: None)
+
+
+@pytest.mark.timeout(300)
+def test_a_run_with_relative_input_paths_resumes_from_another_folder(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """config.yaml kept env.graph_file / agent.init_policy / cpu_N@PATH as typed, so
+    resume= from another folder failed: "g/chain.json: cannot read file" (2 Dec 2026)."""
+    import shutil
+
+    from runners.train import absolute_input_paths
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    (work / "g").mkdir(parents=True)
+    elsewhere.mkdir()
+    shutil.copy(graph_file, work / "g" / "chain.json")
+    ov = [a for a in small_env(graph_file) if not a.startswith("env.graph_file=")]
+    killed = _run(
+        [
+            "runners.train", *ov, "env.graph_file=g/chain.json", "env.baselines=[]",
+            "train.timesteps=512", "train.checkpoint_every=1", "agent.ppo.n_steps=64",
+            "train.crash_after_updates=2", "output_dir=run",
+        ],
+        work,
+    )  # fmt: skip
+    assert killed.returncode != 0 and "crash_after_updates=2 reached" in killed.stderr
+    saved = (work / "run" / "config.yaml").read_text()
+    assert f"graph_file: {work / 'g' / 'chain.json'}" in saved
+    resumed = _run(["runners.train", f"resume={work / 'run'}"], elsewhere)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((work / "run" / "result.json").read_text())["timesteps"] == 512
+    assert not list(elsewhere.iterdir())  # nothing written where the resume was typed
+
+    # the policy it wrote starts another run by a relative path, kept absolute too
+    shutil.copy(work / "run" / "policy.pt", work / "p.pt")
+    (work / "cal.json").write_text("{}")
+    cfg = compose(
+        [*ov, "agent.init_policy=p.pt", "env.graph_file=g/chain.json", "env.cluster=cpu_2@cal.json"]
+    )
+    cwd = os.getcwd()
+    try:
+        os.chdir(work)
+        changed = absolute_input_paths(cfg)
+    finally:
+        os.chdir(cwd)
+    assert changed == ["env.graph_file", "agent.init_policy", "env.cluster"]
+    assert cfg.agent.init_policy == str(work / "p.pt")
+    assert cfg.env.cluster == f"cpu_2@{work / 'cal.json'}"
+    cfg = compose([*ov, "agent.init_policy=generalist", "env.graph_file=nosuch.json"])
+    assert absolute_input_paths(cfg) == []  # a shipped name and a missing file stay as typed
+    assert (cfg.agent.init_policy, cfg.env.graph_file) == ("generalist", "nosuch.json")
