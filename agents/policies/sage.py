@@ -82,6 +82,16 @@ class BiSAGEConv(MessagePassing):
         bwd = self.propagate(edge_index.flip(0), x=x, e=e_bwd)
         return self.lin_root(x) + self.lin_fwd(fwd) + self.lin_bwd(bwd)
 
+    def propagate(
+        self, edge_index: Tensor, size: tuple[int, int] | None = None, **kwargs
+    ) -> Tensor:
+        """:class:`MessagePassing`'s own ``propagate``. Defined here so that PyG keeps it
+        rather than rendering its TorchScript template for this class, which wrote a module
+        ``agents.policies.sage_BiSAGEConv_propagate_*.py`` into the temporary folder in
+        every process and never removed it (70 files in ``/tmp`` after a day's tests, 2 Dec
+        2026). The same computation (tested); this layer is not TorchScripted."""
+        return super().propagate(edge_index, size=size, **kwargs)
+
     def message(self, x_j: Tensor, e: Tensor | None) -> Tensor:
         return x_j if e is None else x_j + e
 

@@ -93,6 +93,29 @@ def test_bisage_edge_features_enter_the_messages():
     assert repr(conv) == "BiSAGEConv(1, 1, edge_dim=1, aggr=mean)"
 
 
+def test_bisage_writes_no_module_into_the_temporary_folder(tmp_path):
+    """PyG rendered its TorchScript template of ``propagate`` for the class into a file
+    ``agents.policies.sage_BiSAGEConv_propagate_*.py`` in the temporary folder, in every
+    process, and never removed it (70 such files in /tmp, 2 Dec 2026)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import torch\n"
+        "from agents.policies.sage import BiSAGEConv\n"
+        "c = BiSAGEConv(2, 3, edge_dim=1)\n"
+        "y = c(torch.ones(3, 2), torch.tensor([[0, 1], [2, 2]]), torch.ones(2, 1))\n"
+        "assert y.shape == (3, 3)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(root)}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert [f.name for f in tmp_path.iterdir() if "BiSAGEConv" in f.name] == []
+
+
 def test_to_pyg_offsets_samples_and_drops_padded_edges():
     B, N = 2, 3
     g = DenseGraph(
