@@ -379,8 +379,19 @@ def load_policy(path: str | Path) -> ExportedPolicy:
     ``path`` may name a shipped policy: ``load_policy("generalist")`` reads the pretrained
     generalist that ships in ``agents/pretrained/`` (see ``docs/generalisation.md``).
     """
-    path = resolve_policy(path)
-    return from_payload(_read_policy_file(path), source=str(path))
+    given, path = path, resolve_policy(path)
+    try:
+        return from_payload(_read_policy_file(path), source=str(path))
+    except ValueError as exc:
+        from agents.generalist import shipped_path
+
+        if shipped_path(str(given)) is not None and Path(given).exists():
+            # a stray file of a shipped policy's name took its place (fuzzing, 2 Dec 2026)
+            raise ValueError(
+                f"{exc} (a file named {str(given)!r} in {Path.cwd()} is read instead of the "
+                f"shipped policy; rename it, or give the shipped file {shipped_path(str(given))})"
+            ) from None
+        raise
 
 
 def from_payload(d: Any, *, source: str = "policy") -> ExportedPolicy:

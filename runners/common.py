@@ -827,7 +827,7 @@ def reported_errors(run_dir: Path | None, app: str) -> Iterator[None]:
     if run_dir is not None:  # one runner at a time writes a folder; the second is refused
         try:  # before it writes anything there (not even error.txt: the folder is the other's)
             stack.enter_context(folder_lock.held(run_dir, app))
-        except folder_lock.FolderInUse as exc:
+        except ValueError as exc:  # folder_lock.FolderInUse, or a lock file that is a folder
             sys.stderr.write(f"error: {exc}\n")
             raise SystemExit(2) from None
     with stack:

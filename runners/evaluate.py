@@ -115,7 +115,11 @@ def evaluate(
             for seed in cfg.seeds:
                 sub = configs[env, agent, int(seed)]
                 cell = run_dir / env / agent / f"s{seed}"
-                res = train(sub, cell, echo=lambda s: None)
+                cell.mkdir(parents=True, exist_ok=True)
+                # a cell is a train run's folder: held while it trains, as runners.train
+                # holds its own (a runners.train in a cell folder was overwritten, fuzzing)
+                with folder_lock.held(cell, "evaluate"):
+                    res = train(sub, cell, echo=lambda s: None)
                 row = {
                     "env": env,
                     "agent": agent,
@@ -199,8 +203,10 @@ def run_folders(paths: Sequence[str]) -> list[Path]:
             else sorted(r.parent for r in p.rglob("result.json"))
         )
         if not hits:
+            holder = folder_lock.holder(p)
             raise ValueError(
                 f"runs: {p} holds no result.json (a runners.train or runners.plan run)"
+                + (f"; it is still running: {holder}" if holder else "")
             )
         found += [h for h in hits if h not in found]
     return found

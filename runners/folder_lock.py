@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 #: The lock file inside a run folder.
 LOCK_FILE = ".devplace.lock"
@@ -29,10 +30,14 @@ class FolderInUse(ValueError):
     """The run folder is held by another runner (a user error: one line, exit status 2)."""
 
 
+#: The locks this process holds: real path of the folder -> open file of its lock.
+_HELD: dict[str, int] = {}
+
+
 def _message(folder: Path, holder: str) -> str:
     return (
         f"{folder} is in use by {holder}: two runners writing one folder replace each "
-        "other's files; wait for it to end, or give another output_dir"
+        "other's files; wait for it to end (or, for a new run, give another output_dir)"
     )
 
 
@@ -74,31 +79,120 @@ def check_free(folder: str | Path) -> None:
         raise FolderInUse(_message(Path(folder), who))
 
 
-@contextmanager
-def held(folder: str | Path, app: str) -> Iterator[None]:
-    """Hold ``folder``'s lock for runner ``app`` for the ``with`` block, or raise
-    :class:`FolderInUse` (before anything is written) when another runner holds it."""
+def _open_lock_file(path: Path) -> tuple[int, bool]:
+    """The lock file's descriptor and whether it is writable. A lock file another user made
+    (mode 0644 under the usual umask) is opened read-only: ``flock`` needs no write access.
+    A folder where the file belongs is refused by name (it was an ``IsADirectoryError``
+    traceback, 2 Dec 2026)."""
+    if path.is_dir():
+        raise ValueError(
+            f"{path} is a folder, not devplace's lock file; remove it (runners keep their "
+            "lock there while they write the run folder)"
+        )
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666), True
+    except PermissionError:
+        try:
+            return os.open(path, os.O_RDONLY), False
+        except OSError as exc:
+            raise ValueError(
+                f"{path}: cannot open the run folder's lock file ({exc.strerror}); "
+                "give an output_dir you can write"
+            ) from None
+
+
+def acquire(folder: str | Path, app: str) -> None:
+    """Take ``folder``'s lock for runner ``app`` until :func:`release` or the process ends
+    (a no-op when this process holds it already), or raise :class:`FolderInUse` naming the
+    holder before anything is written there."""
     import fcntl
 
     folder = Path(folder)
-    path = folder / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    key = os.path.realpath(folder)
+    if key in _HELD:
+        return
+    fd, writable = _open_lock_file(folder / LOCK_FILE)
     try:
-        locked = True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = os.pread(fd, 500, 0).decode(errors="replace").strip()
-            raise FolderInUse(_message(folder, text or "another runner")) from None
-        except OSError as exc:
-            if not _unsupported(exc):
-                raise
-            locked = False
-        if locked:
-            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-            line = f"runners.{app} (pid {os.getpid()} on {socket.gethostname()}, since {since})"
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (line + "\n").encode(), 0)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 500, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise FolderInUse(_message(folder, text or "another runner")) from None
+    except OSError as exc:
+        os.close(fd)
+        if not _unsupported(exc):
+            raise
+        return  # no flock on this file system: go on unlocked
+    if writable:
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        line = f"runners.{app} (pid {os.getpid()} on {socket.gethostname()}, since {since})"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (line + "\n").encode(), 0)
+    _HELD[key] = fd
+
+
+def release(folder: str | Path) -> None:
+    """Give ``folder``'s lock back (if this process holds it)."""
+    fd = _HELD.pop(os.path.realpath(Path(folder)), None)
+    if fd is not None:
+        os.close(fd)
+
+
+@contextmanager
+def held(folder: str | Path, app: str) -> Iterator[None]:
+    """Hold ``folder``'s lock for runner ``app`` for the ``with`` block, or raise
+    :class:`FolderInUse` (before anything is written) when another runner holds it. A lock
+    this process took already (:class:`LockRunFolder`, before hydra wrote its files) is kept
+    as it is, and not given back here."""
+    if os.path.realpath(Path(folder)) in _HELD:
+        yield
+        return
+    acquire(folder, app)
+    try:
         yield
     finally:
-        os.close(fd)
+        release(folder)
+
+
+try:
+    from hydra.experimental.callback import Callback
+except ImportError:  # pragma: no cover - hydra is a dependency
+    Callback = object  # type: ignore[misc,assignment]
+
+
+class LockRunFolder(Callback):  # type: ignore[misc]
+    """A hydra callback (``hydra.callbacks.folder_lock`` in each runner's config) that takes
+    the run folder's lock when hydra starts a run, before it writes ``.hydra/`` there.
+
+    Checked on the command line's text alone, a folder given quoted or through an
+    interpolation (``output_dir="busy"``, ``output_dir=${oc.env:PWD}/busy``), and two runs
+    started in one second with hydra's default folder, were refused only after hydra had
+    replaced the running run's ``.hydra/`` files (fuzzing, 2 Dec 2026). Sweeps (``-m``) take
+    each job's lock when the job starts (:func:`runners.common.reported_errors`)."""
+
+    def __init__(self, app: str) -> None:
+        self.app = app
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        import sys
+
+        from omegaconf import OmegaConf
+
+        folder = OmegaConf.select(config, "hydra.run.dir")
+        resume = OmegaConf.select(config, "resume", default=None)
+        if not folder or (resume and not (Path(str(resume)) / "config.yaml").is_file()):
+            return  # resume= of a folder that is no run: refused by the runner, untouched
+        folder = Path(str(folder))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            acquire(folder, self.app)
+        except (ValueError, OSError) as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            raise SystemExit(2) from None
+
+    def on_run_end(self, config: Any, **kwargs: Any) -> None:
+        from omegaconf import OmegaConf
+
+        folder = OmegaConf.select(config, "hydra.run.dir")
+        if folder:
+            release(Path(str(folder)))

@@ -561,8 +561,24 @@ def _resume_dir_overrides(schema: type, argv: list[str]) -> list[str]:
         return []
     if not Path(value).expanduser().is_dir():  # hydra would create the mistyped folder
         raise ValueError(f"resume={value}: no such run folder (a runners.train output_dir)")
-    quoted = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    # quoted as hydra reads it back: doubling every backslash made resume=a\b log into a
+    # sibling folder a\\b (fuzzing, 2 Dec 2026); interpolations stay, as in resume= itself
+    quoted = hydra_quoted(value, literal=False)
     return [f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
+
+
+def hydra_quoted(value: str, *, literal: bool = True, quote: str = "'") -> str:
+    """``value`` as a hydra string in ``quote`` that hydra and OmegaConf read back as
+    ``value``: the quote escaped, a run of backslashes doubled before it or the end (hydra
+    halves those, and keeps every other backslash); with ``literal``, ``${`` escaped too, so
+    that it is not an interpolation."""
+    import re
+
+    s = re.sub(rf"(\\*){quote}", lambda m: m.group(1) * 2 + "\\" + quote, value)
+    s = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, s)
+    if literal:
+        s = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", s)
+    return f"{quote}{s}{quote}"
 
 
 def check_override_syntax(overrides: list[str]) -> None:
@@ -586,7 +602,7 @@ def check_override_syntax(overrides: list[str]) -> None:
                 hint = f"; a value holding '=' must be quoted, e.g. {key}=['...']"
             elif not value.startswith(("[", "{")):
                 hint = f"; {_quote_hint(key, value)}"
-            raise ValueError(f"cannot parse override {arg!r}: {why}{hint}") from None
+            raise ValueError(f"cannot parse override '{arg}': {why}{hint}") from None
 
 
 def check_sweep_needs_multirun(overrides: list[str]) -> None:
@@ -606,26 +622,27 @@ def check_sweep_needs_multirun(overrides: list[str]) -> None:
         if ov.is_sweep_override() and "," in value:
             values = getattr(ov.value(), "list", None)
             n = f"{len(values)} values" if isinstance(values, list) else "several values"
+            numbers = isinstance(values, list) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+            )
+            one = ov.key_or_group.lstrip("+~") in GROUPS or numbers  # no one string is meant
             raise ValueError(
-                f"{arg!r} is a sweep over {n} (the commas): add --multirun (-m) to run "
-                f"each, or {_quote_hint(key, value)}"
+                f"'{arg}' is a sweep over {n} (the commas): add --multirun (-m) to run "
+                + ("each" if one else f"each, or {_quote_hint(key, value)}")
             )
 
 
 def _quote_hint(key: str, value: str) -> str:
-    """How to give ``value`` as one string: quoted for hydra inside the shell's quotes (a
-    path holding any of ``= , ( ) [ ] { } ' "`` is not one bare word to hydra)."""
-    if "'" not in value and '"' not in value:
-        shown = f"'{key}=\"{value}\"'"
-    else:  # the shell's double quotes, with what they expand escaped
-        q = "'" if '"' in value else '"'
-        inner = f"{key}={q}{value}{q}"
-        for c in ("\\", '"', "$", "`"):
-            inner = inner.replace(c, "\\" + c)
-        shown = f'"{inner}"'
+    """How to give ``value`` as one string: quoted for hydra (:func:`hydra_quoted`), then
+    for the shell (``shlex.quote``). Both quote kinds, a trailing backslash and ``${`` gave
+    hints that failed when pasted (fuzzing, 2 Dec 2026)."""
+    import shlex
+
+    arg = key + "=" + hydra_quoted(value, quote='"')
+    typed = f"'{arg}'" if "'" not in arg else shlex.quote(f"{key}={hydra_quoted(value)}")
     return (
-        "to give it as one string (hydra reads = , ( ) [ ] { } and quotes as syntax), quote "
-        f"it for hydra inside the shell's quotes: {shown}"
+        "to give it as one string (hydra reads = , ( ) [ ] { } ~ and quotes as syntax), "
+        f"quote it for hydra inside the shell's quotes: {typed}"
     )
 
 
@@ -753,24 +770,6 @@ def check_output_dir(schema: type, argv: list[str]) -> None:
         )
 
 
-def check_folder_free(argv: list[str]) -> None:
-    """``ValueError`` when the folder this command would write (``output_dir=``, else
-    ``resume=``) is held by a runner still going (:mod:`runners.folder_lock`): checked before
-    hydra writes its own files there. The runner takes the lock itself once it starts."""
-    from runners import folder_lock
-
-    given = [
-        a.split("=", 1)[1]
-        for a in argv
-        if a.lstrip("+").startswith(("output_dir=", "resume=", "hydra.run.dir="))
-    ]
-    given = [g for g in given if g not in ("", "null")]
-    for folder in given:
-        path = Path(folder).expanduser()
-        if path.is_dir():
-            folder_lock.check_free(path)
-
-
 def _check_creatable(path: Path, given: str) -> None:
     """``ValueError`` unless folder ``path`` exists writable or can be made: a path under a
     file, a read-only place, a dangling or looping symlink ended in hydra's traceback, exit
@@ -811,7 +810,6 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
         check_overrides(schema, args)
         check_override_values(schema, args)
         extra = _resume_dir_overrides(schema, args)
-        check_folder_free(args)
     except ValueError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise SystemExit(2) from None

@@ -556,3 +556,27 @@ def test_canonical_units_keeps_device_classes_and_never_slows_a_label() -> None:
                 assert (new == units).all()
     # both outcomes occur: renamings no slower are taken, slower ones refused
     assert renamed_n >= 1 and kept >= 1
+
+
+def test_a_stray_file_named_like_the_shipped_policy_is_named_as_such(tmp_path, monkeypatch) -> None:
+    """A file named ``generalist`` in the current folder is read instead of the shipped
+    policy (the documented rule); its refusal said only "not a loadable policy file"
+    (fuzzing, 2 Dec 2026)."""
+    import re
+
+    import pytest
+
+    from agents import load_policy
+    from agents.generalist import shipped_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "generalist").write_text("junk\n")
+    with pytest.raises(ValueError) as info:
+        load_policy("generalist")
+    msg = str(info.value)
+    assert "not a loadable policy file" in msg
+    assert re.search(
+        rf"a file named 'generalist' in {re.escape(str(tmp_path))} is read instead", msg
+    )
+    assert str(shipped_path("generalist")) in msg
+    assert load_policy(shipped_path("generalist")).meta  # the shipped file, by its path, loads

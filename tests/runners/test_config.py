@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -364,15 +365,19 @@ def test_an_override_hydra_cannot_parse_is_one_error_line(arg, says, capsys) -> 
 
 @pytest.mark.parametrize(
     "value",
-    ["/tmp/r(1)", "/tmp/a,b", "/tmp/x=y", "/tmp/it's", "/tmp/a[1]", 'say "hi"', "$HOME/{a}"],
-)
+    ["/tmp/r(1)", "/tmp/a,b", "/tmp/x=y", "/tmp/it's", "/tmp/a[1]", 'say "hi"', "$HOME/{a}",
+     # hints that failed when pasted (fuzzing, 2 Dec 2026): both quote kinds, a trailing
+     # backslash, an interpolation, backslashes before a quote
+     "q/both'\"x(1)", "q/x(\\", "q/${x}(1)", "q/a\\'b", "q/\\${x}(1)", "ü nï (1)"],
+)  # fmt: skip
 def test_a_path_hydra_reads_as_syntax_gets_a_quoting_that_works(value, capsys) -> None:
     """``output_dir=/tmp/r(1)`` was hydra's grammar error alone, ``output_dir=/tmp/a,b``
     hydra's several lines on sweeps with exit status 1 (2 Dec 2026): the error now shows the
-    argument to type, and that argument, split as the shell splits it, is ``value`` to hydra."""
-    import shlex
+    argument to type, and that argument, as bash reads it, is ``value`` to hydra and OmegaConf."""
+    import subprocess
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
 
     with pytest.raises(SystemExit) as stop:
         schema.run_checked(
@@ -382,10 +387,29 @@ def test_a_path_hydra_reads_as_syntax_gets_a_quoting_that_works(value, capsys) -
     assert stop.value.code == 2 and err.count("\n") == 1, err
     assert ("is a sweep over 2 values" in err) == ("," in value)
     typed = err.rstrip("\n").split("inside the shell's quotes: ", 1)[1]
-    (arg,) = shlex.split(typed)
-    (ov,) = OverridesParser.create().parse_overrides([arg])
-    assert ov.key_or_group == "output_dir" and ov.value() == value
-    assert not ov.is_sweep_override()
+    bash = subprocess.run(["bash", "-c", f"printf %s {typed}"], capture_output=True, text=True)
+    (ov,) = OverridesParser.create().parse_overrides([bash.stdout])
+    assert ov.key_or_group == "output_dir" and not ov.is_sweep_override()
+    assert OmegaConf.create({"v": ov.value()}).v == value
+
+
+@pytest.mark.parametrize("value", ["a\\b", "a\\", "it's", "x(1)", 'say "hi"'])
+def test_resume_hands_hydra_the_folder_as_typed(value, tmp_path, monkeypatch) -> None:
+    """``resume=q16/a\\b``: every backslash was doubled in the hydra.run.dir it handed hydra,
+    which logged the resume into a sibling folder ``a\\\\b`` (fuzzing, 2 Dec 2026)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    monkeypatch.chdir(tmp_path)
+    folder = value
+    os.makedirs(folder, exist_ok=True)
+    resume = "resume=" + schema.hydra_quoted(value, literal=False)
+    extra = schema._resume_dir_overrides(schema.TrainConfig, [resume])
+    parser = OverridesParser.create()
+    (run_dir,) = parser.parse_overrides([extra[0]])
+    (given,) = parser.parse_overrides([resume])
+    got = OmegaConf.create({"a": run_dir.value(), "b": given.value()})
+    assert run_dir.key_or_group == "hydra.run.dir" and got.a == got.b == folder
 
 
 def test_the_quoting_the_error_shows_runs_from_a_shell(tmp_path) -> None:
@@ -421,8 +445,10 @@ def test_a_sweep_without_multirun_is_one_error_line(capsys) -> None:
         )
     err = capsys.readouterr().err
     assert stop.value.code == 2
-    assert err.startswith("error: 'agent=expert,metis' is a sweep over 2 values (the commas): add ")
-    assert "--multirun (-m)" in err
+    assert err == (
+        "error: 'agent=expert,metis' is a sweep over 2 values (the commas): add --multirun (-m) "
+        "to run each\n"  # no quoting offered: a group choice or numbers are never one string
+    )
 
 
 def test_an_env_key_on_resume_is_one_error_line(tmp_path, capsys) -> None:

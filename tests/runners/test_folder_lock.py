@@ -7,25 +7,50 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from runners import common, folder_lock
-from tests.runners.conftest import ROOT, small_env
+from tests.runners.conftest import ROOT, run_cli_module, small_env
 
 
 def _files(folder: Path) -> dict[str, float]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
 
 
+@contextmanager
+def _held_elsewhere(folder: Path, app: str = "train") -> Iterator[subprocess.Popen[str]]:
+    """Another process holding ``folder``'s lock for the block (a lock this process holds
+    is its own: taking it again is a no-op)."""
+    code = (
+        "import sys\n"
+        "from runners import folder_lock\n"
+        f"with folder_lock.held({str(folder)!r}, {app!r}):\n"
+        "    print('held', flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 def test_a_held_folder_names_its_holder_and_is_free_after(tmp_path: Path) -> None:
     assert folder_lock.holder(tmp_path) is None  # no lock file: free, and none is made
     assert not (tmp_path / folder_lock.LOCK_FILE).exists()
-    with folder_lock.held(tmp_path, "train"):
+    with _held_elsewhere(tmp_path) as other:
         who = folder_lock.holder(tmp_path)
         assert who is not None
-        assert who.startswith(f"runners.train (pid {os.getpid()} on ")
+        assert who.startswith(f"runners.train (pid {other.pid} on ")
         with pytest.raises(folder_lock.FolderInUse, match=r"is in use by runners\.train \(pid"):
             folder_lock.check_free(tmp_path)
         with pytest.raises(folder_lock.FolderInUse, match="give another output_dir"):
@@ -35,38 +60,30 @@ def test_a_held_folder_names_its_holder_and_is_free_after(tmp_path: Path) -> Non
     assert folder_lock.holder(tmp_path) is None
     folder_lock.check_free(tmp_path)
     with folder_lock.held(tmp_path, "plan"):  # and it can be taken again
-        assert folder_lock.holder(tmp_path).startswith("runners.plan (pid")
+        assert folder_lock.holder(tmp_path).startswith(f"runners.plan (pid {os.getpid()} ")
+        with folder_lock.held(tmp_path, "plan"):  # held by this process already: kept
+            pass
+        assert folder_lock.holder(tmp_path) is not None
+    assert folder_lock.holder(tmp_path) is None
 
 
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
-    code = (
-        "import sys, time\n"
-        "from runners import folder_lock\n"
-        f"with folder_lock.held({str(tmp_path)!r}, 'train'):\n"
-        "    print('held', flush=True)\n"
-        "    time.sleep(60)\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout.readline().strip() == "held"
-        assert f"pid {proc.pid} " in folder_lock.holder(tmp_path)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    deadline = time.monotonic() + 10
-    while folder_lock.holder(tmp_path) is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert folder_lock.holder(tmp_path) is None
+    with _held_elsewhere(tmp_path) as other:
+        assert f"pid {other.pid} " in folder_lock.holder(tmp_path)
+        other.send_signal(signal.SIGKILL)
+        other.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while folder_lock.holder(tmp_path) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert folder_lock.holder(tmp_path) is None
 
 
 def test_reported_errors_refuses_a_held_folder_and_writes_nothing_there(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The lock taken by the runner itself (a second runner that started between the
-    command-line check and the first one's lock is stopped here)."""
-    with folder_lock.held(tmp_path, "train"):
+    """The lock taken by the runner itself (for a job of a sweep, which hydra starts
+    without the run callback, or a runner called without hydra)."""
+    with _held_elsewhere(tmp_path) as other:
         before = _files(tmp_path)
         ran = []
         with pytest.raises(SystemExit) as exc:
@@ -75,7 +92,7 @@ def test_reported_errors_refuses_a_held_folder_and_writes_nothing_there(
         assert exc.value.code == 2 and not ran
         assert _files(tmp_path) == before  # no error.txt, no plan.log
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {tmp_path} is in use by runners.train (pid {os.getpid()} ")
+    assert err.startswith(f"error: {tmp_path} is in use by runners.train (pid {other.pid} ")
     with common.reported_errors(tmp_path, "plan"):  # free again: the body runs
         ran.append(1)
     assert ran == [1]
@@ -89,6 +106,7 @@ def test_a_second_command_on_a_folder_in_use_is_refused_and_the_first_run_kept(
     turn (noticed 2 Dec 2026); a resume= of a run still going did the same."""
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    env["LOCK_TEST_DIR"] = str(tmp_path)
     train = [sys.executable, "-m", "runners.train"]
     new_run = [*train, *small_env(graph_file), "env.baselines=[]", f"output_dir={run_dir}"]
 
@@ -101,12 +119,74 @@ def test_a_second_command_on_a_folder_in_use_is_refused_and_the_first_run_kept(
     assert first.returncode == 0, first.stderr[-2000:]
     with folder_lock.held(run_dir, "train"):  # stands for the first run, still going
         before = _files(run_dir)
-        for cmd in ([*new_run, "agent=round_robin"], [*train, f"resume={run_dir}"]):
+        quoted = [a for a in new_run if not a.startswith("output_dir=")]
+        for cmd in (
+            [*new_run, "agent=round_robin"],
+            [*train, f"resume={run_dir}"],
+            # given quoted or by an interpolation, the folder was missed by a check of the
+            # command line's text, and hydra rewrote the running run's .hydra/ (fuzzing)
+            [*quoted, "agent=round_robin", f'output_dir="{run_dir}"'],
+            [*quoted, "agent=round_robin", "output_dir=${oc.env:LOCK_TEST_DIR}/run"],
+            [*quoted, "agent=round_robin", "hydra.run.dir=${oc.env:LOCK_TEST_DIR}/run"],
+        ):
             p = run(cmd)
             assert p.returncode == 2, p.stderr[-2000:]
-            assert p.stderr.startswith(f"error: {run_dir} is in use by runners.train (pid ")
+            assert p.stderr.startswith(f"error: {run_dir} is in use by runners.train (pid "), cmd
             assert p.stderr.count("\n") == 1  # one line
             assert _files(run_dir) == before  # not a file written or replaced
     again = run([*new_run, "agent=round_robin"])
     assert again.returncode == 0, again.stderr[-2000:]
     assert folder_lock.holder(run_dir) is None  # released when the run ended
+
+
+def test_a_lock_file_that_is_a_folder_is_one_error_line(tmp_path: Path) -> None:
+    (tmp_path / folder_lock.LOCK_FILE).mkdir()
+    with pytest.raises(ValueError, match=r"\.devplace\.lock is a folder, not devplace's lock"):
+        with folder_lock.held(tmp_path, "train"):
+            pass  # pragma: no cover - refused above
+    code, _, err = run_cli_module("runners.plan", ["+env=gpt2_tiny_cpu4", "samples=4",
+                                                   f"output_dir={tmp_path}"])  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "is a folder, not devplace's lock" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder_lock.LOCK_FILE]  # no .hydra
+
+
+def test_another_users_lock_file_is_locked_read_only(tmp_path: Path, monkeypatch) -> None:
+    """A lock file made by another user (0644) could not be opened for writing: a
+    PermissionError traceback on every later run in a shared folder (fuzzing)."""
+    (tmp_path / folder_lock.LOCK_FILE).write_text("runners.train (pid 1 on elsewhere)\n")
+    real_open = os.open
+
+    def open_as_other_user(path, flags, *args):
+        if str(path).endswith(folder_lock.LOCK_FILE) and flags & (os.O_RDWR | os.O_WRONLY):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_as_other_user)
+    with folder_lock.held(tmp_path, "train"):
+        assert folder_lock.holder(tmp_path) is not None  # locked, though not rewritten
+        with pytest.raises(folder_lock.FolderInUse):
+            folder_lock.check_free(tmp_path)
+    assert folder_lock.holder(tmp_path) is None
+
+
+def test_evaluate_holds_each_cell_while_it_trains(tmp_path: Path) -> None:
+    """runners.evaluate trained a cell in a folder a runners.train was writing, exit 0, and
+    replaced that run's config.yaml and result.json (fuzzing, 2 Dec 2026)."""
+    from runners.evaluate import evaluate
+    from tests.runners.conftest import compose
+
+    cfg = compose(["envs=[gpt2_tiny_cpu4]", "agents=[expert]", "seeds=[0]"], config="evaluate")
+    cell = tmp_path / "ev" / "gpt2_tiny_cpu4" / "expert" / "s0"
+    cell.mkdir(parents=True)
+    (cell / "train.log").write_text("a run going on\n")
+    with _held_elsewhere(cell):
+        before = _files(cell)
+        with pytest.raises(folder_lock.FolderInUse, match=r"s0 is in use by runners\.train"):
+            evaluate(cfg, tmp_path / "ev", echo=lambda s: None)
+        assert _files(cell) == before
+        # and runs= naming that folder says it is still running
+        runs = compose([f"runs=[{cell}]"], config="evaluate")
+        with pytest.raises(ValueError, match=r"holds no result.json .*; it is still running: "):
+            evaluate(runs, tmp_path / "cmp", echo=lambda s: None)
+    evaluate(cfg, tmp_path / "ev", echo=lambda s: None)  # free: the cell trains
+    assert (cell / "result.json").is_file()
