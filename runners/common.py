@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -839,18 +839,17 @@ def _reported(run_dir: Path | None, app: str) -> Iterator[None]:
         (run_dir / "error.txt").unlink(missing_ok=True)  # now (it stayed beside result.json)
     try:
         yield
-    except Terminated as exc:  # SIGTERM (kill, a SLURM cancel): the ranks are stopped by the
-        # launchers' cleanup, which a plain SIGTERM skipped (they kept running)
-        _record_failure(run_dir, app, f"terminated by signal {exc.signum}")
-        sys.stderr.write(f"error: runners.{app} terminated by signal {exc.signum}\n")
-        raise SystemExit(128 + exc.signum) from None
-    except KeyboardInterrupt:  # Ctrl-C: a traceback, no error.txt, no log line (fuzzing)
-        _record_failure(run_dir, app, "interrupted (Ctrl-C)")
-        hint = ""
-        if app == "train" and run_dir is not None:
-            hint = f"; python -m runners.train resume={run_dir} continues it"
-        sys.stderr.write(f"error: runners.{app} interrupted (Ctrl-C){hint}\n")
-        raise SystemExit(130) from None
+    except (Terminated, KeyboardInterrupt) as exc:
+        _interrupted(exc, run_dir, app)
+    except SystemError as exc:
+        # a signal that arrives inside numba-compiled code (the simulator's kernels) comes
+        # out as "SystemError: CPUDispatcher(...) returned a result with an exception set",
+        # the signal's exception its cause: a traceback and exit 1 (fuzzing, 2 Dec 2026)
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, (Terminated, KeyboardInterrupt)):
+            _interrupted(cause, run_dir, app)
+        _record_failure(run_dir, app, f"{type(exc).__name__}: {exc}")
+        raise
     except Exception as exc:
         if not _user_error(exc):
             _record_failure(run_dir, app, f"{type(exc).__name__}: {exc}")
@@ -859,6 +858,22 @@ def _reported(run_dir: Path | None, app: str) -> Iterator[None]:
         _record_failure(run_dir, app, f"{type(exc).__name__}: {msg}")
         sys.stderr.write(f"error: {msg}\n")
         raise SystemExit(2) from None
+
+
+def _interrupted(exc: BaseException, run_dir: Path | None, app: str) -> NoReturn:
+    """One line, ``error.txt`` and the signal's exit status for SIGTERM (kill, a SLURM
+    cancel: :class:`Terminated`, so the launchers' cleanup stops the ranks, which a plain
+    SIGTERM skipped) and Ctrl-C (it was a traceback, no error.txt, no log line: fuzzing)."""
+    if isinstance(exc, Terminated):
+        _record_failure(run_dir, app, f"terminated by signal {exc.signum}")
+        sys.stderr.write(f"error: runners.{app} terminated by signal {exc.signum}\n")
+        raise SystemExit(128 + exc.signum) from None
+    _record_failure(run_dir, app, "interrupted (Ctrl-C)")
+    hint = ""
+    if app == "train" and run_dir is not None:
+        hint = f"; python -m runners.train resume={run_dir} continues it"
+    sys.stderr.write(f"error: runners.{app} interrupted (Ctrl-C){hint}\n")
+    raise SystemExit(130) from None
 
 
 def _user_error(exc: BaseException) -> bool:

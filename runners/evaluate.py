@@ -107,6 +107,9 @@ def evaluate(
         try:
             schema.check_values(schema.TrainConfig, sub)
             check_config(sub)
+            # a cell in use was found only when its turn came, the earlier cells' rows
+            # lost with no results.md (fuzzing, 2 Dec 2026)
+            folder_lock.check_free(run_dir / env / agent / f"s{seed}")
         except ValueError as exc:
             raise ValueError(f"evaluate: cell {env} x {agent} x seed {seed}: {exc}") from None
     rows: list[dict[str, Any]] = []

@@ -167,32 +167,57 @@ class LockRunFolder(Callback):  # type: ignore[misc]
     Checked on the command line's text alone, a folder given quoted or through an
     interpolation (``output_dir="busy"``, ``output_dir=${oc.env:PWD}/busy``), and two runs
     started in one second with hydra's default folder, were refused only after hydra had
-    replaced the running run's ``.hydra/`` files (fuzzing, 2 Dec 2026). Sweeps (``-m``) take
-    each job's lock when the job starts (:func:`runners.common.reported_errors`)."""
+    replaced the running run's ``.hydra/`` files (fuzzing, 2 Dec 2026). A sweep (``-m``)
+    holds its sweep folder from its start; each job takes its own folder's lock when the job
+    starts (:func:`runners.common.reported_errors`), after hydra wrote the job's ``.hydra/``."""
 
     def __init__(self, app: str) -> None:
         self.app = app
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        from omegaconf import OmegaConf
+
+        resume = OmegaConf.select(config, "resume", default=None)
+        if resume and not (Path(str(resume)) / "config.yaml").is_file():
+            return  # resume= of a folder that is no run: refused by the runner, untouched
+        self._take(config, "hydra.run.dir")
+
+    def on_run_end(self, config: Any, **kwargs: Any) -> None:
+        self._release(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        """A sweep holds its sweep folder (``hydra.sweep.dir``) until it ends: the same
+        sweep started twice rewrote the first one's jobs' ``.hydra/`` files before each job
+        was refused (fuzzing, 2 Dec 2026); its jobs hold their own folders too."""
+        self._take(config, "hydra.sweep.dir")
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        self._release(config, "hydra.sweep.dir")
+
+    def _take(self, config: Any, key: str) -> None:
         import sys
 
         from omegaconf import OmegaConf
 
-        folder = OmegaConf.select(config, "hydra.run.dir")
-        resume = OmegaConf.select(config, "resume", default=None)
-        if not folder or (resume and not (Path(str(resume)) / "config.yaml").is_file()):
-            return  # resume= of a folder that is no run: refused by the runner, untouched
-        folder = Path(str(folder))
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            acquire(folder, self.app)
+            folder = OmegaConf.select(config, key)
+        except Exception:  # noqa: BLE001 - a folder hydra resolves only later: its jobs lock
+            return
+        if not folder:
+            return
+        try:
+            Path(str(folder)).mkdir(parents=True, exist_ok=True)
+            acquire(Path(str(folder)), self.app)
         except (ValueError, OSError) as exc:
             sys.stderr.write(f"error: {exc}\n")
             raise SystemExit(2) from None
 
-    def on_run_end(self, config: Any, **kwargs: Any) -> None:
+    def _release(self, config: Any, key: str) -> None:
         from omegaconf import OmegaConf
 
-        folder = OmegaConf.select(config, "hydra.run.dir")
+        try:
+            folder = OmegaConf.select(config, key)
+        except Exception:  # noqa: BLE001 - not resolvable: not taken either
+            return
         if folder:
             release(Path(str(folder)))

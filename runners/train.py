@@ -1108,7 +1108,23 @@ def train(
 ) -> dict[str, Any]:
     """Run one training job described by ``cfg`` into ``run_dir``; return ``result.json``'s dict.
 
-    ``overrides``: the command line's, checked with ``resume=DIR`` (:func:`ignored_on_resume`)."""
+    ``overrides``: the command line's, checked with ``resume=DIR`` (:func:`ignored_on_resume`).
+
+    ``resume=DIR`` holds ``DIR``'s lock (:mod:`runners.folder_lock`) for the whole run,
+    whatever folder hydra logs into: with ``-m`` or ``hydra.run.dir=OTHER`` the lock went to
+    the other folder, and a resume of a run still going trained beside it (fuzzing, 2 Dec
+    2026)."""
+    if cfg.get("resume") and (Path(cfg.resume) / "config.yaml").is_file():
+        from runners import folder_lock
+
+        with folder_lock.held(Path(cfg.resume), "train"):
+            return _train(cfg, run_dir, echo=echo, overrides=overrides)
+    return _train(cfg, run_dir, echo=echo, overrides=overrides)
+
+
+def _train(
+    cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None], overrides: Sequence[str]
+) -> dict[str, Any]:
     t_start = time.perf_counter()
     resume_state = None
     resuming = bool(cfg.get("resume"))

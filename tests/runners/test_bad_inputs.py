@@ -523,6 +523,25 @@ def test_ctrl_c_is_one_error_line_with_error_txt(tmp_path: Path, capsys) -> None
     assert "interrupted (Ctrl-C)" in (tmp_path / "train.log").read_text()
 
 
+def test_ctrl_c_inside_compiled_code_is_ctrl_c(tmp_path: Path, capsys) -> None:
+    """Ctrl-C arriving inside a numba kernel came out as "SystemError: CPUDispatcher(...)
+    returned a result with an exception set" (CPython makes the pending KeyboardInterrupt
+    its cause): 86 lines and exit 1 (fuzzing, 2 Dec 2026, 1 try in 6)."""
+    from runners.common import Terminated, reported_errors
+
+    with pytest.raises(SystemExit) as info, reported_errors(tmp_path, "plan"):
+        raise SystemError("CPUDispatcher(<function simulate>) returned a result with an "
+                          "exception set") from KeyboardInterrupt()  # fmt: skip
+    assert info.value.code == 130
+    assert capsys.readouterr().err == "error: runners.plan interrupted (Ctrl-C)\n"
+    with pytest.raises(SystemExit) as info, reported_errors(tmp_path, "plan"):
+        raise SystemError("returned a result with an exception set") from Terminated(15)
+    assert info.value.code == 143
+    with pytest.raises(SystemError), reported_errors(tmp_path, "plan"):
+        raise SystemError("a SystemError of its own keeps its traceback")
+    assert (tmp_path / "error.txt").read_text().startswith("runners.plan failed: SystemError")
+
+
 def test_an_unusable_checkpoint_key_is_named_before_any_work(
     graph_file: Path, tmp_path: Path, monkeypatch
 ) -> None:

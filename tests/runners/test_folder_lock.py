@@ -25,6 +25,7 @@ def _files(folder: Path) -> dict[str, float]:
 def _held_elsewhere(folder: Path, app: str = "train") -> Iterator[subprocess.Popen[str]]:
     """Another process holding ``folder``'s lock for the block (a lock this process holds
     is its own: taking it again is a no-op)."""
+    folder.mkdir(parents=True, exist_ok=True)
     code = (
         "import sys\n"
         "from runners import folder_lock\n"
@@ -128,12 +129,23 @@ def test_a_second_command_on_a_folder_in_use_is_refused_and_the_first_run_kept(
             [*quoted, "agent=round_robin", f'output_dir="{run_dir}"'],
             [*quoted, "agent=round_robin", "output_dir=${oc.env:LOCK_TEST_DIR}/run"],
             [*quoted, "agent=round_robin", "hydra.run.dir=${oc.env:LOCK_TEST_DIR}/run"],
+            # the lock went to hydra's folder, and the resume trained beside the run (fuzzing)
+            [*train, f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'other'}"],
+            [*train, "-m", f"resume={run_dir}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         ):
             p = run(cmd)
             assert p.returncode == 2, p.stderr[-2000:]
             assert p.stderr.startswith(f"error: {run_dir} is in use by runners.train (pid "), cmd
             assert p.stderr.count("\n") == 1  # one line
             assert _files(run_dir) == before  # not a file written or replaced
+    # the same sweep started twice: refused before it writes anything (it rewrote the
+    # first one's jobs' .hydra/ files before each job was refused, fuzzing)
+    sweep = tmp_path / "sw2"
+    with _held_elsewhere(sweep):
+        p = run([*train, "-m", *small_env(graph_file), "agent=expert,round_robin",
+                 f"hydra.sweep.dir={sweep}"])  # fmt: skip
+        assert p.returncode == 2 and p.stderr.startswith(f"error: {sweep} is in use by ")
+        assert sorted(f.name for f in sweep.iterdir()) == [folder_lock.LOCK_FILE]
     again = run([*new_run, "agent=round_robin"])
     assert again.returncode == 0, again.stderr[-2000:]
     assert folder_lock.holder(run_dir) is None  # released when the run ended
@@ -175,15 +187,20 @@ def test_evaluate_holds_each_cell_while_it_trains(tmp_path: Path) -> None:
     from runners.evaluate import evaluate
     from tests.runners.conftest import compose
 
-    cfg = compose(["envs=[gpt2_tiny_cpu4]", "agents=[expert]", "seeds=[0]"], config="evaluate")
+    cfg = compose(
+        ["envs=[gpt2_tiny_cpu4]", "agents=[single,expert]", "seeds=[0]"], config="evaluate"
+    )
+    first = tmp_path / "ev" / "gpt2_tiny_cpu4" / "single" / "s0"
     cell = tmp_path / "ev" / "gpt2_tiny_cpu4" / "expert" / "s0"
     cell.mkdir(parents=True)
     (cell / "train.log").write_text("a run going on\n")
     with _held_elsewhere(cell):
         before = _files(cell)
-        with pytest.raises(folder_lock.FolderInUse, match=r"s0 is in use by runners\.train"):
+        in_use = r"cell gpt2_tiny_cpu4 x expert x seed 0: .*expert/s0 is in use by runners\.train"
+        with pytest.raises(ValueError, match=in_use):
             evaluate(cfg, tmp_path / "ev", echo=lambda s: None)
         assert _files(cell) == before
+        assert not (first / "result.json").exists()  # refused before the first cell trained
         # and runs= naming that folder says it is still running
         runs = compose([f"runs=[{cell}]"], config="evaluate")
         with pytest.raises(ValueError, match=r"holds no result.json .*; it is still running: "):
