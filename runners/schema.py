@@ -722,7 +722,23 @@ def check_experiment_fits(schema: type, overrides: list[str]) -> None:
 
 
 def check_multirun_output_dir(argv: list[str]) -> None:
-    """With ``-m`` every job wrote into the one ``output_dir`` (the last job's files won)."""
+    """With ``-m`` every job wrote into the one ``output_dir`` (the last job's files won).
+    ``output_dir=X hydra.run.dir=Y`` wrote the run into ``X`` and hydra's files (and the
+    folder's lock) into ``Y`` (fuzzing, 2 Dec 2026): refused unless they name one folder."""
+    given = {
+        key: a.split("=", 1)[1]
+        for a in argv
+        for key in ("output_dir", "hydra.run.dir")
+        if a.lstrip("+").startswith(key + "=")
+    }
+    if len(given) == 2 and given["output_dir"] not in ("", "null"):
+        same = Path(given["output_dir"]).expanduser().resolve()
+        if same != Path(given["hydra.run.dir"]).expanduser().resolve():
+            raise ValueError(
+                f"output_dir={given['output_dir']} and hydra.run.dir={given['hydra.run.dir']} "
+                "name two folders: the run would go to output_dir and hydra's files to the "
+                "other; give one of them"
+            )
     if not any(a in ("-m", "--multirun") for a in argv):
         return
     if any(a.lstrip("+").startswith("output_dir=") for a in argv):

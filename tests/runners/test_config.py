@@ -438,6 +438,21 @@ def test_the_quoting_the_error_shows_runs_from_a_shell(tmp_path) -> None:
     assert (folder / "result.json").is_file()
 
 
+def test_output_dir_and_hydra_run_dir_must_name_one_folder(tmp_path, capsys) -> None:
+    """``output_dir=X hydra.run.dir=Y``: the run went to X, hydra's files and the folder's
+    lock to Y (fuzzing, 2 Dec 2026)."""
+    argv = [f"output_dir={tmp_path / 'x'}", f"hydra.run.dir={tmp_path / 'y'}"]
+    with pytest.raises(SystemExit) as stop:
+        schema.run_checked(schema.PlanConfig, lambda: pytest.fail("hydra ran"), argv=argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert "name two folders: the run would go to output_dir" in err
+    ran = []
+    same = [f"output_dir={tmp_path / 'x'}", f"hydra.run.dir={tmp_path / 'x' / '.'}"]
+    schema.run_checked(schema.PlanConfig, lambda: ran.append(1), argv=same)  # one folder: fine
+    assert ran == [1]
+
+
 def test_a_sweep_without_multirun_is_one_error_line(capsys) -> None:
     with pytest.raises(SystemExit) as stop:
         schema.run_checked(
