@@ -486,7 +486,7 @@ def _check_attention_shape(
     d_model``) have the sizes the config gives: an edited ``n_head`` or ``seq`` changes no
     parameter and was not seen (2 Dec 2026). Graphs without a ``softmax`` node (a fused
     attention op) are not checked this way."""
-    names = list(getattr(graph, "name", ()))
+    names = getattr(graph, "name", ())
     out = getattr(graph, "out_bytes", None)
     if not names or out is None:
         return

@@ -330,6 +330,17 @@ def read_text(path: str | Path) -> str:
         ) from None
 
 
+def umask_mode(mode: int = 0o666) -> int:
+    """``mode`` less this process's umask: the mode ``open()`` would give a new file.
+
+    ``tempfile.mkstemp`` creates its file with mode 0600 whatever the umask, so a file
+    published by renaming it would be readable by its owner only (a run folder on a shared
+    cluster that the group cannot read)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mode & ~mask
+
+
 def read_json(path: str | Path) -> Any:
     """Parse a (possibly gzipped) JSON file strictly: no ``NaN``/``Infinity`` (nor ``1e400``,
     which reads as infinity), no repeated key in one object, no nesting deeper than

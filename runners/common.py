@@ -21,7 +21,7 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import CompGraph
 from graphs.plan import Plan
-from graphs.schema import is_number
+from graphs.schema import is_number, umask_mode
 from runners.schema import EnvConfig
 
 #: The ``env`` config as a plain dataclass (library code never sees a DictConfig).
@@ -715,17 +715,6 @@ def save_figure(fig: Any, path: str | Path, *, dpi: int = 100, title: str | None
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
-
-
-def umask_mode(mode: int = 0o666) -> int:
-    """``mode`` less this process's umask: the mode ``open()`` would give a new file.
-
-    ``tempfile.mkstemp`` creates its file with mode 0600 whatever the umask, so a file
-    published by renaming it would be readable by its owner only (a run folder on a shared
-    cluster that the group cannot read)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mode & ~mask
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

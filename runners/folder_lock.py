@@ -41,6 +41,11 @@ def _message(folder: Path, holder: str) -> str:
     )
 
 
+def _holder_text(fd: int) -> str:
+    """The line the holder of the lock file ``fd`` wrote."""
+    return os.pread(fd, 500, 0).decode(errors="replace").strip() or "another runner"
+
+
 def _unsupported(exc: OSError) -> bool:
     return exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF)
 
@@ -60,8 +65,7 @@ def holder(folder: str | Path) -> str | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            text = os.pread(fd, 500, 0).decode(errors="replace").strip()
-            return text or "another runner"
+            return _holder_text(fd)
         except OSError as exc:
             if _unsupported(exc):
                 return None
@@ -115,9 +119,9 @@ def acquire(folder: str | Path, app: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        text = os.pread(fd, 500, 0).decode(errors="replace").strip()
+        text = _holder_text(fd)
         os.close(fd)
-        raise FolderInUse(_message(folder, text or "another runner")) from None
+        raise FolderInUse(_message(folder, text)) from None
     except OSError as exc:
         os.close(fd)
         if not _unsupported(exc):
@@ -197,27 +201,29 @@ class LockRunFolder(Callback):  # type: ignore[misc]
     def _take(self, config: Any, key: str) -> None:
         import sys
 
-        from omegaconf import OmegaConf
-
-        try:
-            folder = OmegaConf.select(config, key)
-        except Exception:  # noqa: BLE001 - a folder hydra resolves only later: its jobs lock
-            return
-        if not folder:
+        folder = _folder(config, key)
+        if folder is None:
             return
         try:
-            Path(str(folder)).mkdir(parents=True, exist_ok=True)
-            acquire(Path(str(folder)), self.app)
+            folder.mkdir(parents=True, exist_ok=True)
+            acquire(folder, self.app)
         except (ValueError, OSError) as exc:
             sys.stderr.write(f"error: {exc}\n")
             raise SystemExit(2) from None
 
     def _release(self, config: Any, key: str) -> None:
-        from omegaconf import OmegaConf
+        folder = _folder(config, key)
+        if folder is not None:
+            release(folder)
 
-        try:
-            folder = OmegaConf.select(config, key)
-        except Exception:  # noqa: BLE001 - not resolvable: not taken either
-            return
-        if folder:
-            release(Path(str(folder)))
+
+def _folder(config: Any, key: str) -> Path | None:
+    """The folder ``config`` names at ``key``, or ``None`` (unset, or resolved by hydra only
+    later: a sweep's jobs then lock their own folders)."""
+    from omegaconf import OmegaConf
+
+    try:
+        folder = OmegaConf.select(config, key)
+    except Exception:  # noqa: BLE001 - omegaconf's resolution errors
+        return None
+    return Path(str(folder)) if folder else None

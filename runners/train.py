@@ -644,12 +644,9 @@ def absolute_input_paths(cfg: DictConfig) -> list[str]:
             cfg[section][key] = new
             changed.append(f"{section}.{key}")
     cluster = cfg.env.get("cluster")
-    if isinstance(cluster, str) and "@" in cluster:
-        base, path = cluster.split("@", 1)
-        new = absolute(path)
-        if new is not None:
-            cfg.env.cluster = f"{base}@{new}"
-            changed.append("env.cluster")
+    if isinstance(cluster, str) and "@" in cluster and absolute(cluster.split("@", 1)[1]):
+        cfg.env.cluster = common.absolute_cluster_name(cluster)
+        changed.append("env.cluster")
     return changed
 
 

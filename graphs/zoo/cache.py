@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from graphs.compgraph import CompGraph
+from graphs.schema import umask_mode
 
 _ARRAYS = (
     "flops", "bytes_accessed", "out_bytes", "param_bytes", "act_bytes",
@@ -44,9 +45,7 @@ def save_npz(graph: CompGraph, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
     try:
-        mask = os.umask(0o022)  # mkstemp makes 0600 files: give the cache the usual mode
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
+        os.fchmod(fd, umask_mode())  # mkstemp makes 0600 files: give the cache the usual mode
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
         os.replace(tmp, path)
