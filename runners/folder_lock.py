@@ -184,7 +184,10 @@ class LockRunFolder(Callback):  # type: ignore[misc]
         resume = OmegaConf.select(config, "resume", default=None)
         if resume and not (Path(str(resume)) / "config.yaml").is_file():
             return  # resume= of a folder that is no run: refused by the runner, untouched
-        self._take(config, "hydra.run.dir")
+        if not resume and _timestamped(config, "run"):
+            self._take_own(config, "run")
+        else:
+            self._take(config, "hydra.run.dir")
 
     def on_run_end(self, config: Any, **kwargs: Any) -> None:
         self._release(config, "hydra.run.dir")
@@ -193,7 +196,10 @@ class LockRunFolder(Callback):  # type: ignore[misc]
         """A sweep holds its sweep folder (``hydra.sweep.dir``) until it ends: the same
         sweep started twice rewrote the first one's jobs' ``.hydra/`` files before each job
         was refused (fuzzing, 2 Dec 2026); its jobs hold their own folders too."""
-        self._take(config, "hydra.sweep.dir")
+        if _timestamped(config, "sweep"):
+            self._take_own(config, "sweep")
+        else:
+            self._take(config, "hydra.sweep.dir")
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         self._release(config, "hydra.sweep.dir")
@@ -211,6 +217,50 @@ class LockRunFolder(Callback):  # type: ignore[misc]
             sys.stderr.write(f"error: {exc}\n")
             raise SystemExit(2) from None
 
+    def _take_own(self, config: Any, mode: str) -> None:
+        """Hold a folder of its own for a run (``mode`` "run") or a sweep ("sweep") whose
+        folder is named by the clock (hydra's default ``outputs/APP/DATE/TIME``): the first of
+        ``TIME``, ``TIME_1``, ``TIME_2``, ... that no runner holds and no earlier run used.
+
+        Runs started in the same second, e.g. seeds launched in the background by a shell
+        loop, were given one folder: all but the first were refused (2 Dec 2026), and a run
+        started in the second an earlier one ended would have cleared that run's files."""
+        import sys
+
+        from omegaconf import read_write
+
+        key = f"hydra.{mode}.dir"
+        base = _folder(config, key)
+        if base is None:
+            return
+        for i in range(10_000):
+            folder = base if i == 0 else base.with_name(f"{base.name}_{i}")
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                acquire(folder, self.app)
+            except FolderInUse:
+                continue
+            except (ValueError, OSError) as exc:
+                sys.stderr.write(f"error: {exc}\n")
+                raise SystemExit(2) from None
+            if any(p.name != LOCK_FILE for p in folder.iterdir()):
+                release(folder)  # an earlier run's folder: keep its files
+                continue
+            break
+        else:  # pragma: no cover - ten thousand runs in one second
+            sys.stderr.write(f"error: no free run folder next to {base}; give output_dir\n")
+            raise SystemExit(2)
+        if folder == base:
+            return
+        with read_write(config.hydra):
+            config.hydra[mode].dir = str(folder)
+            if mode == "sweep":
+                # hydra composes each job's config again from these overrides (with the
+                # same clock): without this one the jobs went to the folder held by another
+                from runners.schema import hydra_quoted
+
+                config.hydra.overrides.hydra.append(f"{key}={hydra_quoted(str(folder))}")
+
     def _release(self, config: Any, key: str) -> None:
         folder = _folder(config, key)
         if folder is not None:
@@ -227,3 +277,18 @@ def _folder(config: Any, key: str) -> Path | None:
     except Exception:  # noqa: BLE001 - omegaconf's resolution errors
         return None
     return Path(str(folder)) if folder else None
+
+
+def _timestamped(config: Any, mode: str) -> bool:
+    """Whether hydra names the folder of this run (``mode`` "run") or sweep ("sweep") by the
+    clock (``${now:...}`` in ``hydra.run.dir`` / ``hydra.sweep.dir``, no ``output_dir``)
+    rather than the user by a path."""
+    from omegaconf import OmegaConf
+
+    if mode == "run" and OmegaConf.select(config, "output_dir", default=None):
+        return False
+    try:
+        raw = OmegaConf.to_container(config.hydra[mode], resolve=False).get("dir")
+    except Exception:  # noqa: BLE001 - no such node: nothing to rename
+        return False
+    return isinstance(raw, str) and "${now:" in raw

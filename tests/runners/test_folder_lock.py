@@ -207,3 +207,46 @@ def test_evaluate_holds_each_cell_while_it_trains(tmp_path: Path) -> None:
             evaluate(runs, tmp_path / "cmp", echo=lambda s: None)
     evaluate(cfg, tmp_path / "ev", echo=lambda s: None)  # free: the cell trains
     assert (cell / "result.json").is_file()
+
+
+def test_runs_named_by_the_clock_get_a_folder_of_their_own(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """Runs started in one second with hydra's default folder (outputs/APP/DATE/TIME), e.g.
+    seeds launched in the background by a shell loop, were all but the first refused (2 Dec
+    2026): a run or sweep whose folder is named by the clock takes TIME_1, TIME_2, ... when
+    TIME is held or holds an earlier run, and its jobs follow it. A folder the user names
+    stays refused (the test above)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    env["LOCK_TEST_DIR"] = str(tmp_path)
+    train = [sys.executable, "-m", "runners.train"]
+    year = time.strftime("%Y")  # the clock's part of the folder names below
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [*train, *args, *small_env(graph_file), "env.baselines=[]"]
+        return subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+        )
+
+    base = tmp_path / f"t{year}"
+    (tmp_path / f"t{year}_1").mkdir()
+    (tmp_path / f"t{year}_1" / "result.json").write_text("{}")  # an earlier run's folder
+    with _held_elsewhere(base):
+        p = run("agent=expert", "hydra.run.dir=${oc.env:LOCK_TEST_DIR}/t${now:%Y}")
+        assert p.returncode == 0, p.stderr[-2000:]
+        own = tmp_path / f"t{year}_2"
+        assert p.stdout.rstrip().endswith(str(own))  # the summary line names its folder
+        assert (own / "result.json").is_file() and (own / ".hydra" / "config.yaml").is_file()
+        assert sorted(f.name for f in base.iterdir()) == [folder_lock.LOCK_FILE]
+        assert (tmp_path / f"t{year}_1" / "result.json").read_text() == "{}"
+    assert folder_lock.holder(own) is None  # released at the end
+    sweep = tmp_path / f"s{year}"
+    with _held_elsewhere(sweep):
+        p = run(
+            "-m", "agent=expert,round_robin", "hydra.sweep.dir=${oc.env:LOCK_TEST_DIR}/s${now:%Y}"
+        )
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert sorted(f.name for f in sweep.iterdir()) == [folder_lock.LOCK_FILE]
+        jobs = tmp_path / f"s{year}_1"
+        assert (jobs / "multirun.yaml").is_file()
+        assert all((jobs / j / "result.json").is_file() for j in ("0", "1"))
