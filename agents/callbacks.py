@@ -47,6 +47,11 @@ class BestPlanTracker(BaseCallback):
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
+        if on_improve is not None and not callable(on_improve):
+            # on_improve=5 failed inside model.learn, "'int' object is not callable" (fuzzing)
+            raise TypeError(
+                f"BestPlanTracker: on_improve must be callable or None, got {on_improve!r}"
+            )
         self.on_improve = on_improve
         self.instance = instance
         self.log_key = log_key

@@ -531,15 +531,20 @@ class ExportedPolicy:
         if action_masks is not None:
             m = torch.as_tensor(np.asarray(action_masks, dtype=bool)).view(groups.shape)
             groups = groups.masked_fill(~m, ACTION_MASK_LOGIT)
+        # greedy decoding took the argmax of overflowing scores and returned a plan (the
+        # sampled path refused them; fuzzing, 2 Dec 2026): both refuse now
+        bad = ValueError(
+            "the policy's scores on this instance are not finite (overflowing weights?); "
+            "re-export or retrain the policy"
+        )
+        if not bool(torch.isfinite(groups).all()):
+            raise bad
         if deterministic:
             act = groups.argmax(-1)
         else:
             probs = torch.softmax(groups.double(), dim=-1).view(-1, groups.shape[-1])
             if not bool(torch.isfinite(probs).all()):
-                raise ValueError(
-                    "the policy's scores on this instance are not finite (overflowing weights?); "
-                    "re-export or retrain the policy"
-                )
+                raise bad
             act = torch.multinomial(probs, 1, generator=rng).view(groups.shape[:-1])
         a = act.numpy()
         return a.reshape(B) if self.mode != "per_node" else a
@@ -639,6 +644,11 @@ class ExportedPolicy:
             raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
         if not is_whole(seed, 0):
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        seed = int(seed)  # a numpy integer failed inside gymnasium's reset (fuzzing)
+        samples = int(samples)
+        if temperature is not None and not is_number(temperature, 0.0, lo_open=True):
+            # True was taken as 1.0 and "0.5" as 0.5 (fuzzing, 2 Dec 2026)
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         if not isinstance(greedy, (bool, np.bool_)):
             raise ValueError(f"greedy must be True or False, got {greedy!r}")
         # a string was converted ('2' taken as 2.0, 'abc' a bare float() error; fuzzing)
@@ -659,8 +669,10 @@ class ExportedPolicy:
             raise ValueError(f"decode must be 'chain' or 'independent', got {decode!r}")
         if decode == "chain" and self.mode != "per_node":
             raise ValueError(f"chain decoding needs a per-unit policy, not mode {self.mode!r}")
-        for name, value in (("temperature", temperature), ("link_exponent", link_exponent)):
-            if value is not None and decode != "chain":
+        for name, value in (
+            ("temperature", temperature), ("link_exponent", link_exponent), ("penalty", penalty)
+        ):  # fmt: skip
+            if value is not None and decode != "chain":  # penalty was ignored (fuzzing)
                 raise ValueError(
                     f"{name}={value!r} is for chain decoding; this plan decodes "
                     f"{decode!r} (policy mode {self.mode!r})"
@@ -838,6 +850,12 @@ class ExportedPolicy:
 def _check_oracle_problem(oracle: Any, graph: CompGraph, cluster: Cluster) -> None:
     """Refuse an oracle built for another graph or cluster than the one to plan (it would
     score placements of the wrong problem, or fail on array shapes far from the cause)."""
+    if not callable(getattr(oracle, "evaluate", None)):
+        # oracle="sim" was "'str' object has no attribute 'evaluate'" (fuzzing, 2 Dec 2026)
+        raise ValueError(
+            f"oracle must be an oracle object with .evaluate (e.g. placement_env.oracles."
+            f"Simulator(graph, cluster)) or None for the simulator, got {oracle!r}"
+        )
     og, oc = getattr(oracle, "graph", None), getattr(oracle, "cluster", None)
     if oc is not None and oc is not cluster and oc.content_hash() != cluster.content_hash():
         raise ValueError(

@@ -14,6 +14,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from agents import policies
+from graphs.schema import is_whole
 
 #: PPO settings for small CPU machines (2 cores): short rollouts, few epochs, small nets.
 #: ``gamma = 1``: placement episodes are short and their rewards telescope to the
@@ -74,12 +75,18 @@ def make_vec_env(
         vec_env: ``"dummy"`` (in process, the default: cheapest with a fast oracle)
             or ``"subproc"`` (one process per env, for slow oracles).
     """
+    if not is_whole(n_envs, 1):  # "2" was a TypeError from a comparison (fuzzing)
+        raise ValueError(f"n_envs must be an integer >= 1, got {n_envs!r}")
+    if env_kwargs and isinstance(env, (VecEnv, gym.Env)):
+        # they were ignored without a word (fuzzing, 2 Dec 2026)
+        raise ValueError(
+            f"env_kwargs apply to an env id only, not to an env instance or VecEnv "
+            f"({type(env).__name__}); build the env with them"
+        )
     if isinstance(env, VecEnv):
         return env
     if vec_env not in VEC_ENVS:
         raise ValueError(f"vec_env {vec_env!r} is unknown; expected one of {sorted(VEC_ENVS)}")
-    if n_envs < 1:
-        raise ValueError(f"n_envs must be >= 1, got {n_envs}")
     if isinstance(env, gym.Env):
         instance = env
         fns: list[Callable[[], gym.Env]] = [lambda: Monitor(instance)]

@@ -93,6 +93,11 @@ def load(name: str, *, nodes: int = 1) -> Cluster:
             raise ValueError(f"clusters.load: {name!r} already names its node count")
         return load(m.group(1), nodes=int(m.group(2)))
     if not f.exists():
+        if "@" not in name and (p.suffix in (".yaml", ".yml", ".json") or os.sep in name):
+            # a file path that is not there was "unknown cluster" with the preset list
+            raise ValueError(
+                f"clusters.load: {name}: no such cluster file; a preset name is one of {names()}"
+            )
         raise ValueError(f"unknown cluster {name!r}; available: {names()}")
     return from_file(f, nodes=nodes)
 

@@ -200,6 +200,18 @@ class CompGraph:
 
     # ------------------------------------------------------------- validation
     def __post_init__(self) -> None:
+        # the integer and text fields as `build` makes them, for graphs made directly or by
+        # dataclasses.replace: group=0.5 was taken, name=(..., 3) broke the hash and the JSON
+        # round trip, float edges a numpy cast error (fuzzing, 2 Dec 2026)
+        for f, dtype in (("kind", np.int8), ("group", np.int64), ("layer", np.int64),
+                         ("src", np.int64), ("dst", np.int64)):  # fmt: skip
+            v = getattr(self, f)
+            if not (isinstance(v, np.ndarray) and v.dtype == dtype):
+                object.__setattr__(self, f, _as_int(f, v, dtype).copy())
+        for f in ("name", "module"):
+            v = getattr(self, f)
+            if not isinstance(v, tuple) or not all(isinstance(x, str) for x in v):
+                object.__setattr__(self, f, _texts(f, v))
         n = len(self.name)
         for f in _FLOAT_NODE_FIELDS:
             arr = getattr(self, f)

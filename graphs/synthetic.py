@@ -321,7 +321,7 @@ def layered_dag(
                 f"layered_dag: width list must have {n_layers} entries >= 1, got {widths}"
             )
     for name, p in (("edge_prob", edge_prob), ("skip_prob", skip_prob)):
-        if not 0 <= p <= 1:
+        if not is_number(p) or not 0 <= p <= 1:  # "x" was a TypeError (fuzzing)
             raise ValueError(f"layered_dag: {name} must be in [0, 1], got {p}")
     scale = _Scale.draw(gen, domain)
     starts = np.concatenate([[0], np.cumsum(widths)]).astype(int)

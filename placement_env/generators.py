@@ -55,6 +55,13 @@ def _load_clusters(specs: Sequence[ClusterLike], what: str) -> list[Cluster]:
     return out
 
 
+def _check_list(values: Any, what: str, kind: str) -> None:
+    """One model name or path given where a list belongs was read letter by letter
+    ("unknown model 'g'", "/: cannot read file"; fuzzing, 2 Dec 2026)."""
+    if isinstance(values, (str, bytes, Path)) or not isinstance(values, Sequence):
+        raise ValueError(f"generator {kind!r}: {what}s must be a list, got {values!r}")
+
+
 def _max_bounds(bs: Sequence[Bounds]) -> Bounds:
     if not bs:
         raise ValueError("no instances to take bounds from")
@@ -102,6 +109,7 @@ class _LazyProduct:
     KIND = "?"  # the generator's name in make_generator (its errors name it)
 
     def __init__(self, sources: Sequence[Any], clusters: Sequence[ClusterLike], what: str) -> None:
+        _check_list(sources, what, self.KIND)
         if not sources:
             raise ValueError(f"{type(self).__name__} needs at least one {what}")
         if not clusters:
@@ -188,6 +196,7 @@ class FileGenerator(_LazyProduct):
     def __init__(
         self, paths: Sequence[str | Path], clusters: Sequence[ClusterLike] = (DEFAULT_CLUSTER,)
     ) -> None:
+        _check_list(paths, "path", self.KIND)
         super().__init__([str(p) for p in paths], clusters, "path")
 
     def _load(self, source: Any) -> CompGraph:
@@ -383,10 +392,27 @@ def make_generator(spec: Mapping[str, Any]) -> Generator:
 
     ``{"kind": "mixture", "generators": [spec, ...], "weights": [...]}`` nests.
     """
+    if not isinstance(spec, Mapping):  # "zoo" was dict()'s "dictionary update sequence ..."
+        raise ValueError(
+            f"a generator spec must be a mapping with a 'kind', e.g. {{'kind': 'zoo', "
+            f"'models': ['gpt2']}}, got {spec!r}"
+        )
     spec = dict(spec)
     kind = spec.pop("kind", None)
     if kind == "mixture":
-        return Mixture([make_generator(s) for s in spec["generators"]], spec.get("weights"))
+        # a missing "generators" was a KeyError, a misspelt "weights" was ignored (fuzzing)
+        unknown = sorted(set(spec) - {"generators", "weights"})
+        if unknown or "generators" not in spec:
+            raise ValueError(
+                f"generator 'mixture' takes 'generators' (a list of specs) and optionally "
+                f"'weights'; got {sorted(spec)}"
+            )
+        subs = spec["generators"]
+        if isinstance(subs, (str, bytes, Mapping)) or not isinstance(subs, Sequence):
+            raise ValueError(
+                f"generator 'mixture': generators must be a list of specs, got {subs!r}"
+            )
+        return Mixture([make_generator(s) for s in subs], spec.get("weights"))
     if kind not in GENERATORS:
         raise ValueError(
             f"unknown generator kind {kind!r}; valid: {sorted([*GENERATORS, 'mixture'])}"

@@ -66,7 +66,11 @@ def main() -> None:
             {},
             "dense reward (an oracle call per step that changes the placement)",
         ),
-        ("placement_env/Sweep-v0", {"reward_mode": "final"}, "final reward (one call per episode)"),
+        (
+            "placement_env/Sweep-v0",
+            {"reward_mode": "final"},
+            "final reward (two calls per episode: the start and the end)",
+        ),
         ("placement_env/OneShot-v0", {}, "one oracle call per step"),
     ]
     rows = []

@@ -68,7 +68,14 @@ def initial_placement(prob: Problem, rng: np.random.Generator) -> np.ndarray:
 
 
 def unit_placement(prob: Problem, placement: np.ndarray, who: str = "anneal") -> np.ndarray:
-    """The per-unit form of a per-node ``placement``; ``ValueError`` if it splits a colocation group."""
+    """The per-unit form of a per-node ``placement`` (or of a :class:`Plan` for this graph and
+    cluster: another planner's result given as it is was "placement has shape ()", fuzzing);
+    ``ValueError`` if it splits a colocation group."""
+    if isinstance(placement, Plan):
+        if placement.layout is not None:
+            raise ValueError(f"{who}: init is a hybrid (dp x tp x pp) plan, not a placement")
+        placement.check(prob.graph, prob.cluster)
+        placement = placement.placement
     p = check_placement(placement, prob.graph, prob.cluster)
     up = np.full(prob.num_units, -1, dtype=np.int64)
     up[prob.unit_of] = p  # last writer wins; checked below
@@ -198,7 +205,7 @@ def anneal(
     seed: int = 0,
     t0: float = 0.01,
     t_end: float = 1e-3,
-    init: np.ndarray | None = None,
+    init: np.ndarray | Plan | None = None,
     time_limit: float | None = None,
 ) -> Plan:
     """Metropolis search on the oracle's step time; ``budget`` evaluations (default 1000),

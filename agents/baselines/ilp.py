@@ -412,7 +412,7 @@ def ilp(
     max_variables: int = MAX_VARIABLES,
     max_rows: int = MAX_ROWS,
     warm_start: bool = True,
-    init: np.ndarray | None = None,
+    init: np.ndarray | Plan | None = None,
     symmetry: bool = False,
     highs_options: dict[str, Any] | None = None,
     random_orders: int = 2000,

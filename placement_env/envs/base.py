@@ -13,6 +13,7 @@ import numpy as np
 from graphs.cluster import Cluster
 from graphs.compgraph import OPT, CompGraph
 from graphs.plan import Plan
+from graphs.schema import is_whole
 from placement_env.encoding import InstanceEncoding, observation_space, prepare, unit_graph
 from placement_env.generators import Generator, default_generator
 from placement_env.oracles.base import Oracle, SimResult
@@ -174,6 +175,12 @@ class PlacementEnv(gym.Env[dict, Any]):
         self.oom_penalty = float(oom_penalty)
         self.render_mode = render_mode
         given = (max_nodes, max_edges, max_devices)
+        for key, v in zip(("max_nodes", "max_edges", "max_devices"), given):
+            # 300.7 was cut to 300 and "300" taken (fuzzing, 2 Dec 2026)
+            if v is not None and not is_whole(v, 1):
+                raise ValueError(
+                    f"{key} must be an integer >= 1 (or None: from the generator), got {v!r}"
+                )
         gb = self.generator.bounds() if None in given else None
         self.bounds = Bounds(
             *(int(v) if v is not None else int(gb[i]) for i, v in enumerate(given))  # type: ignore[index]

@@ -8,6 +8,7 @@ import numpy as np
 from gymnasium import spaces
 
 from graphs.plan import Plan
+from graphs.schema import is_whole, show
 from placement_env.envs.base import (
     OracleFactory,
     PlacementEnv,
@@ -97,10 +98,16 @@ class StageEnv(PlacementEnv):
         max_devices: int | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if init not in STAGE_INITS:
-            raise ValueError(f"init {init!r} is unknown; expected one of {STAGE_INITS}")
-        if stages is not None and stages < 1:
-            raise ValueError(f"stages must be >= 1 or None, got {stages}")
+        # a placement array (what Sweep and Reassign take) was numpy's "truth value is
+        # ambiguous"; stages=2.5 / "2" numpy or comparison TypeErrors, True one stage (fuzzing)
+        if not isinstance(init, str) or init not in STAGE_INITS:
+            raise ValueError(
+                f"init must be one of {STAGE_INITS} (Stage-v0 builds its stages; it takes no "
+                f"placement), got {show(init)}"
+            )
+        if stages is not None and not is_whole(stages, 1):
+            raise ValueError(f"stages must be an integer >= 1 or None, got {stages!r}")
+        stages = None if stages is None else int(stages)
         check_horizon(horizon)
         super().__init__(
             generator,

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from graphs.cluster import Cluster
 from graphs.compgraph import KIND_NAMES, CompGraph
 from placement_env.oracles.base import SimResult
@@ -15,12 +17,35 @@ DEVICE_PID, LINK_PID = 0, 1
 _COLORS = {"fwd": "#4C72B0", "bwd": "#DD8452", "opt": "#55A868", "link": "#8172B3"}
 
 
-def _events(result: SimResult) -> tuple:
+def _events(result: SimResult, graph: CompGraph, cluster: Cluster) -> tuple:
+    """The recorded schedule, checked against the graph and cluster it is drawn with: another
+    cluster wrote a trace naming devices and links it does not have, and the Gantt chart
+    failed with a bare ``KeyError`` / ``IndexError`` (fuzzing, 2 Dec 2026)."""
     if result.events is None:
         raise ValueError(
             "SimResult has no schedule: evaluate the placement with record=True to export it"
         )
+    D, L = len(np.asarray(result.device_busy)), len(np.asarray(result.link_bytes))
+    if (D, L) != (cluster.num_devices, len(cluster.links)):
+        raise ValueError(
+            f"the schedule was simulated on a cluster of {D} devices and {L} links, not on "
+            f"{cluster.name!r} ({cluster.num_devices} devices, {len(cluster.links)} links): "
+            "pass the cluster it was evaluated on"
+        )
+    top = max((e.node for e in result.events), default=-1)
+    if top >= graph.num_nodes:
+        raise ValueError(
+            f"the schedule names node {top}, but graph {graph.meta.get('name', '?')!r} has "
+            f"{graph.num_nodes} nodes: pass the graph it was evaluated on"
+        )
     return result.events
+
+
+def _parent(path: str | Path) -> Path:
+    """``path`` with its folder made (as ``graphs.io.save`` and ``export_policy`` do)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _link_name(cluster: Cluster, k: int) -> str:
@@ -37,7 +62,7 @@ def chrome_trace(result: SimResult, graph: CompGraph, cluster: Cluster) -> dict[
     ("links"); each compute or hop interval is a complete event (``ph: "X"``) with
     microsecond ``ts``/``dur`` and ``args`` naming node, kind and microbatch.
     """
-    evs = _events(result)
+    evs = _events(result, graph, cluster)
     out: list[dict[str, Any]] = [
         {"ph": "M", "pid": DEVICE_PID, "name": "process_name", "args": {"name": "devices"}},
         {"ph": "M", "pid": LINK_PID, "name": "process_name", "args": {"name": "links"}},
@@ -93,7 +118,8 @@ def write_chrome_trace(
     result: SimResult, graph: CompGraph, cluster: Cluster, path: str | Path
 ) -> None:
     """Write :func:`chrome_trace` as JSON (open in https://ui.perfetto.dev or chrome://tracing)."""
-    Path(path).write_text(json.dumps(chrome_trace(result, graph, cluster)))
+    text = json.dumps(chrome_trace(result, graph, cluster))
+    _parent(path).write_text(text)
 
 
 def plot_gantt(
@@ -111,7 +137,7 @@ def plot_gantt(
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    evs = _events(result)
+    evs = _events(result, graph, cluster)
     used_links = sorted({e.index for e in evs if e.resource == "link"})
     rows = [("device", d) for d in range(cluster.num_devices)] + [("link", k) for k in used_links]
     row_of = {r: i for i, r in enumerate(rows)}
@@ -134,7 +160,7 @@ def plot_gantt(
                  f"{result.step_time * 1e3:.3f} ms")  # fmt: skip
     ax.legend(handles=[Patch(color=v, label=k) for k, v in _COLORS.items()], loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(_parent(path), dpi=100)
     plt.close(fig)
 
 

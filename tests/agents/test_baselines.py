@@ -244,6 +244,14 @@ def test_anneal_starts_from_init_by_hand():
     assert plan.meta["step_time"] <= 21.1 + 1e-12
     assert sim.calls == 40
     assert plan.meta["step_time"] == pytest.approx(sim.evaluate(plan).step_time)
+    # another planner's Plan as it is (was "placement has shape ()", fuzzing 2 Dec 2026)
+    start = B.get("single")(g, c, Simulator(g, c))
+    again = B.get("anneal")(g, c, Simulator(g, c), 1, init=start)
+    assert again.placement.tolist() == start.placement.tolist() and again.meta["warm_start"]
+    g2 = chain6(param=20.0)
+    other = B.get("single")(g2, c, Simulator(g2, c))
+    with pytest.raises(ValueError, match="Plan was made for graph"):
+        B.get("anneal")(g, c, Simulator(g, c), 1, init=other)
 
 
 def test_anneal_init_default_unchanged_and_checked():

@@ -455,3 +455,21 @@ def test_plan_with_link_aware_decoding() -> None:
         del pol.meta["decode_link_exponent"]
     with pytest.raises(ValueError, match="link_exponent.*chain decoding"):
         pol.plan(g, c, samples=2, decode="independent", link_exponent=1.0)
+    # penalty= was taken and ignored by independent decoding; oracle="sim" an AttributeError
+    # (fuzzing, 2 Dec 2026)
+    with pytest.raises(
+        ValueError, match=r"penalty=1.0 is for chain decoding; this plan decodes 'independent'"
+    ):
+        pol.plan(g, c, samples=2, decode="independent", penalty=1.0)
+    with pytest.raises(
+        ValueError, match="oracle must be an oracle object with .evaluate .* got 'sim'"
+    ):
+        pol.plan(g, c, samples=2, oracle="sim")
+    for bad in (True, "0.5", 0.0, float("nan")):  # True and "0.5" were taken (fuzzing)
+        with pytest.raises(ValueError, match="temperature must be a finite number > 0, got"):
+            pol.plan(g, c, samples=2, temperature=bad)
+    # a numpy seed failed inside gymnasium's reset (fuzzing): it plans as the int does
+    for decode in ("chain", "independent"):
+        a = pol.plan(g, c, samples=4, seed=np.int64(3), decode=decode, greedy=False)
+        b = pol.plan(g, c, samples=4, seed=3, decode=decode, greedy=False)
+        assert np.array_equal(a.placement, b.placement)

@@ -288,3 +288,7 @@ def test_overflowing_scores_are_a_clear_error(tmp_path: Path):
     policy = load_policy(tmp_path / "big.pt")
     with pytest.raises(ValueError, match="scores on this instance are not finite"):
         policy.plan(_chain(), load("cpu_4"), greedy=False, samples=2, oracle=None, seed=0)
+    # greedy with one sample (the default) took the argmax of the overflowed scores and
+    # returned a plan (fuzzing, 2 Dec 2026)
+    with pytest.raises(ValueError, match="scores on this instance are not finite"):
+        policy.plan(_chain(), load("cpu_4"), oracle=None, seed=0)

@@ -11,6 +11,7 @@ import pytest
 from sb3_contrib import MaskablePPO
 from stable_baselines3 import PPO
 from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 import placement_env  # noqa: F401  (registers the env ids)
 from agents.callbacks import BestPlanTracker
@@ -111,10 +112,16 @@ def test_make_ppo_errors_name_the_bad_input():
         make_ppo("placement_env/Sweep-v0", "transformer", env_kwargs=_kwargs())
     with pytest.raises(ValueError, match="vec_env 'threads' is unknown"):
         make_vec_env("placement_env/Sweep-v0", vec_env="threads")
-    with pytest.raises(ValueError, match="n_envs must be >= 1"):
-        make_vec_env("placement_env/Sweep-v0", n_envs=0)
+    for bad in (0, "2", 1.5):  # "2" was a TypeError (fuzzing, 2 Dec 2026)
+        with pytest.raises(ValueError, match="n_envs must be an integer >= 1, got"):
+            make_vec_env("placement_env/Sweep-v0", n_envs=bad)
     with pytest.raises(ValueError, match="env_kwargs apply to an env id only"):
         make_vec_env(lambda: gym.make("placement_env/Sweep-v0"), env_kwargs={"init": "zeros"})
+    # with an env instance or a VecEnv they were ignored without a word (fuzzing)
+    env = gym.make("placement_env/Sweep-v0", **_kwargs())
+    for given in (env, DummyVecEnv([lambda: env])):
+        with pytest.raises(ValueError, match="not to an env instance or VecEnv"):
+            make_ppo(given, "placeto", env_kwargs={"init": "zeros"})
 
 
 def test_tracker_keeps_the_fastest_feasible_complete_placement():
@@ -144,6 +151,8 @@ def test_tracker_keeps_the_fastest_feasible_complete_placement():
     assert tracker.on_step()
     assert tracker.best_step_time == 0.03  # a step time not of this placement is not kept
     assert model.logger.name_to_value["placement/best_step_time"] == 0.03
+    with pytest.raises(TypeError, match="on_improve must be callable or None, got 5"):
+        BestPlanTracker(on_improve=5)  # failed inside model.learn (fuzzing, 2 Dec 2026)
     only_other = BestPlanTracker(instance="other")
     only_other.init_callback(model)
     only_other.locals = tracker.locals

@@ -644,6 +644,19 @@ def test_cpu_n_with_leading_zeros_is_not_another_count(name: str) -> None:
     assert clusters.load("cpu_10").num_devices == 10
 
 
+@pytest.mark.parametrize("name", ["missing.yaml", "conf/missing.json", "sub/dir/cl"])
+def test_a_missing_cluster_file_is_named_as_a_file(tmp_path, name: str) -> None:
+    """A path that is not there was "unknown cluster" with the preset list (fuzzing, 2 Dec
+    2026)."""
+    with pytest.raises(
+        ValueError,
+        match=f"clusters.load: {tmp_path / name}: no such cluster file; a preset name is one of",
+    ):
+        clusters.load(str(tmp_path / name))
+    with pytest.raises(ValueError, match="unknown cluster 'dgx9'"):  # a name stays a name
+        clusters.load("dgx9")
+
+
 def test_whole_and_number_predicates() -> None:
     """``graphs.schema.is_whole`` / ``is_number``: the one test of an option's type outside
     a file (booleans are never numbers; numpy scalars are)."""

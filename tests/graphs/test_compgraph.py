@@ -300,3 +300,19 @@ def test_build_refuses_fractions_wrapped_integers_and_non_string_names() -> None
         CompGraph.build(2, [[0.7, 1.2]])
     g = CompGraph.build(2, [(0.0, 1.0)], group=[0.0, 0.0], layer=np.array([3, 4], np.int32))
     assert g.src.tolist() == [0] and g.group.tolist() == [0, 0] and g.layer.tolist() == [3, 4]
+    # a graph made directly or by dataclasses.replace skipped these checks: group 0.5 was
+    # taken, a name 3 broke the hash, float edges a numpy cast error (fuzzing, 2 Dec 2026)
+    import dataclasses
+
+    for kw, says in (
+        (dict(group=np.array([0, 0.5])), "'group' must hold integers, got 0.5"),
+        (dict(name=("a", 3)), "name[1] is 3; expected a string"),
+        (dict(module=("m", None)), "module[1] is None; expected a string"),
+        (dict(src=np.array([0.7]), dst=np.array([1.2])), "'src' must hold integers, got 0.7"),
+        (dict(kind=np.array([0, 300])), "'kind' value 300 is out of range"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            dataclasses.replace(g, **kw)
+    same = dataclasses.replace(g, group=np.array([0.0, 0.0]), layer=[3, 4], name=["n0", "n1"])
+    assert same.group.dtype == np.int64 and same.name == ("n0", "n1")
+    assert same.content_hash() == g.content_hash()

@@ -190,6 +190,8 @@ def test_op_cost_table_hand_computed():
         (lambda: S.nasnet_cells(6, max_reductions=2.5), "max_reductions must be an integer >= 0"),
         (lambda: S.sample(0, max_nodes=float("inf")), "max_nodes must be an integer >= 2, got inf"),
         (lambda: S.sample(0, min_nodes=2.5), "min_nodes must be an integer >= 2, got 2.5"),
+        (lambda: S.layered_dag(3, 2, edge_prob="x"), r"edge_prob must be in \[0, 1\], got x"),
+        (lambda: S.layered_dag(3, 2, skip_prob=None), r"skip_prob must be in \[0, 1\], got None"),
     ],
 )
 def test_errors(call, msg):

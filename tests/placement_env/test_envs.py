@@ -506,6 +506,17 @@ def test_warm_start_from_a_node_placement_and_bad_init_refused() -> None:
          r"generator 'zoo': clusters\[0\] \('nope'\): unknown cluster 'nope'"),
         ({"kind": "files", "paths": ["x.json"], "clusters": [3]},
          r"generator 'files': clusters\[0\] \(3\): clusters.load: name is 3 \(int\)"),
+        # one name or path where a list belongs was read letter by letter ("unknown model
+        # 'g'", "/: cannot read file"), a bad mixture was a KeyError or ignored (fuzzing)
+        ({"kind": "zoo", "models": "gpt2", "clusters": ["k40_2"]},
+         r"generator 'zoo': models must be a list, got 'gpt2'"),
+        ({"kind": "files", "paths": "tests/data/diamond.graph.json", "clusters": ["k40_2"]},
+         r"generator 'files': paths must be a list, got 'tests/data/diamond.graph.json'"),
+        ({"kind": "mixture"}, r"'mixture' takes 'generators' \(a list of specs\) .*got \[\]"),
+        ({"kind": "mixture", "generators": [{"kind": "zoo"}], "weight": [5]},
+         r"optionally 'weights'; got \['generators', 'weight'\]"),
+        ({"kind": "mixture", "generators": {"kind": "zoo"}}, r"generators must be a list of specs"),
+        ("zoo", r"a generator spec must be a mapping with a 'kind'"),
     ],
 )  # fmt: skip
 def test_a_generator_loads_its_clusters_when_built(spec, says) -> None:
@@ -524,6 +535,33 @@ def test_a_bad_oom_penalty_is_a_value_error_naming_it(bad) -> None:
     """Found by fuzzing: ``oom_penalty="abc"`` was numpy's ``isfinite`` TypeError."""
     with pytest.raises(ValueError, match=r"oom_penalty must be finite and >= 0, got"):
         _toy("placement_env/Sweep-v0", oom_penalty=bad)
+
+
+@pytest.mark.parametrize("key", ["max_nodes", "max_edges", "max_devices"])
+@pytest.mark.parametrize("bad", [300.7, "300", True, 0, -2])
+def test_padding_bounds_must_be_whole_numbers(key: str, bad) -> None:
+    """Found by fuzzing (2 Dec 2026): ``max_nodes=300.7`` was cut to 300 and ``"300"`` taken."""
+    with pytest.raises(
+        ValueError, match=rf"{key} must be an integer >= 1 \(or None: from the generator\), got"
+    ):
+        _toy("placement_env/Sweep-v0", **{key: bad})
+    assert _toy("placement_env/Sweep-v0", **{key: np.int64(64)}).bounds[0] >= 1
+
+
+@pytest.mark.parametrize("bad", [2.5, 2.0, "2", True, 0])
+def test_stage_counts_and_inits_are_checked(bad) -> None:
+    """Found by fuzzing (2 Dec 2026): ``stages=2.5`` / ``2.0`` failed in numpy at reset,
+    ``"2"`` in a comparison, ``True`` was one stage; a placement as ``init`` (what Sweep
+    and Reassign take) was numpy's "truth value is ambiguous"."""
+    with pytest.raises(ValueError, match=r"stages must be an integer >= 1 or None, got"):
+        _toy("placement_env/Stage-v0", stages=bad)
+    with pytest.raises(
+        ValueError, match=r"init must be one of \('random', 'balanced'\) .*got array"
+    ):
+        _toy("placement_env/Stage-v0", init=np.zeros(4, np.int64))
+    env = _toy("placement_env/Stage-v0", stages=np.int64(2))
+    env.reset(seed=0)
+    assert len(env.unwrapped.stage_device) == 2
 
 
 @pytest.mark.parametrize("env_id", ["placement_env/Reassign-v0", "placement_env/Stage-v0"])

@@ -56,3 +56,22 @@ def test_gantt_png_and_missing_schedule(tmp_path) -> None:
         plot_gantt(sim.evaluate(np.array([0, 1, 1, 0])), g, c, tmp_path / "x.png")
     with pytest.raises(ValueError, match="record=True"):
         sim.evaluate(np.zeros(4, np.int64)).to_chrome_trace(g, c, str(tmp_path / "x.json"))
+
+
+def test_another_graph_or_cluster_is_named_and_folders_are_made(tmp_path) -> None:
+    """A trace drawn with another cluster named devices and links it does not have, and the
+    Gantt chart failed with a bare KeyError / IndexError (fuzzing, 2 Dec 2026)."""
+    g, c, sim = setup()
+    r = sim.evaluate(np.array([0, 1, 1, 0]), record=True)
+    devs = tuple(Device(f"e{i}", "x", 1e12, 1e18, 1e12) for i in range(3))
+    three = Cluster("three", devs, tuple(Link(a, b, 1e9, 0.0) for a in range(3) for b in range(3) if a != b))  # fmt: skip
+    for draw in (plot_gantt, write_chrome_trace):
+        with pytest.raises(ValueError, match=r"cluster of 2 devices and 2 links, not on 'three'"):
+            draw(r, g, three, tmp_path / "x.out")
+        small = CompGraph.build(2, [(0, 1)], meta={"name": "pair"})
+        with pytest.raises(ValueError, match=r"node 3, but graph 'pair' has 2 nodes"):
+            draw(r, small, c, tmp_path / "x.out")
+    assert not (tmp_path / "x.out").exists()
+    r.gantt(g, c, str(tmp_path / "new" / "g.png"))  # a missing folder is made
+    r.to_chrome_trace(g, c, str(tmp_path / "new2" / "t.json"))
+    assert (tmp_path / "new" / "g.png").is_file() and (tmp_path / "new2" / "t.json").is_file()
