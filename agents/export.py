@@ -533,18 +533,16 @@ class ExportedPolicy:
             groups = groups.masked_fill(~m, ACTION_MASK_LOGIT)
         # greedy decoding took the argmax of overflowing scores and returned a plan (the
         # sampled path refused them; fuzzing, 2 Dec 2026): both refuse now
-        bad = ValueError(
-            "the policy's scores on this instance are not finite (overflowing weights?); "
-            "re-export or retrain the policy"
-        )
         if not bool(torch.isfinite(groups).all()):
-            raise bad
+            raise ValueError(
+                "the policy's scores on this instance are not finite (overflowing weights?); "
+                "re-export or retrain the policy"
+            )
         if deterministic:
             act = groups.argmax(-1)
         else:
+            # finite scores give finite probabilities (softmax subtracts the largest)
             probs = torch.softmax(groups.double(), dim=-1).view(-1, groups.shape[-1])
-            if not bool(torch.isfinite(probs).all()):
-                raise bad
             act = torch.multinomial(probs, 1, generator=rng).view(groups.shape[:-1])
         a = act.numpy()
         return a.reshape(B) if self.mode != "per_node" else a

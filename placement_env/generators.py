@@ -55,11 +55,11 @@ def _load_clusters(specs: Sequence[ClusterLike], what: str) -> list[Cluster]:
     return out
 
 
-def _check_list(values: Any, what: str, kind: str) -> None:
+def _check_list(values: Any, what: str, kind: str, of: str = "") -> None:
     """One model name or path given where a list belongs was read letter by letter
     ("unknown model 'g'", "/: cannot read file"; fuzzing, 2 Dec 2026)."""
     if isinstance(values, (str, bytes, Path)) or not isinstance(values, Sequence):
-        raise ValueError(f"generator {kind!r}: {what}s must be a list, got {values!r}")
+        raise ValueError(f"generator {kind!r}: {what}s must be a list{of}, got {values!r}")
 
 
 def _max_bounds(bs: Sequence[Bounds]) -> Bounds:
@@ -407,12 +407,8 @@ def make_generator(spec: Mapping[str, Any]) -> Generator:
                 f"generator 'mixture' takes 'generators' (a list of specs) and optionally "
                 f"'weights'; got {sorted(spec)}"
             )
-        subs = spec["generators"]
-        if isinstance(subs, (str, bytes, Mapping)) or not isinstance(subs, Sequence):
-            raise ValueError(
-                f"generator 'mixture': generators must be a list of specs, got {subs!r}"
-            )
-        return Mixture([make_generator(s) for s in subs], spec.get("weights"))
+        _check_list(spec["generators"], "generator", "mixture", " of specs")
+        return Mixture([make_generator(s) for s in spec["generators"]], spec.get("weights"))
     if kind not in GENERATORS:
         raise ValueError(
             f"unknown generator kind {kind!r}; valid: {sorted([*GENERATORS, 'mixture'])}"

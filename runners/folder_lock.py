@@ -205,17 +205,24 @@ class LockRunFolder(Callback):  # type: ignore[misc]
         self._release(config, "hydra.sweep.dir")
 
     def _take(self, config: Any, key: str) -> None:
+        folder = _folder(config, key)
+        if folder is not None:
+            self._lock(folder, busy_ok=False)
+
+    def _lock(self, folder: Path, *, busy_ok: bool) -> bool:
+        """Make ``folder`` and take its lock; ``False`` when another runner holds it and
+        ``busy_ok``, else any failure is one error line and exit status 2."""
         import sys
 
-        folder = _folder(config, key)
-        if folder is None:
-            return
         try:
             folder.mkdir(parents=True, exist_ok=True)
             acquire(folder, self.app)
         except (ValueError, OSError) as exc:
+            if busy_ok and isinstance(exc, FolderInUse):
+                return False
             sys.stderr.write(f"error: {exc}\n")
             raise SystemExit(2) from None
+        return True
 
     def _take_own(self, config: Any, mode: str) -> None:
         """Hold a folder of its own for a run (``mode`` "run") or a sweep ("sweep") whose
@@ -235,14 +242,8 @@ class LockRunFolder(Callback):  # type: ignore[misc]
             return
         for i in range(10_000):
             folder = base if i == 0 else base.with_name(f"{base.name}_{i}")
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-                acquire(folder, self.app)
-            except FolderInUse:
+            if not self._lock(folder, busy_ok=True):
                 continue
-            except (ValueError, OSError) as exc:
-                sys.stderr.write(f"error: {exc}\n")
-                raise SystemExit(2) from None
             if any(p.name != LOCK_FILE for p in folder.iterdir()):
                 release(folder)  # an earlier run's folder: keep its files
                 continue
