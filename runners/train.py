@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -650,24 +651,54 @@ def absolute_input_paths(cfg: DictConfig) -> list[str]:
     return changed
 
 
-def clear_earlier_run(run_dir: Path, keep: set[Path] = frozenset()) -> list[str]:
-    """Remove the :data:`RUN_FILES` an earlier run left in ``run_dir`` (a folder holding its
-    ``config.yaml``), except the files in ``keep`` (what the new run reads: an
-    ``agent.init_policy=DIR/policy.pt`` was removed and then not found, fuzzing); return
-    their names.
+#: The folder of a run folder where a new run keeps the earlier run's files (its
+#: ``config.yaml`` and :data:`RUN_FILES`) until it has a checkpoint or a result of its own.
+EARLIER_RUN = ".earlier_run"
+
+
+@contextmanager
+def earlier_run_set_aside(run_dir: Path, keep: set[Path] = frozenset()) -> Iterator[list[str]]:
+    """Move the ``config.yaml`` and :data:`RUN_FILES` an earlier run left in ``run_dir`` into
+    ``run_dir/.earlier_run`` (except the files in ``keep``: what the new run reads, such as
+    ``agent.init_policy=DIR/policy.pt``, which was removed and then not found); yield their
+    names. When the new run finishes, or fails once it has a checkpoint or a ``result.json``
+    (the folder is then the new run's: ``resume=`` continues it), they are removed; when it
+    fails or is stopped before, the new run's files are removed and the earlier run's put
+    back, so a refused command leaves the folder as it found it.
 
     A new run (not ``resume=``) in a used folder kept them: its resume then took the earlier
     run's ``baselines.json`` as its own (a speed-up of 93x over another model's baseline), a
     baseline agent left the earlier PPO run's ``policy.pt`` beside its plan, and a run killed
-    before its first checkpoint resumed from the earlier run's (fuzzing, 2 Dec 2026); the
-    clock was already restarted (``wall_clock.json``)."""
-    cleared = []
-    for name in RUN_FILES:
-        path = run_dir / name
-        if path.is_file() and path.resolve() not in keep:
-            path.unlink()
-            cleared.append(name)
-    return cleared
+    before its first checkpoint resumed from the earlier run's (fuzzing, 2 Dec 2026). Removed
+    at once (before), they were lost to a command refused after its config's checks
+    (``agent=ideal_dp +agent.options.time_limit=-1``: a planner checks its options when it
+    starts), and a refused command left its own ``config.yaml`` beside the earlier run's
+    result."""
+    import shutil
+
+    aside = run_dir / EARLIER_RUN
+    if aside.is_dir():  # a command killed by SIGKILL left it: the run after that one's
+        shutil.rmtree(aside)
+    aside.mkdir()
+    names = ("config.yaml", *RUN_FILES)
+    kept = {n for n in names if (run_dir / n).is_file() and (run_dir / n).resolve() in keep}
+    moved = []
+    for name in names:
+        if (run_dir / name).is_file() and name not in kept:
+            (run_dir / name).replace(aside / name)
+            moved.append(name)
+    try:
+        yield moved
+    except BaseException:
+        if not (checkpoint.exists(run_dir) or (run_dir / "result.json").is_file()):
+            for name in names:  # the new run's files go, the earlier run's come back
+                if (aside / name).is_file():
+                    (aside / name).replace(run_dir / name)
+                elif name not in kept:
+                    (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _plan_with_baseline(
@@ -1040,7 +1071,7 @@ def _write_hybrid_plan(
         problem.cluster,
         outcome.plan.layout,
         meta={
-            **common.plan_provenance(problem.spec),
+            **common.plan_provenance(problem.spec, problem.cluster),
             **dict(outcome.plan.meta),
             "algorithm": agent,
             "seed": seed,
@@ -1116,11 +1147,24 @@ def train(
 
         with folder_lock.held(Path(cfg.resume), "train"):
             return _train(cfg, run_dir, echo=echo, overrides=overrides)
+    if not cfg.get("resume") and (run_dir / "config.yaml").is_file():  # an earlier run's
+        try:  # the files it names are kept in place; a bad config is refused by _train
+            absolute_input_paths(cfg)
+            keep = _input_files(common.to_plain(cfg))
+        except Exception:  # noqa: BLE001 - refused below, with the earlier run put back
+            keep = set()
+        with earlier_run_set_aside(run_dir, keep=keep) as moved:
+            return _train(cfg, run_dir, echo=echo, overrides=overrides, earlier=moved)
     return _train(cfg, run_dir, echo=echo, overrides=overrides)
 
 
 def _train(
-    cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None], overrides: Sequence[str]
+    cfg: DictConfig,
+    run_dir: Path,
+    *,
+    echo: Callable[[str], None],
+    overrides: Sequence[str],
+    earlier: Sequence[str] = (),
 ) -> dict[str, Any]:
     t_start = time.perf_counter()
     resume_state = None
@@ -1167,7 +1211,6 @@ def _train(
         echo(f"resuming {run_dir}" + ("" if resume_state else " (no checkpoint: from the start)"))
     schema.check_values(schema.TrainConfig, cfg)  # budgets > 0, known schedule, ...
     run_dir.mkdir(parents=True, exist_ok=True)
-    earlier_run = not resuming and (run_dir / "config.yaml").is_file()  # before it is written
     if not resuming:  # so that resume= finds them from any folder
         absolute_input_paths(cfg)
     plain = common.to_plain(cfg)
@@ -1211,10 +1254,12 @@ def _train(
     else:
         lower_bound = common.lower_bound(problem)  # the simulator's: nothing is executed
 
-    if earlier_run:  # once the config has passed its checks: a typo removes nothing
-        cleared = clear_earlier_run(run_dir, keep=_input_files(plain))
-        if cleared:
-            echo(f"{run_dir} held an earlier run: removed its {', '.join(cleared)}")
+    replaced = [n for n in earlier if n != "config.yaml"]
+    if replaced:  # once the config has passed its checks (a typo says only what it is)
+        echo(
+            f"{run_dir} held an earlier run: replacing its {', '.join(replaced)} "
+            f"(put back if this command fails before its first checkpoint)"
+        )
 
     # ---- logger
     info_path = run_dir / "run_info.json"
@@ -1324,6 +1369,14 @@ def _train(
             raise ValueError(
                 f"agent {agent_cfg['name']!r}: unknown kind {agent_cfg['kind']!r}; "
                 "expected 'ppo', 'finetune' or 'baseline'"
+            )
+
+        asked = int(cfg.train.timesteps)
+        if agent_cfg["kind"] == "ppo" and outcome.timesteps > asked:
+            # SB3 trains whole rollouts: train.timesteps=64 trained 256 without a word
+            echo(
+                f"trained {outcome.timesteps} timesteps: train.timesteps={asked} rounded up to "
+                "whole PPO rollouts (agent.ppo.n_steps x agent.ppo.n_envs steps each)"
             )
 
         # ---- files

@@ -241,6 +241,18 @@ def test_exact_planner_reports_its_proof_then_its_plan_executes(tmp_path: Path) 
     assert best.meta["planner"] == report
     assert best.meta["model"]["factory"] == "examples.my_model:build"
     assert result["best_step_time"] <= result["baselines"]["single"] + 1e-12
+    # a command into the same folder refused by the planner's own check of an option value
+    # removed this run's result and plan first (fuzzing, 2 Dec 2026); now it leaves them
+    files = {f.name: f.read_bytes() for f in train_dir.iterdir() if f.suffix in (".json", ".yaml")}
+    refused = subprocess.run(
+        [sys.executable, "-m", "runners.train", "+env=my_model", "agent=ideal_dp",
+         "+agent.options.time_limit=-1", "logger=none", f"output_dir={train_dir}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: ideal_dp: time_limit must")
+    now = {f.name: f.read_bytes() for f in train_dir.iterdir() if f.suffix in (".json", ".yaml")}
+    assert now == files and "best_plan.json" in now
     cli("runners.execute", f"plan={train_dir / 'best_plan.json'}", f"output_dir={tmp_path / 'ex'}",
         "steps=1", "warmup=0")  # fmt: skip
     measured = json.loads((tmp_path / "ex" / "result.json").read_text())

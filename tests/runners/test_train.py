@@ -90,6 +90,11 @@ def test_entry_point_smoke(graph_file: Path, tmp_path: Path) -> None:
     for key in ("best_step_time", "lower_bound", "oracle_calls", "wall_seconds"):
         assert isinstance(res[key], (int, float)) and math.isfinite(res[key]), key
     assert res["oom"] is False and res["oracle_calls"] > 0
+    # it trained 256 steps without a word (fuzzing, 2 Dec 2026)
+    assert (
+        res["timesteps"] == 256
+        and "trained 256 timesteps: train.timesteps=200 rounded up" in p.stdout
+    )
     assert 0 < res["lower_bound"] <= res["best_step_time"]
     assert set(res["baselines"]) == {"single", "expert"}
     assert res["baselines"]["single"] is None  # 24 GB of state does not fit one 12 GB K40
@@ -529,8 +534,9 @@ def test_a_new_run_in_a_used_folder_removes_the_earlier_runs_files(
     lines: list[str] = []
     res = train(compose([*small_env(graph_file), "env.baselines=[single]", "agent=metis"]), run,
                 echo=lines.append)  # fmt: skip
-    assert any("held an earlier run: removed its baselines.json" in ln for ln in lines), lines
+    assert any("held an earlier run: replacing its baselines.json" in ln for ln in lines), lines
     assert not (run / "policy.pt").exists() and not checkpoint.exists(run)
+    assert not (run / ".earlier_run").exists()
     assert sorted(res["baselines"]) == ["single"]
     assert sorted(json.loads((run / "baselines.json").read_text())) == ["single"]
 
@@ -582,7 +588,7 @@ def test_a_new_run_keeps_its_inputs_and_the_files_of_a_folder_that_holds_no_run(
     train(compose([*small_env(graph_file), "env.baselines=[]", "agent=single"]), plain,
           echo=lambda s: None)  # fmt: skip
     assert (plain / "policy.pt").read_bytes() == b"x"  # not a run's folder: kept
-    from runners.train import _input_files, clear_earlier_run
+    from runners.train import _input_files, earlier_run_set_aside
 
     run = tmp_path / "run"
     run.mkdir()
@@ -590,8 +596,63 @@ def test_a_new_run_keeps_its_inputs_and_the_files_of_a_folder_that_holds_no_run(
         (run / name).write_text("x")
     keep = _input_files({"agent": {"init_policy": str(run / "policy.pt")}, "x": [1, None]})
     assert keep == {(run / "policy.pt").resolve()}
-    assert clear_earlier_run(run, keep) == ["baselines.json"]
-    assert (run / "policy.pt").exists()
+    with earlier_run_set_aside(run, keep) as moved:
+        assert moved == ["config.yaml", "baselines.json"]
+        assert (run / "policy.pt").exists() and not (run / "baselines.json").exists()
+    assert sorted(p.name for p in run.iterdir()) == ["policy.pt"]
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(run.iterdir()) if p.is_file()}
+
+
+@pytest.mark.timeout(300)
+def test_a_command_refused_after_its_checks_puts_the_earlier_run_back(
+    graph_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agent=ideal_dp +agent.options.time_limit=-1 output_dir=USED` removed the earlier
+    run's result.json, plan and baselines, then was refused by the planner (it checks its
+    options when it starts), and left its own config.yaml beside what was left (fuzzing,
+    2 Dec 2026). Now every file is as it was, byte for byte; so after a refusal from inside
+    a search whose baselines had run (baselines.json is the new run's: removed), and after
+    Ctrl-C before the first checkpoint. A failure after it leaves the folder the new run's."""
+    run = tmp_path / "run"
+    train(compose([*small_env(graph_file), "env.baselines=[]", "agent=single"]), run,
+          echo=lambda s: None)  # fmt: skip
+    earlier = _files(run)
+    assert "result.json" in earlier and "baselines.json" not in earlier
+    quiet = lambda s: None  # noqa: E731
+    with pytest.raises(ValueError, match="time_limit"):
+        train(compose([*small_env(graph_file), "agent=ideal_dp", "+agent.options.time_limit=-1"]),
+              run, echo=quiet)  # fmt: skip
+    assert _files(run) == earlier and not (run / ".earlier_run").exists()
+
+    import runners.train as rt
+
+    def refuse(*a: object, **k: object) -> None:
+        raise ValueError("refused inside the search")
+
+    monkeypatch.setattr(rt, "search_ppo", refuse)
+    with pytest.raises(ValueError, match="inside the search"):
+        train(compose([*small_env(graph_file), "env.baselines=[single]"]), run, echo=quiet)
+    assert _files(run) == earlier
+
+    def interrupt(*a: object, **k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rt, "search_ppo", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        train(compose(small_env(graph_file)), run, echo=quiet)
+    assert _files(run) == earlier
+    monkeypatch.undo()
+
+    ppo = [*small_env(graph_file), "env.baselines=[]", "train.timesteps=256",
+           "train.checkpoint_every=1", "agent.ppo.n_steps=64", "train.crash_after_updates=1"]  # fmt: skip
+    with pytest.raises(CrashForTest):
+        train(compose(ppo), run, echo=quiet)
+    assert checkpoint.exists(run) and not (run / "result.json").exists()
+    assert (run / "config.yaml").read_bytes() != earlier["config.yaml"]
+    assert not (run / ".earlier_run").exists()
 
 
 @pytest.mark.timeout(300)
