@@ -116,7 +116,7 @@ class Problem:
             self.cluster,
             microbatches=self.spec.microbatches,
             schedule=self.spec.schedule,
-            meta={**plan_provenance(self.spec), **meta},
+            meta={**plan_provenance(self.spec, self.cluster), **meta},
         )
 
 
@@ -175,9 +175,15 @@ def model_spec(spec: EnvSpec) -> dict[str, Any] | None:
     return out
 
 
-def plan_provenance(spec: EnvSpec) -> dict[str, Any]:
-    """The ``meta`` every plan file written by a runner carries: env, model, cluster, graph file."""
+def plan_provenance(spec: EnvSpec, cluster: Cluster | None = None) -> dict[str, Any]:
+    """The ``meta`` every plan file written by a runner carries: env, model, cluster, graph
+    file; with ``cluster`` read from a calibration file (``cpu_N@PATH``), the
+    ``calibration_sha256`` of its figures, so that ``runners.execute`` can tell a file
+    profiled again since the plan was made from an edited plan."""
     out: dict[str, Any] = {"env": spec.name, "cluster": absolute_cluster_name(spec.cluster)}
+    digest = cluster.meta.get("calibration_sha256") if cluster is not None else None
+    if digest and isinstance(spec.cluster, str) and "@" in spec.cluster:
+        out["calibration_sha256"] = str(digest)
     if spec.memory_fraction < 1:  # the cluster the plan's hash was taken of (execute applies it)
         out["memory_fraction"] = float(spec.memory_fraction)
     model = model_spec(spec)

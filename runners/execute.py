@@ -138,6 +138,35 @@ def main() -> None:
     schema.run_checked(schema.ExecuteConfig, _hydra_main)
 
 
+def _calibration_changed(source: Any, plan: Plan, made: str, cluster: Any) -> str:
+    """Why a plan made on ``cpu_N@PATH`` does not match the cluster ``PATH`` gives now: the
+    file was profiled again (or edited) since, which the plan's ``meta.calibration_sha256``
+    tells from an edited plan. Both used to read "an edited plan file?" (fuzzing, 2 Dec
+    2026: ``runners.profile out=SAME`` after planning)."""
+    path = made.split("@", 1)[1]
+    was, now = plan.meta.get("calibration_sha256"), cluster.meta.get("calibration_sha256")
+    again = (
+        f"plan again on it (runners.train / runners.plan with env.cluster={made}), or put "
+        "back the file the plan was made with"
+    )
+    if was and was != now:
+        return (
+            f"plan={source} was made on the calibration in {path} (figures sha256 {was}), "
+            f"which has changed since (now {now}: profiled again or edited); {again}"
+        )
+    if was:  # the same figures: the plan's cluster_hash or meta.cluster was edited
+        return (
+            f"plan={source}: the calibration in {path} is the one the plan was made on "
+            f"(figures sha256 {was}), but not the cluster of its cluster_hash "
+            f"{plan.cluster_hash} (an edited plan file?); plan again"
+        )
+    return (
+        f"plan={source}: the calibration in {path} (its meta.cluster) now gives another "
+        f"cluster than the plan's cluster_hash {plan.cluster_hash}: the file was profiled "
+        f"again or edited since the plan was made (or the plan file was); {again}"
+    )
+
+
 def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
     """Execute ``cfg.plan``; the measured result goes to ``out/result.json``."""
     from omegaconf import OmegaConf
@@ -175,6 +204,8 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
                 f"{cluster.name!r}, the cpu_N its devices suggest (cluster hash "
                 f"{plan.cluster_hash}); give the cluster it was made for: cluster=NAME"
             )
+        if not cfg.cluster and isinstance(made, str) and "@" in made:
+            raise ValueError(_calibration_changed(cfg.plan, plan, made, cluster))
         if not cfg.cluster:  # the cluster loaded is the one meta names: they disagree
             frac = plan.meta.get("memory_fraction")
             raise ValueError(  # it said "made for cluster 'cpu_2', not 'cpu_2'" (fuzzing)

@@ -729,3 +729,40 @@ def test_an_output_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
         ro.mkdir(mode=0o555)
         with pytest.raises(ValueError, match="is not writable"):
             check_output_dir(TrainConfig, [f"output_dir={ro / 'x'}"])
+
+
+@pytest.mark.timeout(300)
+def test_execute_says_the_calibration_changed_since_the_plan_was_made(tmp_path: Path) -> None:
+    """`runners.profile` run again onto the calibration file a plan was made on: execute said
+    "an edited plan file?" (fuzzing, 2 Dec 2026). Plans now record the figures' sha256."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from runners.execute import run
+    from runners.train import train
+    from tests.runners.conftest import compose
+
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"device": {"peak_flops": 1e9, "memory": 2**30}}))
+    ov = ["+env=gpt2_tiny_cpu4", f"env.cluster=cpu_4@{cal}", "agent=expert", "env.baselines=[]",
+          "logger=none", "train.progress=false"]  # fmt: skip
+    train(compose(ov), tmp_path / "run", echo=lambda s: None)
+    path = tmp_path / "run" / "best_plan.json"
+    was = Plan.load(path).meta["calibration_sha256"]
+    from graphs.clusters import load
+
+    assert was == load(f"cpu_4@{cal}").meta["calibration_sha256"]
+    cal.write_text(json.dumps({"device": {"peak_flops": 2e9, "memory": 2**30}}))
+    cfg = OmegaConf.load(ROOT / "conf" / "execute" / "config.yaml")
+    cfg.pop("defaults"), cfg.pop("hydra")
+    cfg.plan = str(path)
+    with pytest.raises(ValueError, match=rf"made on the calibration in {cal} \(figures sha256 "
+                       rf"{was}\), which has changed since \(now \w+: profiled again"):  # fmt: skip
+        run(cfg, tmp_path / "out")
+    older = Plan.load(path)  # a plan from before the digest was recorded
+    older.meta.pop("calibration_sha256")
+    older.save(tmp_path / "older.json")
+    cfg.plan = str(tmp_path / "older.json")
+    with pytest.raises(ValueError, match="the file was profiled again or edited since"):
+        run(cfg, tmp_path / "out2")
