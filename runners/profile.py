@@ -46,14 +46,14 @@ def check_config(cfg: DictConfig) -> Path:
     whole("matmul_n", cfg.matmul_n, 16)
     whole("copy_mb", cfg.copy_mb, 1)
     whole("p2p_repeats", cfg.p2p_repeats, 1)
-    for k in items("concurrency", cfg.concurrency):
-        whole("concurrency[]", k, 1)
+    for i, k in enumerate(items("concurrency", cfg.concurrency)):
+        whole(f"concurrency[{i}]", k, 1)
     rt = cfg.get("runtime") or {}
     if rt.get("model") is not None:
         for k in ("microbatches", "rounds", "steps"):
             whole(f"runtime.{k}", rt.get(k), 1)
-        for n in items("runtime.devices", rt.get("devices")):
-            whole("runtime.devices[]", n, 2)
+        for i, n in enumerate(items("runtime.devices", rt.get("devices"))):
+            whole(f"runtime.devices[{i}]", n, 2)
         if not rt.get("devices"):
             raise ValueError("profile: runtime.devices is empty; expected process counts >= 2")
     hy = cfg.get("hybrid") or {}

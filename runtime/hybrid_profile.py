@@ -716,26 +716,26 @@ def check_hybrid_settings(
     probe_launches: Any = 2,
 ) -> None:
     """The arguments of :func:`calibrate_hybrid_fitted` (also ``runners.profile``'s
-    ``hybrid.*``), checked: ``ValueError`` naming the first bad one (``tps[] = 0; ...``)."""
+    ``hybrid.*``), checked: ``ValueError`` naming the first bad one by its index (``tps[1] = 0; ...``)."""
     for name, vals in (("tps", tps), ("micro_sizes", micro_sizes), ("worlds", worlds)):
         if not vals:
             raise ValueError(f"{name} is empty; expected integers >= 1")
-        for v in vals:
+        for i, v in enumerate(vals):
             if not is_whole(v, 1):
-                raise ValueError(f"{name}[] = {v!r}; expected an integer >= 1")
+                raise ValueError(f"{name}[{i}] = {v!r}; expected an integer >= 1")
     if not probe_worlds:
         raise ValueError("probe_worlds is empty; expected some of 2, 4, 8")
-    for v in probe_worlds:
+    for i, v in enumerate(probe_worlds):
         if not is_whole(v, 2) or int(v) not in PROBES:
             raise ValueError(
-                f"probe_worlds[] = {v!r}; expected 2, 4 or 8 (the process counts with runtime "
+                f"probe_worlds[{i}] = {v!r}; expected 2, 4 or 8 (the process counts with runtime "
                 "probe plans)"
             )
     if not recomputes:
         raise ValueError("recomputes is empty; expected some of none, full, selective")
-    for v in recomputes:
+    for i, v in enumerate(recomputes):
         if v not in ("none", "full", "selective"):
-            raise ValueError(f"recomputes[] = {v!r}; expected none, full or selective")
+            raise ValueError(f"recomputes[{i}] = {v!r}; expected none, full or selective")
     for name, v in (("repeats", repeats), ("probe_steps", probe_steps),
                     ("probe_launches", probe_launches)):  # fmt: skip
         if not is_whole(v, 1):
@@ -777,16 +777,16 @@ def check_model_settings(
 
     d = model_dims(graph)
     what = f"{model.get('name')!r} {dict(model.get('config') or {})}"
-    for t in tps:
+    for i, t in enumerate(tps):
         if not tp_fits(int(t), heads=d.heads, kv_heads=d.kv_heads, max_tp=int(t)):
             raise ValueError(
-                f"hybrid calibration: tps[] = {t}: a tensor-parallel degree must divide the "
+                f"hybrid calibration: tps[{i}] = {t}: a tensor-parallel degree must divide the "
                 f"{d.heads} attention heads and {d.kv_heads} key/value heads of {what}"
             )
-    for b in micro_sizes:
+    for i, b in enumerate(micro_sizes):
         if int(b) > batch:
             raise ValueError(
-                f"hybrid calibration: micro_sizes[] = {b} is larger than the global batch "
+                f"hybrid calibration: micro_sizes[{i}] = {b} is larger than the global batch "
                 f"{batch} of {what}"
             )
 

@@ -59,17 +59,19 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
         (["threads=0"], "threads = 0; expected an integer >= 1"),
         (["matmul_n=0"], "matmul_n = 0; expected an integer >= 16"),
         (["p2p_repeats=0"], "p2p_repeats = 0"),
-        (["concurrency=[0]"], "concurrency[] = 0"),
+        (["concurrency=[0]"], "concurrency[0] = 0"),
+        (["concurrency=[2,0]"], "concurrency[1] = 0"),  # the index: it said "[]" (2 Dec 2026)
+        ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[none,some]"], "recomputes[1] = 'some'"),
         (["memory_gib=-4"], "memory_gib = -4; expected a finite number > 0"),
         (
             ["+runtime.model={factory: 'runtime.toy:branchy'}", "runtime.rounds=0"],
             "runtime.rounds = 0",
         ),
-        ([f"hybrid.model={HYBRID}", "hybrid.probe_worlds=[3]"], "hybrid.probe_worlds[] = 3"),
+        ([f"hybrid.model={HYBRID}", "hybrid.probe_worlds=[3]"], "hybrid.probe_worlds[0] = 3"),
         ([f"hybrid.model={HYBRID}", "hybrid.probe_steps=0"], "hybrid.probe_steps = 0"),
         ([f"hybrid.model={HYBRID}", "hybrid.probe_launches=1.5"], "hybrid.probe_launches = 1.5"),
         ([f"hybrid.model={HYBRID}", "hybrid.tps=[]"], "hybrid.tps is empty"),
-        ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[some]"], "hybrid.recomputes[] = 'some'"),
+        ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[some]"], "hybrid.recomputes[0] = 'some'"),
         # a string model, a scalar list, a degree that splits heads, a microbatch over the
         # batch: a traceback-like message, a TypeError, and two measured-then-wrong (27 Nov)
         (["hybrid.model=gpt2"], "hybrid.model = 'gpt2'; expected {name: gpt2"),
@@ -86,8 +88,8 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
         ),
         (["+model.bogus=1"], "field 'model.bogus' is not a known key"),
         ([f"hybrid.model={HYBRID}", "hybrid.tps=4"], "hybrid.tps = 4; expected a list"),
-        ([f"hybrid.model={HYBRID}", "hybrid.tps=[3]"], "tps[] = 3: a tensor-parallel degree"),
-        ([f"hybrid.model={HYBRID}", "hybrid.micro_sizes=[16]"], "micro_sizes[] = 16 is larger"),
+        ([f"hybrid.model={HYBRID}", "hybrid.tps=[3]"], "tps[0] = 3: a tensor-parallel degree"),
+        ([f"hybrid.model={HYBRID}", "hybrid.micro_sizes=[16]"], "micro_sizes[0] = 16 is larger"),
         # 2 layers cannot make the 4-process probes' 4 pipeline stages
         (
             [f"hybrid.model={HYBRID.replace('n_layer: 4', 'n_layer: 2')}"],
