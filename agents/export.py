@@ -599,6 +599,7 @@ class ExportedPolicy:
         penalty: float | Sequence[float] | None = None,
         temperature: float | None = None,
         link_exponent: float | None = None,
+        progress: bool = False,
     ) -> Plan:
         """Place ``graph`` on ``cluster`` with no training: ``samples`` placements, the best kept.
 
@@ -634,6 +635,8 @@ class ExportedPolicy:
                 (:func:`agents.decoding.link_weights`; default: the file's
                 ``meta["decode_link_exponent"]``, else
                 :data:`agents.decoding.DEFAULT_LINK_EXPONENT`, 0: every change the same).
+            progress: show a progress bar (tqdm, on stderr) over the placements scored
+                (chain decoding) or the episodes (independent decoding).
 
         Raises:
             agents.baselines.InfeasiblePlanError: every evaluated placement ran out of memory.
@@ -649,6 +652,8 @@ class ExportedPolicy:
             raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         if not isinstance(greedy, (bool, np.bool_)):
             raise ValueError(f"greedy must be True or False, got {greedy!r}")
+        if not isinstance(progress, (bool, np.bool_)):
+            raise ValueError(f"progress must be True or False, got {progress!r}")
         # a string was converted ('2' taken as 2.0, 'abc' a bare float() error; fuzzing)
         pens = [penalty] if penalty is None or np.isscalar(penalty) else list(penalty)
         if not pens or not all(p is None or is_number(p, 0.0) for p in pens):
@@ -680,6 +685,9 @@ class ExportedPolicy:
         env = self.make_env(graph, cluster, oracle)
         extra: dict[str, Any] = {}
         if decode == "chain":
+            # the bar is up while the network reads the problem and the samples are drawn
+            # (about 9 s of 61 for 100,000 samples of bert_8gpu), then counts placements scored
+            bar = _progress_bar(progress, samples, "placement", desc="plan (drawing samples)")
             try:
                 best_t, best_p, extra = self._plan_chain(
                     env,
@@ -691,11 +699,15 @@ class ExportedPolicy:
                     temperature=temperature,
                     link_exponent=link_exponent,
                     cluster=cluster,
+                    bar=bar,
                 )
             finally:
+                bar.close()
                 env.close()
         else:
-            best_t, best_p = self._plan_episodes(env, greedy=greedy, samples=samples, seed=seed)
+            best_t, best_p = self._plan_episodes(
+                env, greedy=greedy, samples=samples, seed=seed, progress=bool(progress)
+            )
         if best_p is None:
             from agents.baselines import InfeasiblePlanError
 
@@ -735,8 +747,10 @@ class ExportedPolicy:
         temperature: float | None = None,
         link_exponent: float | None = None,
         cluster: Cluster,
+        bar: Any,
     ) -> tuple[float, np.ndarray | None, dict[str, Any]]:
-        """Chain decoding (see :meth:`plan`): ``(best step time, node placement, meta)``."""
+        """Chain decoding (see :meth:`plan`): ``(best step time, node placement, meta)``;
+        ``bar`` (:func:`_progress_bar`) advanced once per placement."""
         from agents import decoding
 
         if penalty is None:
@@ -761,7 +775,9 @@ class ExportedPolicy:
             weights=weights,
         )
         best_t, best_p, seen = float("inf"), None, set()
+        bar.set_description_str("plan", refresh=False)
         for units in cands:
+            bar.update(1)
             key = units.tobytes()
             if key in seen:  # a repeated sample costs no oracle call
                 continue
@@ -771,6 +787,7 @@ class ExportedPolicy:
             t = float(res.step_time)
             if not res.oom and np.isfinite(t) and t < best_t:
                 best_t, best_p = t, np.asarray(node_pl, dtype=np.int64).copy()
+                bar.set_postfix_str(f"best {best_t * 1e3:.3f} ms", refresh=False)
         return (
             best_t,
             best_p,
@@ -804,13 +821,15 @@ class ExportedPolicy:
         return float(self.meta.get("decode_temperature", decoding.DEFAULT_TEMPERATURE))
 
     def _plan_episodes(
-        self, env: gym.Env, *, greedy: bool, samples: int, seed: int
+        self, env: gym.Env, *, greedy: bool, samples: int, seed: int, progress: bool = False
     ) -> tuple[float, np.ndarray | None]:
         """Env episodes (see :meth:`plan`): ``(best step time, node placement)``."""
         rng = torch.Generator().manual_seed(seed)
         best_t, best_p = float("inf"), None
+        bar = _progress_bar(progress, samples, "episode")
         try:
             for k in range(samples):
+                bar.update(1)
                 obs, info = env.reset(seed=seed + k)
                 done = False
                 while True:
@@ -819,6 +838,7 @@ class ExportedPolicy:
                     if np.isfinite(t) and scored and not info["oom"] and t < best_t:
                         if (np.asarray(info["placement"]) >= 0).all():
                             best_t, best_p = t, np.asarray(info["placement"]).copy()
+                            bar.set_postfix_str(f"best {best_t * 1e3:.3f} ms", refresh=False)
                     if done:
                         break
                     mask = env.unwrapped.action_masks()  # type: ignore[attr-defined]
@@ -830,6 +850,7 @@ class ExportedPolicy:
                     obs, _, term, trunc, info = env.step(a[0])
                     done = term or trunc
         finally:
+            bar.close()
             env.close()
         return best_t, best_p
 
@@ -843,6 +864,17 @@ class ExportedPolicy:
 
     def __repr__(self) -> str:
         return f"ExportedPolicy({self.net!r}, mode={self.mode!r}, env_id={self.env_id!r})"
+
+
+def _progress_bar(show: bool, total: int, unit: str, desc: str = "plan") -> Any:
+    """A tqdm bar over ``total`` ``unit``s on stderr, or, when not ``show``, one that draws
+    nothing."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total, unit=unit, desc=desc, mininterval=0.5, dynamic_ncols=True,
+        disable=not show,
+    )  # fmt: skip
 
 
 def _check_oracle_problem(oracle: Any, graph: CompGraph, cluster: Cluster) -> None:

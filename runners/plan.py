@@ -86,6 +86,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         seed=int(cfg.seed),
         temperature=cfg.temperature,
         link_exponent=cfg.link_exponent,
+        progress=bool(cfg.progress),
     )
     seconds = time.perf_counter() - t0
     # the plan file carries what runners.execute needs (model, cluster, env)

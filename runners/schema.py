@@ -190,6 +190,7 @@ class PlanConfig:
     temperature: float | None = None  # None: the policy's (agents.decoding.DEFAULT_TEMPERATURE)
     link_exponent: float | None = None  # None: the policy's (agents.decoding.DEFAULT_LINK_EXPONENT)
     seed: int = 0
+    progress: bool = True  # a progress bar over the placements scored (stderr)
     output_dir: str | None = None
 
 

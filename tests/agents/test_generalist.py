@@ -92,6 +92,26 @@ def test_planning_is_deterministic_for_a_seed() -> None:
     assert a.meta["step_time"] == b.meta["step_time"] and a.meta["samples"] == 3
 
 
+def test_progress_bar_counts_the_placements_and_leaves_the_plan_alone(capsys) -> None:
+    """progress=True draws a bar on stderr over the placements chain decoding scores (all
+    ``samples`` of them, repeats included) and over the episodes of independent decoding;
+    the plan is the one without a bar; a non-bool is refused."""
+    g, c = _problem(1, 60, "pcie", 4)
+    pol = load_policy("generalist")
+    quiet = pol.plan(g, c, samples=40, seed=5)
+    assert capsys.readouterr().err == ""
+    loud = pol.plan(g, c, samples=40, seed=5, progress=True)
+    err = capsys.readouterr().err
+    assert "plan: 100%" in err and "40/40" in err and "placement" in err and "best " in err
+    assert np.array_equal(quiet.placement, loud.placement)
+    assert quiet.meta["step_time"] == loud.meta["step_time"]
+    ep = pol.plan(g, c, samples=2, seed=5, decode="independent", progress=True)
+    err = capsys.readouterr().err
+    assert "2/2" in err and "episode" in err and np.isfinite(ep.meta["step_time"])
+    with pytest.raises(ValueError, match="progress must be True or False, got 'yes'"):
+        pol.plan(g, c, samples=2, progress="yes")
+
+
 def test_plans_graphs_and_clusters_larger_than_any_in_training() -> None:
     pol = load_policy("generalist")
     g, c = _problem(2, 400, "ib_hosts", 24)

@@ -80,6 +80,7 @@ def test_own_model_train_execute_plan_elsewhere_execute_evaluate(tmp_path: Path)
         f"output_dir={plan_dir}", "samples=2",
     )  # fmt: skip
     assert "zero-shot plan" in last_line(p) and "2 sample(s)" in last_line(p)
+    assert "2/2" in p.stderr  # the progress bar over what it scored (progress=false: none)
     zs = json.loads((plan_dir / "result.json").read_text())
     assert zs["env"] == "gpt2_tiny_cpu4" and not zs["oom"] and zs["oracle_calls"] >= 1
     plan = Plan.load(plan_dir / "plan.json")

@@ -133,6 +133,19 @@ def test_plan_default_samples_follow_the_decoding(graph_file: Path, tmp_path: Pa
         plan(compose([*base, "link_exponent=-1"], config="plan"), tmp_path / "f", echo=print)
 
 
+def test_plan_shows_a_progress_bar_unless_told_not_to(
+    graph_file: Path, tmp_path: Path, capsys
+) -> None:
+    """runners.plan draws a bar over the placements it scores (progress=true, the default);
+    progress=false draws none and plans the same."""
+    base = ["+env=rnnlm_k40_4", f"env.graph_file={graph_file}", "env.model=null", "samples=8"]
+    a = plan(compose(base, config="plan"), tmp_path / "a", echo=lambda s: None)
+    assert "8/8" in capsys.readouterr().err
+    b = plan(compose([*base, "progress=false"], config="plan"), tmp_path / "b", echo=lambda s: None)
+    assert capsys.readouterr().err == ""
+    assert a["step_time"] == b["step_time"] and a["oracle_calls"] == b["oracle_calls"]
+
+
 def test_plan_sends_its_result_to_the_logger(graph_file: Path, tmp_path: Path, monkeypatch) -> None:
     """logger= (none by default): the result's figures, the Gantt chart and plan.json go to
     the tracker, which is closed; logger=wandb writes an offline run in the run folder."""
