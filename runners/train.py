@@ -604,6 +604,10 @@ RUN_FILES = (
     checkpoint.WALL_CLOCK,
 )
 
+#: The loggers' folders a run writes into its run folder (``logger=tensorboard``: ``tb/``,
+#: ``logger=wandb``: ``wandb/``); a new run in a used folder replaces them with the files.
+RUN_DIRS = ("tb", "wandb")
+
 
 def _input_files(plain: Any) -> set[Path]:
     """Every existing file a config names (``agent.init_policy``, ``env.graph_file``, ...)."""
@@ -658,7 +662,8 @@ EARLIER_RUN = ".earlier_run"
 
 @contextmanager
 def earlier_run_set_aside(run_dir: Path, keep: set[Path] = frozenset()) -> Iterator[list[str]]:
-    """Move the ``config.yaml`` and :data:`RUN_FILES` an earlier run left in ``run_dir`` into
+    """Move the ``config.yaml``, :data:`RUN_FILES` and :data:`RUN_DIRS` (the loggers'
+    folders) an earlier run left in ``run_dir`` into
     ``run_dir/.earlier_run`` (except the files in ``keep``: what the new run reads, such as
     ``agent.init_policy=DIR/policy.pt``, which was removed and then not found); yield their
     names. When the new run finishes, or fails once it has a checkpoint or a ``result.json``
@@ -676,6 +681,12 @@ def earlier_run_set_aside(run_dir: Path, keep: set[Path] = frozenset()) -> Itera
     result."""
     import shutil
 
+    def remove(path: Path) -> None:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
     aside = run_dir / EARLIER_RUN
     if aside.is_dir():  # a command killed by SIGKILL left it: the run after that one's
         shutil.rmtree(aside)
@@ -683,19 +694,20 @@ def earlier_run_set_aside(run_dir: Path, keep: set[Path] = frozenset()) -> Itera
     names = ("config.yaml", *RUN_FILES)
     kept = {n for n in names if (run_dir / n).is_file() and (run_dir / n).resolve() in keep}
     moved = []
-    for name in names:
-        if (run_dir / name).is_file() and name not in kept:
-            (run_dir / name).replace(aside / name)
+    for name in (*names, *RUN_DIRS):
+        here = run_dir / name
+        if name not in kept and (here.is_file() if name in names else here.is_dir()):
+            here.replace(aside / name)
             moved.append(name)
     try:
         yield moved
     except BaseException:
         if not (checkpoint.exists(run_dir) or (run_dir / "result.json").is_file()):
-            for name in names:  # the new run's files go, the earlier run's come back
-                if (aside / name).is_file():
-                    (aside / name).replace(run_dir / name)
-                elif name not in kept:
-                    (run_dir / name).unlink(missing_ok=True)
+            for name in (*names, *RUN_DIRS):  # the new run's go, the earlier run's come back
+                if name not in kept:
+                    remove(run_dir / name)
+                    if (aside / name).exists():
+                        (aside / name).replace(run_dir / name)
         shutil.rmtree(aside, ignore_errors=True)
         raise
     shutil.rmtree(aside, ignore_errors=True)

@@ -655,6 +655,32 @@ def test_a_command_refused_after_its_checks_puts_the_earlier_run_back(
     assert not (run / ".earlier_run").exists()
 
 
+def _tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.timeout(300)
+def test_a_new_run_replaces_the_earlier_runs_logger_folder_and_a_refused_one_keeps_it(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """A second logger=tensorboard run in one folder wrote its events beside the earlier
+    run's in tb/ (tensorboard drew the two as one run); now tb/ (and wandb/) are the new
+    run's, and a refused command leaves the earlier run's byte for byte."""
+    run, quiet = tmp_path / "run", (lambda s: None)
+    base = [*small_env(graph_file), "env.baselines=[]", "logger=tensorboard"]
+    train(compose([*base, "agent=single"]), run, echo=quiet)
+    first = _tree(run / "tb")
+    assert len([n for n in first if "tfevents" in n]) == 1
+    with pytest.raises(ValueError, match="time_limit"):
+        train(compose([*base, "agent=ideal_dp", "+agent.options.time_limit=-1"]), run, echo=quiet)
+    assert _tree(run / "tb") == first and not (run / ".earlier_run").exists()
+    said: list[str] = []
+    train(compose([*base, "agent=round_robin"]), run, echo=said.append)
+    assert any("replacing its" in line and "tb" in line for line in said)
+    second = _tree(run / "tb")
+    assert len([n for n in second if "tfevents" in n]) == 1 and not set(second) & set(first)
+
+
 @pytest.mark.timeout(300)
 def test_resume_refuses_a_graph_file_replaced_since_the_run_started(
     graph_file: Path, tmp_path: Path
