@@ -826,7 +826,14 @@ def reported_errors(run_dir: Path | None, app: str) -> Iterator[None]:
             sys.stderr.write(f"error: {exc}\n")
             raise SystemExit(2) from None
     with stack:
-        yield from _reported(run_dir, app)
+        try:
+            yield from _reported(run_dir, app)
+        except BaseException:  # the earlier run's .hydra/ back, if the folder is still its
+            if run_dir is not None:
+                folder_lock.put_back_hydra(run_dir)
+            raise
+        if run_dir is not None:
+            folder_lock.forget_hydra(run_dir)
 
 
 def _reported(run_dir: Path | None, app: str) -> Iterator[None]:

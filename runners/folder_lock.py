@@ -158,6 +158,56 @@ def held(folder: str | Path, app: str) -> Iterator[None]:
         release(folder)
 
 
+#: What a run folder held before hydra rewrote its ``.hydra/`` for this process's run (real
+#: path of the folder -> snapshot), for :func:`put_back_hydra` when the command fails.
+_EARLIER_HYDRA: dict[str, dict[str, Any]] = {}
+
+#: The files whose bytes tell whether a failed command left the folder the earlier run's.
+_RUN_MARKERS = ("config.yaml", "result.json")
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def remember_hydra(folder: str | Path, subdir: str) -> None:
+    """Keep the bytes of ``folder/subdir`` (hydra's ``.hydra/``) and of the folder's
+    ``config.yaml`` and ``result.json``, before hydra writes its files for this run."""
+    folder = Path(folder)
+    files = sorted(p for p in (folder / subdir).rglob("*") if p.is_file())
+    if not files:
+        return
+    _EARLIER_HYDRA[os.path.realpath(folder)] = {
+        "subdir": subdir,
+        "files": {str(p.relative_to(folder / subdir)): p.read_bytes() for p in files},
+        "markers": {n: _read(folder / n) for n in _RUN_MARKERS},
+    }
+
+
+def put_back_hydra(folder: str | Path) -> bool:
+    """After a failed or refused command: give ``folder`` back the ``.hydra/`` files that
+    :func:`remember_hydra` kept, when the folder is still the earlier run's (its
+    ``config.yaml`` and ``result.json`` unchanged: a new training run that failed after its
+    first checkpoint owns the folder, and keeps its own). Whether it did."""
+    import shutil
+
+    snap = _EARLIER_HYDRA.pop(os.path.realpath(Path(folder)), None)
+    folder = Path(folder)
+    if snap is None or any(_read(folder / n) != b for n, b in snap["markers"].items()):
+        return False
+    target = folder / snap["subdir"]
+    shutil.rmtree(target, ignore_errors=True)
+    for rel, data in snap["files"].items():
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        (target / rel).write_bytes(data)
+    return True
+
+
+def forget_hydra(folder: str | Path) -> None:
+    """The command succeeded: the folder's ``.hydra/`` is its own."""
+    _EARLIER_HYDRA.pop(os.path.realpath(Path(folder)), None)
+
+
 try:
     from hydra.experimental.callback import Callback
 except ImportError:  # pragma: no cover - hydra is a dependency
@@ -185,9 +235,14 @@ class LockRunFolder(Callback):  # type: ignore[misc]
         if resume and not (Path(str(resume)) / "config.yaml").is_file():
             return  # resume= of a folder that is no run: refused by the runner, untouched
         if not resume and _timestamped(config, "run"):
-            self._take_own(config, "run")
-        else:
-            self._take(config, "hydra.run.dir")
+            self._take_own(config, "run")  # a folder no run used: nothing to keep
+            return
+        self._take(config, "hydra.run.dir")
+        # a refused command rewrote the earlier run's .hydra/ (its overrides no longer the
+        # run's): kept here, put back by runners.common.reported_errors (3 Dec 2026)
+        folder, subdir = _folder(config, "hydra.run.dir"), _folder(config, "hydra.output_subdir")
+        if folder is not None and subdir is not None:
+            remember_hydra(folder, str(subdir))
 
     def on_run_end(self, config: Any, **kwargs: Any) -> None:
         self._release(config, "hydra.run.dir")

@@ -250,3 +250,40 @@ def test_runs_named_by_the_clock_get_a_folder_of_their_own(
         jobs = tmp_path / f"s{year}_1"
         assert (jobs / "multirun.yaml").is_file()
         assert all((jobs / j / "result.json").is_file() for j in ("0", "1"))
+
+
+def _hydra_files(run_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((run_dir / ".hydra").iterdir())}
+
+
+def test_a_refused_command_leaves_the_earlier_runs_hydra_files(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """A command refused in a used folder rewrote the earlier run's .hydra/ (its
+    overrides.yaml then named the refused command, not the one that made result.json);
+    now they are put back. A command that succeeds, or a training run that fails after its
+    first checkpoint (the folder is then its own), keeps its own."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    base = [sys.executable, "-m", "runners.train", *small_env(graph_file), "env.baselines=[]",
+            f"output_dir={run_dir}"]  # fmt: skip
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+        )
+
+    assert run("agent=expert").returncode == 0
+    earlier = _hydra_files(run_dir)
+    assert b"agent=expert" in earlier["overrides.yaml"]
+    refused = run("agent=ideal_dp", "+agent.options.time_limit=-1")
+    assert refused.returncode == 2 and "time_limit" in refused.stderr
+    assert _hydra_files(run_dir) == earlier
+    p = run("agent=round_robin")
+    assert p.returncode == 0, p.stderr[-2000:]
+    now = _hydra_files(run_dir)
+    assert b"agent=round_robin" in now["overrides.yaml"]
+    crashed = run("train.timesteps=256", "train.checkpoint_every=1", "agent.ppo.n_steps=64",
+                  "train.crash_after_updates=1")  # fmt: skip
+    assert crashed.returncode != 0
+    assert b"crash_after_updates" in _hydra_files(run_dir)["overrides.yaml"]
