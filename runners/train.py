@@ -10,6 +10,7 @@ logger's files. ``resume=RUN_DIR`` continues a killed run from its last checkpoi
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -681,18 +682,13 @@ def earlier_run_set_aside(run_dir: Path, keep: set[Path] = frozenset()) -> Itera
     result."""
     import shutil
 
-    def remove(path: Path) -> None:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-
     aside = run_dir / EARLIER_RUN
-    if aside.is_dir():  # a command killed by SIGKILL left it: the run after that one's
+    if aside.is_dir():  # a stopped command's, whose folder is its own (put_back_after_kill)
         shutil.rmtree(aside)
     aside.mkdir()
     names = ("config.yaml", *RUN_FILES)
     kept = {n for n in names if (run_dir / n).is_file() and (run_dir / n).resolve() in keep}
+    (aside / _KEPT).write_text(json.dumps(sorted(kept)))  # for put_back_after_kill
     moved = []
     for name in (*names, *RUN_DIRS):
         here = run_dir / name
@@ -702,15 +698,68 @@ def earlier_run_set_aside(run_dir: Path, keep: set[Path] = frozenset()) -> Itera
     try:
         yield moved
     except BaseException:
-        if not (checkpoint.exists(run_dir) or (run_dir / "result.json").is_file()):
-            for name in (*names, *RUN_DIRS):  # the new run's go, the earlier run's come back
-                if name not in kept:
-                    remove(run_dir / name)
-                    if (aside / name).exists():
-                        (aside / name).replace(run_dir / name)
+        if not _owns(run_dir):
+            _put_back(run_dir, kept)  # the new run's go, the earlier run's come back
         shutil.rmtree(aside, ignore_errors=True)
         raise
     shutil.rmtree(aside, ignore_errors=True)
+
+
+#: The file of ``.earlier_run/`` naming the files a new run left in place (its inputs).
+_KEPT = ".kept.json"
+
+
+def _owns(run_dir: Path) -> bool:
+    """Whether a new run has made ``run_dir`` its own (a checkpoint or a result)."""
+    return checkpoint.exists(run_dir) or (run_dir / "result.json").is_file()
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _put_back(run_dir: Path, kept: set[str]) -> list[str]:
+    """Remove the new run's files and move the earlier run's back from ``.earlier_run/``;
+    the names put back."""
+    aside, back = run_dir / EARLIER_RUN, []
+    for name in ("config.yaml", *RUN_FILES, *RUN_DIRS):
+        if name not in kept:
+            _remove(run_dir / name)
+            if (aside / name).exists():
+                (aside / name).replace(run_dir / name)
+                back.append(name)
+    return back
+
+
+def put_back_after_kill(run_dir: Path) -> list[str]:
+    """A command stopped by SIGKILL (or a power cut) cannot put the earlier run back, and left
+    it in ``run_dir/.earlier_run/``: the next command in the folder does. When the stopped
+    run made the folder its own (a checkpoint or a result), the earlier run's files go, as
+    they would have had it finished; otherwise the stopped run's files go and the earlier
+    run's come back, byte for byte. The names put back (none: nothing to do).
+
+    Until 3 Dec 2026 the next new run removed ``.earlier_run/`` unread, so a ``kill -9`` of a
+    command before its first checkpoint lost the earlier run's result, and a folder whose
+    killed command had not yet written its ``config.yaml`` kept ``.earlier_run/`` for ever."""
+    import shutil
+
+    aside = run_dir / EARLIER_RUN
+    if not aside.is_dir():
+        return []
+    back: list[str] = []
+    if not _owns(run_dir):
+        try:
+            kept = set(json.loads((aside / _KEPT).read_text()))
+        except (OSError, ValueError):  # written before the manifest: the safe side
+            kept = {n for n in ("config.yaml", *RUN_FILES) if not (aside / n).exists()}
+        back = _put_back(run_dir, kept)
+    shutil.rmtree(aside, ignore_errors=True)
+    return back
 
 
 def _plan_with_baseline(
@@ -1154,12 +1203,18 @@ def train(
     whatever folder hydra logs into: with ``-m`` or ``hydra.run.dir=OTHER`` the lock went to
     the other folder, and a resume of a run still going trained beside it (fuzzing, 2 Dec
     2026)."""
-    if cfg.get("resume") and (Path(cfg.resume) / "config.yaml").is_file():
-        from runners import folder_lock
+    if cfg.get("resume"):
+        folder = Path(cfg.resume)
+        if (folder / "config.yaml").is_file() or (folder / EARLIER_RUN).is_dir():
+            from runners import folder_lock
 
-        with folder_lock.held(Path(cfg.resume), "train"):
-            return _train(cfg, run_dir, echo=echo, overrides=overrides)
-    if not cfg.get("resume") and (run_dir / "config.yaml").is_file():  # an earlier run's
+            with folder_lock.held(folder, "train"):
+                _say_put_back(folder, put_back_after_kill(folder), echo)
+                if (folder / "config.yaml").is_file():
+                    return _train(cfg, run_dir, echo=echo, overrides=overrides)
+        return _train(cfg, run_dir, echo=echo, overrides=overrides)  # refused there
+    _say_put_back(run_dir, put_back_after_kill(run_dir), echo)
+    if (run_dir / "config.yaml").is_file():  # an earlier run's
         try:  # the files it names are kept in place; a bad config is refused by _train
             absolute_input_paths(cfg)
             keep = _input_files(common.to_plain(cfg))
@@ -1168,6 +1223,14 @@ def train(
         with earlier_run_set_aside(run_dir, keep=keep) as moved:
             return _train(cfg, run_dir, echo=echo, overrides=overrides, earlier=moved)
     return _train(cfg, run_dir, echo=echo, overrides=overrides)
+
+
+def _say_put_back(run_dir: Path, names: Sequence[str], echo: Callable[[str], None]) -> None:
+    if names:
+        echo(
+            f"{run_dir}: a command stopped before its first checkpoint (killed?) had set the "
+            f"earlier run's files aside in {EARLIER_RUN}/: put back ({', '.join(names)})"
+        )
 
 
 def _train(

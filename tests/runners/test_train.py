@@ -655,6 +655,79 @@ def test_a_command_refused_after_its_checks_puts_the_earlier_run_back(
     assert not (run / ".earlier_run").exists()
 
 
+@pytest.mark.timeout(300)
+def test_the_next_command_puts_back_what_a_killed_command_set_aside(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """`kill -9` of a new run before its first checkpoint left the earlier run's files in
+    .earlier_run/, and the next new run in the folder removed them unread: the earlier
+    run's result was lost (3 Dec 2026). Now the next command puts them back first."""
+    import signal
+    import time
+
+    run, quiet = tmp_path / "run", (lambda s: None)
+    train(compose([*small_env(graph_file), "env.baselines=[]", "agent=single"]), run, echo=quiet)
+    earlier = _files(run)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "runners.train", *small_env(graph_file), "env.baselines=[]",
+           "train.timesteps=10000000", "train.checkpoint_every=100000", "agent.ppo.n_steps=64",
+           f"output_dir={run}"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 200
+
+        def new_config() -> bool:  # the earlier run's is moved aside, then the new one written
+            try:
+                return (run / "config.yaml").read_bytes() != earlier["config.yaml"]
+            except FileNotFoundError:
+                return False
+
+        while not new_config():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert (run / ".earlier_run" / "result.json").is_file() and not (run / "result.json").exists()
+    said: list[str] = []
+    with pytest.raises(ValueError, match="time_limit"):  # even a refused command puts it back
+        train(compose([*small_env(graph_file), "agent=ideal_dp", "+agent.options.time_limit=-1"]),
+              run, echo=said.append)  # fmt: skip
+    assert any("put back (config.yaml, result.json" in line for line in said), said
+    other = ("train.log", ".devplace.lock")  # appended to; the killed process's lock file
+    assert {k: v for k, v in _files(run).items() if k not in other} == {
+        k: v for k, v in earlier.items() if k not in other
+    }
+    assert not (run / ".earlier_run").exists()
+
+
+def test_put_back_after_kill_keeps_inputs_and_a_folder_the_stopped_run_owns(
+    tmp_path: Path,
+) -> None:
+    """The stopped run's files go and the earlier run's come back, but the files it was
+    told to read (left in place) stay; a stopped run with a result owns the folder."""
+    from runners.train import earlier_run_set_aside, put_back_after_kill
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, text in (("config.yaml", "a"), ("policy.pt", "p"), ("result.json", "r")):
+        (run / name).write_text(text)
+    cm = earlier_run_set_aside(run, {(run / "policy.pt").resolve()})
+    cm.__enter__()  # and never left: SIGKILL
+    (run / "config.yaml").write_text("b")
+    (run / "baselines.json").write_text("new")
+    (run / "tb").mkdir()
+    assert put_back_after_kill(run) == ["config.yaml", "result.json"]
+    assert _files(run) == {"config.yaml": b"a", "policy.pt": b"p", "result.json": b"r"}
+    assert not (run / "tb").exists() and put_back_after_kill(run) == []
+    cm = earlier_run_set_aside(run)
+    cm.__enter__()
+    (run / "result.json").write_text("mine")  # the stopped run finished its plan
+    assert put_back_after_kill(run) == [] and not (run / ".earlier_run").exists()
+    assert (run / "result.json").read_text() == "mine"
+
+
 def _tree(d: Path) -> dict[str, bytes]:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
