@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from runners import common, folder_lock, schema
-from runners.train import check_config, train
+from runners.train import EARLIER_RUN, check_config, train
 
 schema.register()
 
@@ -203,13 +203,27 @@ def run_folders(paths: Sequence[str]) -> list[Path]:
         hits = (
             [p]
             if (p / "result.json").is_file()
-            else sorted(r.parent for r in p.rglob("result.json"))
+            else sorted(
+                r.parent
+                for r in p.rglob("result.json")
+                # not runners.train's .earlier_run/ (a killed command's; 3 Dec 2026: taken
+                # as a run of its own) nor any other hidden folder
+                if not any(part.startswith(".") for part in r.parent.relative_to(p).parts)
+            )
         )
         if not hits:
             holder = folder_lock.holder(p)
+            aside = p / EARLIER_RUN / "result.json"
             raise ValueError(
                 f"runs: {p} holds no result.json (a runners.train or runners.plan run)"
                 + (f"; it is still running: {holder}" if holder else "")
+                + (
+                    f"; a runners.train command stopped before its first checkpoint (kill -9?) "
+                    f"left the earlier run's in {aside.parent}: the next runners.train command "
+                    "in the folder puts it back"
+                    if aside.is_file() and not holder
+                    else ""
+                )
             )
         found += [h for h in hits if h not in found]
     return found
@@ -248,6 +262,11 @@ def unfinished_runs(paths: Sequence[str]) -> list[str]:
                 elif err.is_file():
                     first = err.read_text(errors="replace").strip().splitlines()
                     why = f"failed: {first[0][:200] if first else 'error.txt is empty'}"
+                if holder is None and (run / EARLIER_RUN / "result.json").is_file():
+                    why += (
+                        f"; the earlier run's result is set aside in {EARLIER_RUN}/ until the "
+                        "next runners.train command in the folder puts it back"
+                    )
                 out.append(f"{run} ({why})")
     return sorted(out)
 

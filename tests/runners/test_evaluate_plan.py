@@ -387,6 +387,36 @@ def test_evaluate_names_the_run_folders_it_leaves_out(tmp_path: Path) -> None:
     assert f"- left out, no result.json: {sweep / '1'} (failed" in md
 
 
+def test_evaluate_does_not_take_a_killed_commands_earlier_run_folder_for_a_run(
+    tmp_path: Path,
+) -> None:
+    """`kill -9` of a new run before its first checkpoint leaves the earlier run's files in
+    .earlier_run/ (runners.train puts them back at its next command); evaluate took that
+    hidden folder for a run of its own: a sweep's job counted twice, refused as two runs of
+    one seed (3 Dec 2026)."""
+    from runners.train import EARLIER_RUN
+
+    base = ["+env=gpt2_tiny_cpu4", "agent=metis", "logger=none", "env.baselines=[]"]
+    sweep = tmp_path / "sweep"
+    for job in ("0", "1"):
+        train(compose(base), sweep / job, echo=lambda s: None)
+        (sweep / job / EARLIER_RUN).mkdir()
+        (sweep / job / "result.json").replace(sweep / job / EARLIER_RUN / "result.json")
+    (sweep / "1" / EARLIER_RUN / "result.json").replace(sweep / "1" / "result.json")
+    (sweep / "1" / EARLIER_RUN / "result.json").write_bytes(
+        (sweep / "1" / "result.json").read_bytes()
+    )
+    lines: list[str] = []
+    (row,) = aggregate(evaluate(compose([f"runs=[{sweep}]"], config="evaluate"),
+                                tmp_path / "cmp", echo=lines.append))  # fmt: skip
+    assert row["runs"] == 1  # job 1; job 0 only has the set-aside result
+    assert any(f"{sweep / '0'} (unfinished: killed or still running; the earlier run's result "
+               f"is set aside in {EARLIER_RUN}/" in ln for ln in lines), lines  # fmt: skip
+    cfg = compose([f"runs=[{sweep / '0'}]"], config="evaluate")
+    with pytest.raises(ValueError, match=r"left the earlier run's in .*\.earlier_run: the next"):
+        evaluate(cfg, tmp_path / "cmp0", echo=lambda s: None)
+
+
 def test_problem_identity_tells_scoring_models_and_env_kinds_apart() -> None:
     """Found by fuzzing (2 Dec 2026): a hybrid-calibrated cpu_2 (CpuHybridModel, not in the
     cluster's content hash) and a plain one (HybridModel) gave one `problem`, so runs scored
