@@ -1225,6 +1225,34 @@ def train(
     return _train(cfg, run_dir, echo=echo, overrides=overrides)
 
 
+def saved_config(run_dir: Path) -> DictConfig:
+    """The ``config.yaml`` a ``runners.train`` run saved in ``run_dir``, checked against the
+    schema; a clear error naming the file when it is not one (broken YAML, an empty file or a
+    foreign key raised a traceback or named no file)."""
+    saved = run_dir / "config.yaml"
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(schema.TrainConfig), OmegaConf.load(saved))
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except Exception as exc:  # noqa: BLE001 - yaml's and omegaconf's errors, named below
+        raise ValueError(
+            f"resume={run_dir}: {saved} is not the config of a runners.train run "
+            f"({type(exc).__name__}: {common.first_line(exc)})"
+        ) from None
+    return cfg  # type: ignore[return-value]
+
+
+def _is_train_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a ``runners.train`` run's config (or a killed command's
+    earlier run, put back by :func:`train`)."""
+    if (folder / EARLIER_RUN).is_dir():
+        return True
+    try:
+        saved_config(folder)
+    except ValueError:
+        return False
+    return True
+
+
 def _say_put_back(run_dir: Path, names: Sequence[str], echo: Callable[[str], None]) -> None:
     if names:
         echo(
@@ -1250,14 +1278,7 @@ def _train(
         if not saved.exists():
             raise ValueError(f"resume={run_dir}: no config.yaml there; is it a runners.train run?")
         crash, progress = cfg.train.crash_after_updates, cfg.train.progress
-        try:  # broken YAML, an empty file or a foreign key raised a traceback or named no file
-            cfg = OmegaConf.merge(OmegaConf.structured(schema.TrainConfig), OmegaConf.load(saved))
-            OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        except Exception as exc:  # noqa: BLE001 - yaml's and omegaconf's errors, named below
-            raise ValueError(
-                f"resume={run_dir}: {saved} is not the config of a runners.train run "
-                f"({type(exc).__name__}: {common.first_line(exc)})"
-            ) from None
+        cfg = saved_config(run_dir)
         ignored = ignored_on_resume(overrides, cfg)
         if ignored:
             raise ValueError(
@@ -1563,8 +1584,9 @@ def _hydra_main(cfg: DictConfig) -> None:
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
     common.require_env(cfg, "train", run_dir) if not cfg.get("resume") else None
     resume = cfg.get("resume")
-    # resume= of a folder that is no run: say so, but leave no error.txt / train.log in it
-    is_run = not resume or (Path(str(resume)) / "config.yaml").is_file()
+    # resume= of a folder that is no run (no config.yaml, or another program's: 3 Dec 2026):
+    # say so, but leave no error.txt / train.log in it
+    is_run = not resume or _is_train_run(Path(str(resume)))
     with common.reported_errors(run_dir if is_run else None, "train"):
         from hydra.core.hydra_config import HydraConfig
 

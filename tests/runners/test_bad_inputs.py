@@ -341,6 +341,14 @@ def test_resume_makes_no_stray_run_folder(tmp_path: Path) -> None:
     assert not (run / ".hydra").exists()
     # a folder that is no run is left as it was: it used to get error.txt and train.log
     assert not list(run.iterdir())
+    (run / "config.yaml").write_text("foo: 1\n")  # another program's: so since 3 Dec 2026
+    proc = subprocess.run(
+        [sys.executable, "-m", "runners.train", f"resume={run}"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "is not the config of a runners.train run" in proc.stderr
+    assert sorted(p.name for p in run.iterdir() if p.name != ".devplace.lock") == ["config.yaml"]
 
 
 def test_wall_clock_counts_a_session_killed_with_sigkill(tmp_path: Path) -> None:
