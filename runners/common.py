@@ -175,6 +175,22 @@ def model_spec(spec: EnvSpec) -> dict[str, Any] | None:
     return out
 
 
+def policy_digest(policy: str | Path) -> dict[str, str]:
+    """``{"policy_file": resolved path, "policy_sha256": digest of its bytes}`` of a policy
+    name or file (a shipped name such as ``"generalist"`` resolved to the file in the
+    package), for ``result.json``: the name alone did not say which weights planned or
+    started a run, and a later release ships other weights under the same name (3 Dec 2026)."""
+    import hashlib
+
+    from agents.export import resolve_policy
+
+    path = resolve_policy(policy).resolve()
+    return {
+        "policy_file": str(path),
+        "policy_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }
+
+
 def plan_provenance(spec: EnvSpec, cluster: Cluster | None = None) -> dict[str, Any]:
     """The ``meta`` every plan file written by a runner carries: env, model, cluster, graph
     file; with ``cluster`` read from a calibration file (``cpu_N@PATH``), the

@@ -318,6 +318,18 @@ def check_one_problem_per_env(rows: Sequence[dict[str, Any]], folders: Sequence[
             )
 
 
+def policy_label(policy: str) -> str:
+    """A ``runners.plan`` run's policy as its table row names it: the folder of the policy
+    file (the training run's), or the shipped policy's name (``generalist``: it was named
+    by its folder, ``plan:pretrained``, until 3 Dec 2026)."""
+    from agents.generalist import PRETRAINED_DIR
+
+    path = Path(policy)
+    if path.parent.resolve() == PRETRAINED_DIR.resolve() or path.parent.name == "":
+        return path.stem
+    return path.parent.name
+
+
 def row_of_run(run: Path) -> dict[str, Any]:
     """One table row from a ``runners.train`` or ``runners.plan`` run's ``result.json``, read
     strictly: a wrong type, a negative or non-finite figure is a ``ValueError`` naming the
@@ -333,7 +345,7 @@ def row_of_run(run: Path) -> dict[str, Any]:
         step_key, seed = "best_step_time", f.integer(res.get("seed", 0), "seed", lo=0)
     elif "planning_seconds" in res:  # runners.plan
         f.obj(res, "", required=("env", "policy", "step_time"), free=True)
-        agent = f"plan:{Path(f.string(res['policy'], 'policy')).parent.name}"
+        agent = f"plan:{policy_label(f.string(res['policy'], 'policy'))}"
         step_key, seed = "step_time", 0
     else:
         raise ValueError(f"{path}: neither a runners.train nor a runners.plan result")

@@ -95,6 +95,7 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
     result = {
         "env": spec.name,
         "policy": str(policy_path),
+        **common.policy_digest(policy_path),
         "step_time": float(res.step_time),
         "lower_bound": float(res.lower_bound),
         "oom": bool(res.oom),

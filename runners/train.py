@@ -1364,10 +1364,13 @@ def _train(
         from graphs.schema import Fields, read_json
 
         info = dict(
-            Fields(info_path).obj(read_json(info_path), "", optional=("wandb_id", "problem"))
+            Fields(info_path).obj(
+                read_json(info_path), "", optional=("wandb_id", "problem", "init_policy_sha256")
+            )
         )
-        if "wandb_id" in info:
-            Fields(info_path).string(info["wandb_id"], "wandb_id")
+        for key in ("wandb_id", "init_policy_sha256"):
+            if key in info:
+                Fields(info_path).string(info[key], key)
     identity = common.problem_identity(problem)
     if resuming and info.get("problem") not in (None, identity):
         # env.graph_file is read again by path: a file changed since trained on in the
@@ -1381,6 +1384,13 @@ def _train(
             "Put the original back, or start a new run"
         )
     info["problem"] = identity
+    init_policy = agent_cfg.get("init_policy") or (
+        "generalist" if agent_cfg["kind"] == "finetune" else None
+    )
+    if (
+        init_policy and agent_cfg["kind"] in ("ppo", "finetune") and not resuming
+    ):  # which weights the run starts from (3 Dec 2026)
+        info["init_policy_sha256"] = common.policy_digest(init_policy)["policy_sha256"]
     log_opts = dict(plain["logger"])
     if cfg.logger.kind == "wandb":
         import secrets
@@ -1509,7 +1519,10 @@ def _train(
             "timesteps": outcome.timesteps,
             "wall_seconds": clock.total(),  # every session of the run, killed ones included
             "history": outcome.history,
-            "meta": outcome.meta,
+            "meta": {
+                **outcome.meta,
+                **{k: info[k] for k in ("init_policy_sha256",) if k in info},
+            },
             "problem": common.problem_identity(problem),
             **hybrid_fields,
         }

@@ -509,6 +509,24 @@ def test_runners_train_init_policy_generalist(tmp_path: Path) -> None:
     ]
     res = train(compose(ov), tmp_path / "train", echo=lambda s: None)
     assert res["meta"]["init_policy"] == "generalist"
+    # which weights it started from: the name alone does not say (a later release ships
+    # other weights under it)
+    import hashlib
+
+    digest = hashlib.sha256(G.shipped_path("generalist").read_bytes()).hexdigest()
+    assert res["meta"]["init_policy_sha256"] == digest
+    info = json.loads((tmp_path / "train" / "run_info.json").read_text())
+    assert info["init_policy_sha256"] == digest
+    from runners.train import CrashForTest
+
+    crash = ["train.checkpoint_every=1", "train.crash_after_updates=1", "train.timesteps=64"]
+    with pytest.raises(CrashForTest):
+        train(compose([*ov, *crash]), tmp_path / "killed", echo=lambda s: None)
+    info = json.loads((tmp_path / "killed" / "run_info.json").read_text())
+    info["init_policy_sha256"] = "0" * 64  # as recorded when the run started, not now
+    (tmp_path / "killed" / "run_info.json").write_text(json.dumps(info))
+    resumed = train(compose([f"resume={tmp_path / 'killed'}"]), tmp_path / "x", echo=lambda s: None)
+    assert resumed["meta"]["init_policy_sha256"] == "0" * 64
     exported = load_policy(tmp_path / "train" / "policy.pt")
     assert exported.network == "gdp"  # the generalist's network, not the env's placeto
     # with no baselines, its own zero-shot plan is where every episode starts, and the run

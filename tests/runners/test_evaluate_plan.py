@@ -96,6 +96,10 @@ def test_plan_zero_shot_with_exported_policy(graph_file: Path, tmp_path: Path) -
     assert saved == res
     assert res["oom"] is False and res["step_time"] >= res["lower_bound"] > 0
     assert res["oracle_calls"] >= 2
+    import hashlib  # which weights planned (a name or a path alone does not say)
+
+    assert res["policy_file"] == str(policy.resolve())
+    assert res["policy_sha256"] == hashlib.sha256(policy.read_bytes()).hexdigest()
     assert (tmp_path / "plan" / "plan.json").exists()
     assert (tmp_path / "plan" / "plan_gantt.png").exists()
     assert "zero-shot plan" in lines[-1]
@@ -415,6 +419,20 @@ def test_evaluate_does_not_take_a_killed_commands_earlier_run_folder_for_a_run(
     cfg = compose([f"runs=[{sweep / '0'}]"], config="evaluate")
     with pytest.raises(ValueError, match=r"left the earlier run's in .*\.earlier_run: the next"):
         evaluate(cfg, tmp_path / "cmp0", echo=lambda s: None)
+
+
+def test_a_plan_of_the_shipped_generalist_is_named_by_its_name(tmp_path: Path) -> None:
+    """`runners.plan` with the default generalist was tabulated as `plan:pretrained` (the
+    folder of the shipped file; 3 Dec 2026); a trained policy stays `plan:FOLDER`."""
+    from runners.evaluate import policy_label
+
+    cfg = compose(["+env=gpt2_tiny_cpu4", "policy=generalist", "samples=2"], config="plan")
+    plan(cfg, tmp_path / "p", echo=lambda s: None)
+    (row,) = evaluate(compose([f"runs=[{tmp_path / 'p'}]"], config="evaluate"), tmp_path / "cmp",
+                      echo=lambda s: None)  # fmt: skip
+    assert row["agent"] == "plan:generalist"
+    assert policy_label("outputs/j/train/policy.pt") == "train"
+    assert policy_label("policy.pt") == "policy"
 
 
 def test_problem_identity_tells_scoring_models_and_env_kinds_apart() -> None:
