@@ -253,8 +253,17 @@ class LockRunFolder(Callback):  # type: ignore[misc]
         was refused (fuzzing, 2 Dec 2026); its jobs hold their own folders too."""
         if _timestamped(config, "sweep"):
             self._take_own(config, "sweep")
-        else:
-            self._take(config, "hydra.sweep.dir")
+            return
+        self._take(config, "hydra.sweep.dir")
+        # an earlier sweep's jobs: hydra rewrites a job's .hydra/ before the job starts, so a
+        # job refused in an earlier job's folder left that job's result beside the refused
+        # command's overrides; kept here, put back by runners.common.reported_errors (3 Dec
+        # 2026; the jobs of launchers that run them in other processes are not covered)
+        sweep, subdir = _folder(config, "hydra.sweep.dir"), _folder(config, "hydra.output_subdir")
+        if sweep is not None and subdir is not None and sweep.is_dir():
+            for hydra_dir in sorted(sweep.rglob(str(subdir))):
+                if hydra_dir.is_dir() and hydra_dir.parent != sweep:
+                    remember_hydra(hydra_dir.parent, str(subdir))
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         self._release(config, "hydra.sweep.dir")

@@ -287,3 +287,28 @@ def test_a_refused_command_leaves_the_earlier_runs_hydra_files(
                   "train.crash_after_updates=1")  # fmt: skip
     assert crashed.returncode != 0
     assert b"crash_after_updates" in _hydra_files(run_dir)["overrides.yaml"]
+
+
+def test_a_refused_sweep_job_leaves_the_earlier_jobs_hydra_files(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """The same as above for the jobs of a sweep run again into its folder
+    (hydra.sweep.dir=FIXED): hydra rewrote a job's .hydra/ before the job was refused."""
+    sweep = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    base = [sys.executable, "-m", "runners.train", "-m", *small_env(graph_file),
+            "env.baselines=[]", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+        )
+
+    first = run("agent=expert,single")
+    assert first.returncode == 0, first.stderr[-2000:]
+    earlier = {job: _hydra_files(sweep / job) for job in ("0", "1")}
+    assert b"agent=expert" in earlier["0"]["overrides.yaml"]
+    refused = run("agent=ideal_dp", "+agent.options.time_limit=-1")
+    assert refused.returncode != 0 and "time_limit" in refused.stderr
+    assert (sweep / "0" / "result.json").is_file()
+    assert {job: _hydra_files(sweep / job) for job in ("0", "1")} == earlier
