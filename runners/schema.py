@@ -560,8 +560,18 @@ def _resume_dir_overrides(schema: type, argv: list[str]) -> list[str]:
         return []
     if not isinstance(value, str) or not value:
         return []
-    if not Path(value).expanduser().is_dir():  # hydra would create the mistyped folder
-        raise ValueError(f"resume={value}: no such run folder (a runners.train output_dir)")
+    folder = value
+    if "${" in value:  # resume=${oc.env:HOME}/runs/a was looked for as that text (3 Dec 2026)
+        from omegaconf import OmegaConf
+
+        try:
+            folder = str(OmegaConf.create({"resume": value}).resume)
+        except Exception as exc:  # noqa: BLE001 - omegaconf's resolution errors, named here
+            why = " ".join(str(exc).split("\n")[0].split())
+            raise ValueError(f"resume={value}: cannot resolve it ({why})") from None
+    if not Path(folder).expanduser().is_dir():  # hydra would create the mistyped folder
+        shown = value if folder == value else f"{value} ({folder})"
+        raise ValueError(f"resume={shown}: no such run folder (a runners.train output_dir)")
     # quoted as hydra reads it back: doubling every backslash made resume=a\b log into a
     # sibling folder a\\b (fuzzing, 2 Dec 2026); interpolations stay, as in resume= itself
     quoted = hydra_quoted(value, literal=False)

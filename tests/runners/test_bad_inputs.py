@@ -491,6 +491,31 @@ def test_a_mistyped_resume_folder_is_refused_and_not_created(tmp_path: Path, cap
     assert f"resume={missing}: no such run folder" in capsys.readouterr().err
 
 
+def test_resume_through_an_interpolation_finds_the_folder(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """`resume=${oc.env:HOME}/runs/a` was looked for as that text: "no such run folder"
+    (3 Dec 2026); it is resolved as hydra will, and one that cannot be is named."""
+    from runners import schema
+
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.setenv("DEVPLACE_TEST_ROOT", str(tmp_path))
+    ran: list[bool] = []
+    schema.run_checked(schema.TrainConfig, lambda: ran.append(True),
+                       ["resume=${oc.env:DEVPLACE_TEST_ROOT}/run"])  # fmt: skip
+    assert ran == [True]
+    for arg, says in (
+        ("resume=${oc.env:DEVPLACE_TEST_ROOT}/nosuch",
+         f"/nosuch ({tmp_path}/nosuch): no such run folder"),
+        ("resume=${oc.env:DEVPLACE_NO_SUCH_VAR}/run", "cannot resolve it (KeyError"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as exc:
+            schema.run_checked(schema.TrainConfig, lambda: pytest.fail("ran"), [arg])
+        assert exc.value.code == 2
+        assert says in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "text, says",
     [
