@@ -858,14 +858,14 @@ def _reported(run_dir: Path | None, app: str) -> Iterator[None]:
     try:
         yield
     except (Terminated, KeyboardInterrupt) as exc:
-        _interrupted(exc, run_dir, app)
+        interrupted(exc, run_dir, app)
     except SystemError as exc:
         # a signal that arrives inside numba-compiled code (the simulator's kernels) comes
         # out as "SystemError: CPUDispatcher(...) returned a result with an exception set",
         # the signal's exception its cause: a traceback and exit 1 (fuzzing, 2 Dec 2026)
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, (Terminated, KeyboardInterrupt)):
-            _interrupted(cause, run_dir, app)
+            interrupted(cause, run_dir, app)
         _record_failure(run_dir, app, f"{type(exc).__name__}: {exc}")
         raise
     except Exception as exc:
@@ -878,7 +878,7 @@ def _reported(run_dir: Path | None, app: str) -> Iterator[None]:
         raise SystemExit(2) from None
 
 
-def _interrupted(exc: BaseException, run_dir: Path | None, app: str) -> NoReturn:
+def interrupted(exc: BaseException, run_dir: Path | None, app: str) -> NoReturn:
     """One line, ``error.txt`` and the signal's exit status for SIGTERM (kill, a SLURM
     cancel: :class:`Terminated`, so the launchers' cleanup stops the ranks, which a plain
     SIGTERM skipped) and Ctrl-C (it was a traceback, no error.txt, no log line: fuzzing)."""

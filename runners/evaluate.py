@@ -207,8 +207,8 @@ def run_folders(paths: Sequence[str]) -> list[Path]:
                 r.parent
                 for r in p.rglob("result.json")
                 # not runners.train's .earlier_run/ (a killed command's; 3 Dec 2026: taken
-                # as a run of its own) nor any other hidden folder
-                if not any(part.startswith(".") for part in r.parent.relative_to(p).parts)
+                # as a run of its own)
+                if not any(part.startswith(EARLIER_RUN) for part in r.parent.relative_to(p).parts)
             )
         )
         if not hits:
@@ -322,10 +322,9 @@ def policy_label(policy: str) -> str:
     """A ``runners.plan`` run's policy as its table row names it: the folder of the policy
     file (the training run's), or the shipped policy's name (``generalist``: it was named
     by its folder, ``plan:pretrained``, until 3 Dec 2026)."""
-    from agents.generalist import PRETRAINED_DIR
-
     path = Path(policy)
-    if path.parent.resolve() == PRETRAINED_DIR.resolve() or path.parent.name == "":
+    shipped = path.parent.name == "pretrained" and path.parent.parent.name == "agents"
+    if shipped or path.parent.name == "":  # this install's or another's (site-packages)
         return path.stem
     return path.parent.name
 
@@ -471,9 +470,22 @@ def plot_bars(rows: Sequence[dict[str, Any]], path: Path) -> None:
 @hydra.main(version_base=None, config_path="../conf", config_name="evaluate")
 def _hydra_main(cfg: DictConfig) -> None:
     run_dir = common.run_dir_from_hydra(cfg.get("output_dir"))
+    saved, table = run_dir / "config.yaml", run_dir / "results.md"
+    earlier = {p: p.read_bytes() if p.is_file() else None for p in (saved, table)}
     with common.reported_errors(run_dir, "evaluate"):
-        common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
-        evaluate(cfg, run_dir, echo=common.RunLog(run_dir, "evaluate"))
+        try:
+            common.write_bytes_atomic(saved, OmegaConf.to_yaml(cfg).encode())
+            evaluate(cfg, run_dir, echo=common.RunLog(run_dir, "evaluate"))
+        except BaseException:
+            # a refused or failed command left its config.yaml beside the earlier command's
+            # results.md (and so hydra's .hydra/ was not put back; fuzzing, 3 Dec 2026)
+            now = table.read_bytes() if table.is_file() else None
+            if now == earlier[table]:
+                if earlier[saved] is None:
+                    saved.unlink(missing_ok=True)
+                else:
+                    common.write_bytes_atomic(saved, earlier[saved])
+            raise
 
 
 def main() -> None:

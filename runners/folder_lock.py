@@ -163,7 +163,7 @@ def held(folder: str | Path, app: str) -> Iterator[None]:
 _EARLIER_HYDRA: dict[str, dict[str, Any]] = {}
 
 #: The files whose bytes tell whether a failed command left the folder the earlier run's.
-_RUN_MARKERS = ("config.yaml", "result.json")
+_RUN_MARKERS = ("config.yaml", "result.json", "results.md")
 
 
 def _read(path: Path) -> bytes | None:
@@ -203,6 +203,24 @@ def put_back_hydra(folder: str | Path) -> bool:
     return True
 
 
+def hydra_snapshot(folder: str | Path) -> tuple[str, dict[str, bytes]] | None:
+    """What :func:`remember_hydra` kept of ``folder``'s ``.hydra/``: ``(subdir, files)``."""
+    snap = _EARLIER_HYDRA.get(os.path.realpath(Path(folder)))
+    return None if snap is None else (snap["subdir"], dict(snap["files"]))
+
+
+def replace_hydra_snapshot(folder: str | Path, subdir: str, files: dict[str, bytes]) -> None:
+    """Keep ``files`` as the ``.hydra/`` to give ``folder`` back if this command fails, with
+    the folder's ``config.yaml`` and ``result.json`` as they are now (the earlier run's,
+    just put back from ``.earlier_run/`` after a killed command)."""
+    folder = Path(folder)
+    _EARLIER_HYDRA[os.path.realpath(folder)] = {
+        "subdir": subdir,
+        "files": dict(files),
+        "markers": {n: _read(folder / n) for n in _RUN_MARKERS},
+    }
+
+
 def forget_hydra(folder: str | Path) -> None:
     """The command succeeded: the folder's ``.hydra/`` is its own."""
     _EARLIER_HYDRA.pop(os.path.realpath(Path(folder)), None)
@@ -232,8 +250,11 @@ class LockRunFolder(Callback):  # type: ignore[misc]
         from omegaconf import OmegaConf
 
         resume = OmegaConf.select(config, "resume", default=None)
-        if resume and not (Path(str(resume)) / "config.yaml").is_file():
-            return  # resume= of a folder that is no run: refused by the runner, untouched
+        if resume:
+            from runners.schema import is_train_run_folder
+
+            if not is_train_run_folder(Path(str(resume))):
+                return  # resume= of a folder that is no run: refused by the runner, untouched
         if not resume and _timestamped(config, "run"):
             self._take_own(config, "run")  # a folder no run used: nothing to keep
             return

@@ -578,6 +578,40 @@ def _resume_dir_overrides(schema: type, argv: list[str]) -> list[str]:
     return [f"hydra.run.dir={quoted}", "hydra.output_subdir=null"]
 
 
+def saved_train_config(run_dir: Path) -> Any:
+    """The ``config.yaml`` a ``runners.train`` run saved in ``run_dir``, checked against
+    :class:`TrainConfig`; a ``ValueError`` naming the file when it is not one (broken YAML, an
+    empty file or a foreign key raised a traceback or named no file)."""
+    from omegaconf import OmegaConf
+
+    saved = Path(run_dir) / "config.yaml"
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved))
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except Exception as exc:  # noqa: BLE001 - yaml's and omegaconf's errors, named below
+        why = " ".join((str(exc).strip().splitlines() or [""])[0].split())
+        raise ValueError(
+            f"resume={run_dir}: {saved} is not the config of a runners.train run "
+            f"({type(exc).__name__}: {why})"
+        ) from None
+    return cfg
+
+
+def is_train_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds a ``runners.train`` run's ``config.yaml``, in place or set
+    aside in ``.earlier_run/`` by a command stopped before its first checkpoint (put back by
+    the next ``runners.train`` command). ``resume=`` of any other folder leaves it as it is:
+    no lock file, ``error.txt`` or ``train.log`` (3 Dec 2026)."""
+    for where in (Path(folder), Path(folder) / ".earlier_run"):
+        if (where / "config.yaml").is_file():
+            try:
+                saved_train_config(where)
+            except ValueError:
+                continue
+            return True
+    return False
+
+
 def hydra_quoted(value: str, *, literal: bool = True, quote: str = "'") -> str:
     """``value`` as a hydra string in ``quote`` that hydra and OmegaConf read back as
     ``value``: the quote escaped, a run of backslashes doubled before it or the end (hydra
@@ -783,6 +817,15 @@ def check_output_dir(schema: type, argv: list[str]) -> None:
     if path.exists() and not path.is_dir():
         raise ValueError(f"output_dir={given[-1]} is a file; give a folder (made if missing)")
     _check_creatable(path, given[-1])
+    if schema.__name__ != "TrainConfig" and (path / ".earlier_run").exists():
+        # runners.plan there wrote a result.json, and the next runners.train command then
+        # took the folder for the killed run's and deleted the earlier run (fuzzing, 3 Dec 2026)
+        raise ValueError(
+            f"output_dir={given[-1]} holds a runners.train run set aside in .earlier_run/ by "
+            "a command stopped before its first checkpoint (kill -9?); the next runners.train "
+            f"command there puts it back first (python -m runners.train resume={given[-1]} "
+            "continues that run, or says it finished); give another folder"
+        )
     app = RESULT_WRITERS.get(schema.__name__)
     results = [f for f in ("result.json", "results.md") if (path / f).is_file()]
     if app is None or not results:
@@ -848,7 +891,14 @@ def run_checked(schema: type, hydra_main: Any, argv: list[str] | None = None) ->
         from runners.common import exit_on_sigterm
 
         exit_on_sigterm()
-    hydra_main()
+    from runners.common import Terminated, interrupted
+
+    try:
+        hydra_main()
+    except (Terminated, KeyboardInterrupt) as exc:
+        # before the runner's own handler: SIGTERM or Ctrl-C while hydra composes the config
+        # was a Terminated / KeyboardInterrupt traceback, exit 1 (fuzzing, 3 Dec 2026)
+        interrupted(exc, None, schema.__name__.removesuffix("Config").lower())
 
 
 def _under_free_form(schema: type, dotted: str) -> bool:

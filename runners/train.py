@@ -10,7 +10,6 @@ logger's files. ``resume=RUN_DIR`` continues a killed run from its last checkpoi
 from __future__ import annotations
 
 import functools
-import json
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agents import search
 from graphs.schema import is_number
-from runners import checkpoint, common, schema
+from runners import checkpoint, common, earlier_run, schema
 from runners.tracking import NullTracker, make_tracker
 
 schema.register()
@@ -122,6 +121,7 @@ def _make_runner_callback(
                         callbacks=[self, self._best],
                         extra=self._save_extra(),
                     )
+                    settle(run_dir)  # the folder is this run's now: the earlier one's go
             if crash_after is not None and self.updates >= crash_after:
                 raise CrashForTest(f"train.crash_after_updates={crash_after} reached")
 
@@ -658,7 +658,7 @@ def absolute_input_paths(cfg: DictConfig) -> list[str]:
 
 #: The folder of a run folder where a new run keeps the earlier run's files (its
 #: ``config.yaml`` and :data:`RUN_FILES`) until it has a checkpoint or a result of its own.
-EARLIER_RUN = ".earlier_run"
+EARLIER_RUN = earlier_run.EARLIER_RUN
 
 
 @contextmanager
@@ -667,10 +667,11 @@ def earlier_run_set_aside(run_dir: Path, keep: set[Path] = frozenset()) -> Itera
     folders) an earlier run left in ``run_dir`` into
     ``run_dir/.earlier_run`` (except the files in ``keep``: what the new run reads, such as
     ``agent.init_policy=DIR/policy.pt``, which was removed and then not found); yield their
-    names. When the new run finishes, or fails once it has a checkpoint or a ``result.json``
-    (the folder is then the new run's: ``resume=`` continues it), they are removed; when it
-    fails or is stopped before, the new run's files are removed and the earlier run's put
-    back, so a refused command leaves the folder as it found it.
+    names. When the new run finishes, or has its first checkpoint or ``result.json`` (the
+    folder is then the new run's: ``resume=`` continues it; :func:`settle`), they are
+    removed; when it fails or is stopped before, the new run's files are removed and the
+    earlier run's put back, so a refused command leaves the folder as it found it
+    (:mod:`runners.earlier_run`).
 
     A new run (not ``resume=``) in a used folder kept them: its resume then took the earlier
     run's ``baselines.json`` as its own (a speed-up of 93x over another model's baseline), a
@@ -680,86 +681,35 @@ def earlier_run_set_aside(run_dir: Path, keep: set[Path] = frozenset()) -> Itera
     (``agent=ideal_dp +agent.options.time_limit=-1``: a planner checks its options when it
     starts), and a refused command left its own ``config.yaml`` beside the earlier run's
     result."""
-    import shutil
-
-    aside = run_dir / EARLIER_RUN
-    if aside.is_dir():  # a stopped command's, whose folder is its own (put_back_after_kill)
-        shutil.rmtree(aside)
-    aside.mkdir()
     names = ("config.yaml", *RUN_FILES)
     kept = {n for n in names if (run_dir / n).is_file() and (run_dir / n).resolve() in keep}
-    (aside / _KEPT).write_text(json.dumps(sorted(kept)))  # for put_back_after_kill
-    moved = []
-    for name in (*names, *RUN_DIRS):
-        here = run_dir / name
-        if name not in kept and (here.is_file() if name in names else here.is_dir()):
-            here.replace(aside / name)
-            moved.append(name)
+    moved = earlier_run.set_aside(run_dir, names, RUN_DIRS, kept)
     try:
         yield moved
     except BaseException:
-        if not _owns(run_dir):
-            _put_back(run_dir, kept)  # the new run's go, the earlier run's come back
-        shutil.rmtree(aside, ignore_errors=True)
+        # .earlier_run/ is there only while the new run has not made the folder its own
+        earlier_run.put_back(run_dir, names, RUN_DIRS)
         raise
-    shutil.rmtree(aside, ignore_errors=True)
+    earlier_run.discard(run_dir)
 
 
-#: The file of ``.earlier_run/`` naming the files a new run left in place (its inputs).
-_KEPT = ".kept.json"
-
-
-def _owns(run_dir: Path) -> bool:
-    """Whether a new run has made ``run_dir`` its own (a checkpoint or a result)."""
-    return checkpoint.exists(run_dir) or (run_dir / "result.json").is_file()
-
-
-def _remove(path: Path) -> None:
-    import shutil
-
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def _put_back(run_dir: Path, kept: set[str]) -> list[str]:
-    """Remove the new run's files and move the earlier run's back from ``.earlier_run/``;
-    the names put back."""
-    aside, back = run_dir / EARLIER_RUN, []
-    for name in ("config.yaml", *RUN_FILES, *RUN_DIRS):
-        if name not in kept:
-            _remove(run_dir / name)
-            if (aside / name).exists():
-                (aside / name).replace(run_dir / name)
-                back.append(name)
-    return back
+def settle(run_dir: Path) -> None:
+    """The new run has a checkpoint or a ``result.json``: the folder is its own, and the
+    earlier run's files set aside go."""
+    earlier_run.discard(run_dir)
 
 
 def put_back_after_kill(run_dir: Path) -> list[str]:
     """A command stopped by SIGKILL (or a power cut) cannot put the earlier run back, and left
-    it in ``run_dir/.earlier_run/``: the next command in the folder does. When the stopped
-    run made the folder its own (a checkpoint or a result), the earlier run's files go, as
-    they would have had it finished; otherwise the stopped run's files go and the earlier
-    run's come back, byte for byte. The names put back (none: nothing to do).
+    it in ``run_dir/.earlier_run/``: the next command in the folder does, byte for byte, and
+    removes what the stopped command wrote in its place (its ``.hydra/`` too, if this command
+    fails). ``.earlier_run/`` is there only while a new run has not made the folder its own
+    (:func:`settle`). The names put back (none: nothing to do).
 
     Until 3 Dec 2026 the next new run removed ``.earlier_run/`` unread, so a ``kill -9`` of a
     command before its first checkpoint lost the earlier run's result, and a folder whose
     killed command had not yet written its ``config.yaml`` kept ``.earlier_run/`` for ever."""
-    import shutil
-
-    aside = run_dir / EARLIER_RUN
-    if not aside.is_dir():
-        return []
-    back: list[str] = []
-    if not _owns(run_dir):
-        try:
-            kept = set(json.loads((aside / _KEPT).read_text()))
-        except (OSError, ValueError):  # written before the manifest: the safe side
-            kept = {n for n in ("config.yaml", *RUN_FILES) if not (aside / n).exists()}
-        back = _put_back(run_dir, kept)
-    shutil.rmtree(aside, ignore_errors=True)
-    return back
+    return earlier_run.put_back(run_dir, ("config.yaml", *RUN_FILES), RUN_DIRS)
 
 
 def _plan_with_baseline(
@@ -1205,7 +1155,7 @@ def train(
     2026)."""
     if cfg.get("resume"):
         folder = Path(cfg.resume)
-        if (folder / "config.yaml").is_file() or (folder / EARLIER_RUN).is_dir():
+        if schema.is_train_run_folder(folder):  # no lock file in another program's folder
             from runners import folder_lock
 
             with folder_lock.held(folder, "train"):
@@ -1227,30 +1177,8 @@ def train(
 
 def saved_config(run_dir: Path) -> DictConfig:
     """The ``config.yaml`` a ``runners.train`` run saved in ``run_dir``, checked against the
-    schema; a clear error naming the file when it is not one (broken YAML, an empty file or a
-    foreign key raised a traceback or named no file)."""
-    saved = run_dir / "config.yaml"
-    try:
-        cfg = OmegaConf.merge(OmegaConf.structured(schema.TrainConfig), OmegaConf.load(saved))
-        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-    except Exception as exc:  # noqa: BLE001 - yaml's and omegaconf's errors, named below
-        raise ValueError(
-            f"resume={run_dir}: {saved} is not the config of a runners.train run "
-            f"({type(exc).__name__}: {common.first_line(exc)})"
-        ) from None
-    return cfg  # type: ignore[return-value]
-
-
-def _is_train_run(folder: Path) -> bool:
-    """Whether ``folder`` holds a ``runners.train`` run's config (or a killed command's
-    earlier run, put back by :func:`train`)."""
-    if (folder / EARLIER_RUN).is_dir():
-        return True
-    try:
-        saved_config(folder)
-    except ValueError:
-        return False
-    return True
+    schema (:func:`runners.schema.saved_train_config`)."""
+    return schema.saved_train_config(run_dir)  # type: ignore[return-value]
 
 
 def _say_put_back(run_dir: Path, names: Sequence[str], echo: Callable[[str], None]) -> None:
@@ -1527,6 +1455,7 @@ def _train(
             **hybrid_fields,
         }
         common.write_json(run_dir / "result.json", result)
+        settle(run_dir)
         _log_final(tracker, result, run_dir, outcome)
     finally:
         clock.stop()
@@ -1599,7 +1528,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     resume = cfg.get("resume")
     # resume= of a folder that is no run (no config.yaml, or another program's: 3 Dec 2026):
     # say so, but leave no error.txt / train.log in it
-    is_run = not resume or _is_train_run(Path(str(resume)))
+    is_run = not resume or schema.is_train_run_folder(Path(str(resume)))
     with common.reported_errors(run_dir if is_run else None, "train"):
         from hydra.core.hydra_config import HydraConfig
 

@@ -348,7 +348,22 @@ def test_resume_makes_no_stray_run_folder(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2 and "is not the config of a runners.train run" in proc.stderr
-    assert sorted(p.name for p in run.iterdir() if p.name != ".devplace.lock") == ["config.yaml"]
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml"]  # not even a lock file
+
+
+def test_other_runners_refuse_a_folder_holding_a_set_aside_run(tmp_path: Path) -> None:
+    """runners.plan into a folder whose earlier train run a killed command had set aside
+    wrote its result.json there, and the next runners.train command took the folder for the
+    killed run's and deleted the earlier run (fuzzing, 3 Dec 2026)."""
+    from runners import schema
+
+    (tmp_path / "run" / ".earlier_run").mkdir(parents=True)
+    for s in (schema.PlanConfig, schema.EvaluateConfig, schema.ExecuteConfig):
+        with pytest.raises(
+            ValueError, match=r"holds a runners.train run set aside in \.earlier_run/"
+        ):
+            schema.check_output_dir(s, [f"output_dir={tmp_path / 'run'}"])
+    schema.check_output_dir(schema.TrainConfig, [f"output_dir={tmp_path / 'run'}"])  # puts back
 
 
 def test_wall_clock_counts_a_session_killed_with_sigkill(tmp_path: Path) -> None:
@@ -537,6 +552,21 @@ def test_resume_of_a_broken_config_names_the_file(tmp_path: Path, text: str, say
         match=rf"resume={run}: {run}/config.yaml is not the config of a runners.train run \(.*{says}",
     ):
         train(cfg, run, echo=lambda s: None)
+
+
+def test_a_signal_while_hydra_composes_the_config_is_one_line(capsys) -> None:
+    """SIGTERM about half a second after the start, while hydra was still composing the
+    config (before the runner's own handler), was a Terminated traceback, exit 1."""
+    from runners import schema
+    from runners.common import Terminated
+
+    def composing() -> None:
+        raise Terminated(15)
+
+    with pytest.raises(SystemExit) as info:
+        schema.run_checked(schema.PlanConfig, composing, [])
+    assert info.value.code == 143
+    assert capsys.readouterr().err == "error: runners.plan terminated by signal 15\n"
 
 
 def test_ctrl_c_is_one_error_line_with_error_txt(tmp_path: Path, capsys) -> None:

@@ -411,9 +411,10 @@ def test_evaluate_does_not_take_a_killed_commands_earlier_run_folder_for_a_run(
         (sweep / "1" / "result.json").read_bytes()
     )
     lines: list[str] = []
+    train(compose([*base, "seed=1"]), sweep / ".2", echo=lambda s: None)  # a dot-folder's run
     (row,) = aggregate(evaluate(compose([f"runs=[{sweep}]"], config="evaluate"),
                                 tmp_path / "cmp", echo=lines.append))  # fmt: skip
-    assert row["runs"] == 1  # job 1; job 0 only has the set-aside result
+    assert row["runs"] == 2  # jobs 1 and .2; job 0 only has the set-aside result
     assert any(f"{sweep / '0'} (unfinished: killed or still running; the earlier run's result "
                f"is set aside in {EARLIER_RUN}/" in ln for ln in lines), lines  # fmt: skip
     cfg = compose([f"runs=[{sweep / '0'}]"], config="evaluate")
@@ -433,6 +434,48 @@ def test_a_plan_of_the_shipped_generalist_is_named_by_its_name(tmp_path: Path) -
     assert row["agent"] == "plan:generalist"
     assert policy_label("outputs/j/train/policy.pt") == "train"
     assert policy_label("policy.pt") == "policy"
+    assert policy_label("/venv/lib/site-packages/agents/pretrained/generalist.pt") == "generalist"
+
+
+def test_plan_names_a_policy_a_killed_training_command_set_aside(tmp_path: Path) -> None:
+    """`policy=RUN/policy.pt` after a kill -9 of a new run in RUN said only "no such file"."""
+    run = tmp_path / "run"
+    (run / ".earlier_run").mkdir(parents=True)
+    (run / ".earlier_run" / "policy.pt").write_bytes(b"x")
+    cfg = compose(["+env=gpt2_tiny_cpu4", f"policy={run / 'policy.pt'}"], config="plan")
+    with pytest.raises(
+        ValueError, match=r"no such file \(a runners.train command stopped .* set it aside as"
+    ):
+        plan(cfg, tmp_path / "p", echo=lambda s: None)
+
+
+def test_a_refused_evaluate_leaves_the_earlier_config_and_hydra_files(tmp_path: Path) -> None:
+    """A refused runners.evaluate in a used folder left its config.yaml beside the earlier
+    command's results.md, and so .hydra/ was not put back either (fuzzing, 3 Dec 2026)."""
+    import subprocess
+    import sys
+
+    base = ["+env=gpt2_tiny_cpu4", "agent=metis", "logger=none", "env.baselines=[]"]
+    train(compose(base), tmp_path / "a", echo=lambda s: None)
+    ev = tmp_path / "ev"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def run(runs: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "runners.evaluate", f"runs=[{runs}]",
+                               f"output_dir={ev}"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=240)  # fmt: skip
+
+    assert run(str(tmp_path / "a")).returncode == 0
+    before = {
+        p.name: p.read_bytes() for p in [ev / "config.yaml", *sorted((ev / ".hydra").iterdir())]
+    }
+    refused = run(str(tmp_path / "nosuch"))
+    assert refused.returncode == 2 and "does not exist" in refused.stderr, refused.stderr[-2000:]
+    after = {
+        p.name: p.read_bytes() for p in [ev / "config.yaml", *sorted((ev / ".hydra").iterdir())]
+    }
+    assert after == before
 
 
 def test_problem_identity_tells_scoring_models_and_env_kinds_apart() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -665,13 +666,16 @@ def test_the_next_command_puts_back_what_a_killed_command_set_aside(
     import signal
     import time
 
-    run, quiet = tmp_path / "run", (lambda s: None)
-    train(compose([*small_env(graph_file), "env.baselines=[]", "agent=single"]), run, echo=quiet)
-    earlier = _files(run)
+    run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "runners.train", *small_env(graph_file), "env.baselines=[]",
-           "train.timesteps=10000000", "train.checkpoint_every=100000", "agent.ppo.n_steps=64",
+    cli = [sys.executable, "-m", "runners.train", *small_env(graph_file), "env.baselines=[]",
            f"output_dir={run}"]  # fmt: skip
+    first = subprocess.run([*cli, "agent=single"], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=240)  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    earlier, hydra = _files(run), _tree(run / ".hydra")
+    cmd = [*cli, "train.timesteps=10000000", "train.checkpoint_every=100000",
+           "agent.ppo.n_steps=64"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     try:
@@ -690,15 +694,17 @@ def test_the_next_command_puts_back_what_a_killed_command_set_aside(
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert (run / ".earlier_run" / "result.json").is_file() and not (run / "result.json").exists()
-    said: list[str] = []
-    with pytest.raises(ValueError, match="time_limit"):  # even a refused command puts it back
-        train(compose([*small_env(graph_file), "agent=ideal_dp", "+agent.options.time_limit=-1"]),
-              run, echo=said.append)  # fmt: skip
-    assert any("put back (config.yaml, result.json" in line for line in said), said
-    other = ("train.log", ".devplace.lock")  # appended to; the killed process's lock file
+    assert _tree(run / ".hydra") != hydra  # the killed command's
+    # even a refused command puts it back, .hydra/ included (the killed command's replaced it)
+    refused = subprocess.run([*cli, "agent=ideal_dp", "+agent.options.time_limit=-1"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert refused.returncode == 2 and "time_limit" in refused.stderr, refused.stderr[-2000:]
+    assert "put back (config.yaml, result.json" in refused.stdout, refused.stdout[-2000:]
+    other = ("train.log", ".devplace.lock", "error.txt")  # appended to; lock; the refusal
     assert {k: v for k, v in _files(run).items() if k not in other} == {
         k: v for k, v in earlier.items() if k not in other
     }
+    assert _tree(run / ".hydra") == hydra
     assert not (run / ".earlier_run").exists()
 
 
@@ -706,26 +712,72 @@ def test_put_back_after_kill_keeps_inputs_and_a_folder_the_stopped_run_owns(
     tmp_path: Path,
 ) -> None:
     """The stopped run's files go and the earlier run's come back, but the files it was
-    told to read (left in place) stay; a stopped run with a result owns the folder."""
-    from runners.train import earlier_run_set_aside, put_back_after_kill
+    told to read (left in place) stay; a stopped run that had its first checkpoint owns the
+    folder (settle), and only then: a result.json copied in by hand, or a set-aside or
+    put-back cut short, used to make the next command delete the earlier run (fuzzing,
+    3 Dec 2026)."""
+    from runners.earlier_run import MANIFEST, set_aside
+    from runners.train import RUN_DIRS, RUN_FILES, put_back_after_kill, settle
 
     run = tmp_path / "run"
     run.mkdir()
-    for name, text in (("config.yaml", "a"), ("policy.pt", "p"), ("result.json", "r")):
-        (run / name).write_text(text)
-    cm = earlier_run_set_aside(run, {(run / "policy.pt").resolve()})
-    cm.__enter__()  # and never left: SIGKILL
-    (run / "config.yaml").write_text("b")
-    (run / "baselines.json").write_text("new")
-    (run / "tb").mkdir()
-    assert put_back_after_kill(run) == ["config.yaml", "result.json"]
-    assert _files(run) == {"config.yaml": b"a", "policy.pt": b"p", "result.json": b"r"}
-    assert not (run / "tb").exists() and put_back_after_kill(run) == []
-    cm = earlier_run_set_aside(run)
-    cm.__enter__()
-    (run / "result.json").write_text("mine")  # the stopped run finished its plan
-    assert put_back_after_kill(run) == [] and not (run / ".earlier_run").exists()
-    assert (run / "result.json").read_text() == "mine"
+    earlier = {"config.yaml": b"a", "policy.pt": b"p", "result.json": b"r", "checkpoint.pkl": b"c"}
+
+    def fresh() -> None:
+        for p in run.iterdir():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        for name, data in earlier.items():
+            (run / name).write_bytes(data)
+
+    def killed(kept: set[str] = frozenset()) -> None:  # what the new run sets aside, then SIGKILL
+        set_aside(run, ("config.yaml", *RUN_FILES), RUN_DIRS, set(kept))
+        (run / "config.yaml").write_text("b")
+        (run / "baselines.json").write_text("new")
+        (run / "tb").mkdir()
+
+    fresh()
+    killed({"policy.pt"})
+    assert sorted(put_back_after_kill(run)) == ["checkpoint.pkl", "config.yaml", "result.json"]
+    assert _files(run) == earlier and not (run / "tb").exists()
+    assert put_back_after_kill(run) == [] and sorted(p.name for p in run.iterdir()) == sorted(
+        earlier
+    )
+    # owned: the first checkpoint settles the folder
+    fresh()
+    killed()
+    (run / "checkpoint.pkl").write_text("mine")
+    settle(run)
+    assert put_back_after_kill(run) == [] and (run / "checkpoint.pkl").read_text() == "mine"
+    assert not (run / ".earlier_run").exists()
+    # a result.json copied back by hand, or written by another runner: not the run's own
+    fresh()
+    killed()
+    (run / "result.json").write_bytes((run / ".earlier_run" / "result.json").read_bytes())
+    put_back_after_kill(run)
+    assert _files(run) == earlier
+    # a put-back cut short after one file, then done again
+    fresh()
+    killed()
+    (run / ".earlier_run" / "config.yaml").replace(run / "config.yaml")
+    put_back_after_kill(run)
+    assert _files(run) == earlier
+    # a set-aside cut short: the checkpoint not yet moved
+    fresh()
+    killed()
+    (run / ".earlier_run" / "checkpoint.pkl").replace(run / "checkpoint.pkl")
+    put_back_after_kill(run)
+    assert _files(run) == earlier
+    # a manifest edited by hand: the files with a copy come back, nothing else is removed
+    for text in ("null", "123", '["config.yaml"]', "{bad"):
+        fresh()
+        killed()
+        (run / ".earlier_run" / MANIFEST).write_text(text)
+        put_back_after_kill(run)
+        assert {k: v for k, v in _files(run).items() if k != "baselines.json"} == earlier
+    fresh()
+    (run / ".earlier_run").write_text("x")
+    with pytest.raises(ValueError, match=r"\.earlier_run is a file, not the folder"):
+        put_back_after_kill(run)
 
 
 def _tree(d: Path) -> dict[str, bytes]:
