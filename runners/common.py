@@ -889,7 +889,12 @@ def interrupted(exc: BaseException, run_dir: Path | None, app: str) -> NoReturn:
     _record_failure(run_dir, app, "interrupted (Ctrl-C)")
     hint = ""
     if app == "train" and run_dir is not None:
-        hint = f"; python -m runners.train resume={run_dir} continues it"
+        from runners.earlier_run import GIVEN_BACK
+
+        if os.path.realpath(run_dir) in GIVEN_BACK:  # resume= would continue the earlier run
+            hint = f"; before its first checkpoint: the earlier run in {run_dir} is put back"
+        else:
+            hint = f"; python -m runners.train resume={run_dir} continues it"
     sys.stderr.write(f"error: runners.{app} interrupted (Ctrl-C){hint}\n")
     raise SystemExit(130) from None
 

@@ -33,6 +33,10 @@ EARLIER_RUN = ".earlier_run"
 DISCARD = ".earlier_run.discard"
 MANIFEST = ".manifest.json"
 HYDRA_COPY = ".hydra_copy"
+#: Run folders (real paths) whose earlier run a failed or stopped command of this process
+#: put back: its Ctrl-C message then offers no ``resume=``, which would continue the
+#: earlier run (fuzzing, 3 Dec 2026).
+GIVEN_BACK: set[str] = set()
 
 
 def _remove(path: Path) -> None:
@@ -82,9 +86,28 @@ def set_aside(
             (tmp / HYDRA_COPY / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / HYDRA_COPY / rel).write_bytes(data)
     tmp.replace(aside)  # the manifest is there before anything moves
-    for name in moving:
-        (run_dir / name).replace(aside / name)
+    try:
+        for name in moving:
+            (run_dir / name).replace(aside / name)
+    except OSError as exc:  # an immutable file, a full disk: back as it was, one line
+        put_back(run_dir, files, dirs)
+        raise ValueError(
+            f"{run_dir}: cannot set the earlier run's files aside in {EARLIER_RUN}/ "
+            f"({exc.strerror or exc}: {exc.filename}); they are left in place"
+        ) from None
     return moving
+
+
+def hint(path: Path) -> str:
+    """`` (set aside as ...)`` when a missing ``path`` in a run folder is in that folder's
+    ``.earlier_run/``, else ``""``: for the "no such file" of a policy or plan file."""
+    aside = path.parent / EARLIER_RUN / path.name
+    if not aside.is_file():
+        return ""
+    return (
+        f" (a runners.train command stopped before its first checkpoint, kill -9?, set it "
+        f"aside as {aside}; the next runners.train command in {path.parent} puts it back)"
+    )
 
 
 def _manifest(aside: Path, names: Sequence[str]) -> dict[str, Any] | None:
@@ -98,15 +121,23 @@ def _manifest(aside: Path, names: Sequence[str]) -> dict[str, Any] | None:
         return None
     moved, kept, hydra = m.get("moved"), m.get("kept"), m.get("hydra")
     ok = all(isinstance(v, list) and all(n in names for n in v) for v in (moved, kept))
-    if not ok or not (hydra is None or (isinstance(hydra, str) and hydra)):
+    # hydra's output subdir: one plain name inside the run folder (an edited "." or an
+    # absolute path had that folder removed; fuzzing, 3 Dec 2026)
+    plain = isinstance(hydra, str) and Path(hydra).name == hydra and hydra not in ("", ".", "..")
+    if not ok or not (hydra is None or plain):
         return None
     return {"moved": list(moved), "kept": set(kept), "hydra": hydra}
 
 
-def put_back(run_dir: Path, files: Sequence[str], dirs: Sequence[str]) -> list[str]:
+def put_back(
+    run_dir: Path, files: Sequence[str], dirs: Sequence[str], *, hydra_now: bool = False
+) -> list[str]:
     """Give ``run_dir`` back the earlier run's files from ``.earlier_run/`` and remove the
     files the new command wrote in their place; the names put back ([] when there is no
-    ``.earlier_run/``). Safe to do again after an interruption."""
+    ``.earlier_run/``). Safe to do again after an interruption. The earlier run's
+    ``.hydra/`` (as it was before the stopped command's hydra rewrote it) is written back
+    with ``hydra_now`` (this command writes none of its own: ``resume=``), else kept to give
+    back if this command fails (:func:`runners.folder_lock.put_back_hydra`)."""
     from runners import folder_lock
 
     check(run_dir)
@@ -116,24 +147,34 @@ def put_back(run_dir: Path, files: Sequence[str], dirs: Sequence[str]) -> list[s
         return []
     names = (*files, *dirs)
     m = _manifest(aside, names)
-    moved = m["moved"] if m else [n for n in names if (aside / n).exists()]
+    # every name with a copy there comes back, whatever the manifest says (an edited one
+    # left result.json out, and it was removed with .earlier_run/; fuzzing, 3 Dec 2026)
+    there = [n for n in names if (aside / n).exists() or (aside / n).is_symlink()]
+    moved = list(dict.fromkeys([*(m["moved"] if m else []), *there]))
     back = []
-    for name in moved:
-        src = aside / name
-        if src.exists() or src.is_symlink():
-            _remove(run_dir / name)
-            src.replace(run_dir / name)
-            back.append(name)
-    if m is not None:  # the new command's files that the earlier run did not have
-        for name in names:
-            if name not in moved and name not in m["kept"]:
+    try:
+        for name in moved:
+            src = aside / name
+            if src.exists() or src.is_symlink():
                 _remove(run_dir / name)
-        copy = aside / HYDRA_COPY
-        if m["hydra"] and copy.is_dir():  # given back if this command fails too
-            snap = {
-                str(p.relative_to(copy)): p.read_bytes() for p in copy.rglob("*") if p.is_file()
-            }
-            folder_lock.replace_hydra_snapshot(run_dir, m["hydra"], snap)
+                src.replace(run_dir / name)
+                back.append(name)
+        if m is not None:  # the new command's files that the earlier run did not have
+            for name in names:
+                if name not in moved and name not in m["kept"]:
+                    _remove(run_dir / name)
+    except OSError as exc:
+        raise ValueError(
+            f"{run_dir}: cannot put the earlier run's files back from {EARLIER_RUN}/ "
+            f"({exc.strerror or exc}: {exc.filename}); they stay there until a runners.train "
+            "command in the folder can"
+        ) from None
+    copy = aside / HYDRA_COPY
+    if m is not None and m["hydra"] and copy.is_dir():
+        snap = {str(p.relative_to(copy)): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+        folder_lock.replace_hydra_snapshot(run_dir, m["hydra"], snap)
+        if hydra_now:  # a resume= writes no .hydra/ of its own: the earlier run's, now
+            folder_lock.put_back_hydra(run_dir)
     discard(run_dir)
     return back
 

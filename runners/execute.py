@@ -184,7 +184,12 @@ def run(cfg: DictConfig, out: Path, *, echo: Any = print) -> Any:
             + (f" ({', '.join(found)})" if found else " (a plan JSON from runners.*)")
         )
     if not Path(cfg.plan).is_file():
-        raise FileNotFoundError(f"plan={cfg.plan}: no such file (a plan JSON from runners.*)")
+        from runners.earlier_run import hint
+
+        raise FileNotFoundError(
+            f"plan={cfg.plan}: no such file"
+            + (hint(Path(cfg.plan).expanduser()) or " (a plan JSON from runners.*)")
+        )
     plan = Plan.load(cfg.plan)
     graph, cluster = resolve(plan, cfg.graph, cfg.cluster, source=str(cfg.plan))
     if len(plan.placement) != graph.num_nodes:  # "placement has shape (24,), expected (34,)"

@@ -35,17 +35,13 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
 
     policy_path = resolve_policy(cfg.policy)
     if not policy_path.exists():
-        from runners.earlier_run import EARLIER_RUN
+        from runners.earlier_run import hint
 
-        aside = policy_path.parent / EARLIER_RUN / policy_path.name
         raise ValueError(
-            f"policy={policy_path}: no such file "
+            f"policy={policy_path}: no such file"
             + (
-                f"(a runners.train command stopped before its first checkpoint (kill -9?) set "
-                f"it aside as {aside}; the next runners.train command in "
-                f"{policy_path.parent} puts it back)"
-                if aside.is_file()
-                else "(expected a file from export_policy, or 'generalist' for the shipped policy)"
+                hint(policy_path)
+                or " (expected a file from export_policy, or 'generalist' for the shipped policy)"
             )
         )
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -820,6 +820,11 @@ def check_output_dir(schema: type, argv: list[str]) -> None:
     if schema.__name__ != "TrainConfig" and (path / ".earlier_run").exists():
         # runners.plan there wrote a result.json, and the next runners.train command then
         # took the folder for the killed run's and deleted the earlier run (fuzzing, 3 Dec 2026)
+        from runners import folder_lock
+
+        holder = folder_lock.holder(path)
+        if holder is not None:  # a new run going on there, not a stopped one
+            raise ValueError(f"output_dir={given[-1]} is in use by {holder}; give another folder")
         raise ValueError(
             f"output_dir={given[-1]} holds a runners.train run set aside in .earlier_run/ by "
             "a command stopped before its first checkpoint (kill -9?); the next runners.train "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -688,7 +689,9 @@ def earlier_run_set_aside(run_dir: Path, keep: set[Path] = frozenset()) -> Itera
         yield moved
     except BaseException:
         # .earlier_run/ is there only while the new run has not made the folder its own
-        earlier_run.put_back(run_dir, names, RUN_DIRS)
+        if (run_dir / EARLIER_RUN).is_dir():
+            earlier_run.put_back(run_dir, names, RUN_DIRS)
+            earlier_run.GIVEN_BACK.add(os.path.realpath(run_dir))
         raise
     earlier_run.discard(run_dir)
 
@@ -699,7 +702,7 @@ def settle(run_dir: Path) -> None:
     earlier_run.discard(run_dir)
 
 
-def put_back_after_kill(run_dir: Path) -> list[str]:
+def put_back_after_kill(run_dir: Path, *, resume: bool = False) -> list[str]:
     """A command stopped by SIGKILL (or a power cut) cannot put the earlier run back, and left
     it in ``run_dir/.earlier_run/``: the next command in the folder does, byte for byte, and
     removes what the stopped command wrote in its place (its ``.hydra/`` too, if this command
@@ -709,7 +712,7 @@ def put_back_after_kill(run_dir: Path) -> list[str]:
     Until 3 Dec 2026 the next new run removed ``.earlier_run/`` unread, so a ``kill -9`` of a
     command before its first checkpoint lost the earlier run's result, and a folder whose
     killed command had not yet written its ``config.yaml`` kept ``.earlier_run/`` for ever."""
-    return earlier_run.put_back(run_dir, ("config.yaml", *RUN_FILES), RUN_DIRS)
+    return earlier_run.put_back(run_dir, ("config.yaml", *RUN_FILES), RUN_DIRS, hydra_now=resume)
 
 
 def _plan_with_baseline(
@@ -1159,7 +1162,7 @@ def train(
             from runners import folder_lock
 
             with folder_lock.held(folder, "train"):
-                _say_put_back(folder, put_back_after_kill(folder), echo)
+                _say_put_back(folder, put_back_after_kill(folder, resume=True), echo)
                 if (folder / "config.yaml").is_file():
                     return _train(cfg, run_dir, echo=echo, overrides=overrides)
         return _train(cfg, run_dir, echo=echo, overrides=overrides)  # refused there

@@ -364,6 +364,29 @@ def test_other_runners_refuse_a_folder_holding_a_set_aside_run(tmp_path: Path) -
         ):
             schema.check_output_dir(s, [f"output_dir={tmp_path / 'run'}"])
     schema.check_output_dir(schema.TrainConfig, [f"output_dir={tmp_path / 'run'}"])  # puts back
+    from runners import folder_lock
+
+    with folder_lock.held(tmp_path / "run", "train"):  # a new run going on: not "stopped"
+        with pytest.raises(ValueError, match=r"is in use by runners.train \(pid"):
+            schema.check_output_dir(schema.PlanConfig, [f"output_dir={tmp_path / 'run'}"])
+
+
+def test_ctrl_c_after_the_earlier_run_was_put_back_offers_no_resume(tmp_path: Path, capsys) -> None:
+    """Ctrl-C of a new run before its first checkpoint said "resume=DIR continues it", but
+    the folder was the earlier run's again: that resume continued the earlier run."""
+    import os
+
+    from runners import earlier_run
+    from runners.common import reported_errors
+
+    earlier_run.GIVEN_BACK.add(os.path.realpath(tmp_path))
+    try:
+        with pytest.raises(SystemExit), reported_errors(tmp_path, "train"):
+            raise KeyboardInterrupt
+    finally:
+        earlier_run.GIVEN_BACK.discard(os.path.realpath(tmp_path))
+    err = capsys.readouterr().err
+    assert "before its first checkpoint: the earlier run in" in err and "resume=" not in err
 
 
 def test_wall_clock_counts_a_session_killed_with_sigkill(tmp_path: Path) -> None:

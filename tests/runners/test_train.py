@@ -676,23 +676,26 @@ def test_the_next_command_puts_back_what_a_killed_command_set_aside(
     earlier, hydra = _files(run), _tree(run / ".hydra")
     cmd = [*cli, "train.timesteps=10000000", "train.checkpoint_every=100000",
            "agent.ppo.n_steps=64"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 200
 
-        def new_config() -> bool:  # the earlier run's is moved aside, then the new one written
-            try:
-                return (run / "config.yaml").read_bytes() != earlier["config.yaml"]
-            except FileNotFoundError:
-                return False
+    def new_config() -> bool:  # the earlier run's is moved aside, then the new one written
+        try:
+            return (run / "config.yaml").read_bytes() != earlier["config.yaml"]
+        except FileNotFoundError:
+            return False
 
-        while not new_config():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    def kill_a_new_run_once_it_has_set_the_earlier_one_aside() -> None:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 200
+            while not new_config():
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+
+    kill_a_new_run_once_it_has_set_the_earlier_one_aside()
     assert (run / ".earlier_run" / "result.json").is_file() and not (run / "result.json").exists()
     assert _tree(run / ".hydra") != hydra  # the killed command's
     # even a refused command puts it back, .hydra/ included (the killed command's replaced it)
@@ -706,6 +709,13 @@ def test_the_next_command_puts_back_what_a_killed_command_set_aside(
     }
     assert _tree(run / ".hydra") == hydra
     assert not (run / ".earlier_run").exists()
+    # killed again, then resume= (which writes no .hydra/ of its own) succeeds: the earlier
+    # run's .hydra/ is back too (it kept the killed command's; fuzzing, 3 Dec 2026)
+    kill_a_new_run_once_it_has_set_the_earlier_one_aside()
+    resumed = subprocess.run([sys.executable, "-m", "runners.train", f"resume={run}"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert resumed.returncode == 0 and "finished already" in resumed.stdout + resumed.stderr
+    assert _tree(run / ".hydra") == hydra and _files(run)["result.json"] == earlier["result.json"]
 
 
 def test_put_back_after_kill_keeps_inputs_and_a_folder_the_stopped_run_owns(
@@ -767,13 +777,42 @@ def test_put_back_after_kill_keeps_inputs_and_a_folder_the_stopped_run_owns(
     (run / ".earlier_run" / "checkpoint.pkl").replace(run / "checkpoint.pkl")
     put_back_after_kill(run)
     assert _files(run) == earlier
-    # a manifest edited by hand: the files with a copy come back, nothing else is removed
-    for text in ("null", "123", '["config.yaml"]', "{bad"):
+    # a manifest edited by hand: the files with a copy come back, nothing else is removed;
+    # one that leaves out a file with a copy there, or names another folder as hydra's
+    # output folder (which was removed), is not followed (fuzzing, 3 Dec 2026)
+    left_out = '{"moved": ["config.yaml"], "kept": [], "hydra": null}'
+    for text in ("null", "123", '["config.yaml"]', "{bad", left_out):
         fresh()
         killed()
         (run / ".earlier_run" / MANIFEST).write_text(text)
         put_back_after_kill(run)
         assert {k: v for k, v in _files(run).items() if k != "baselines.json"} == earlier
+    from runners.earlier_run import _manifest
+
+    for hydra in (".", "..", "/tmp", "a/b", ""):
+        (run / ".earlier_run").mkdir(exist_ok=True)
+        (run / ".earlier_run" / MANIFEST).write_text(
+            json.dumps({"moved": [], "kept": [], "hydra": hydra})
+        )
+        assert _manifest(run / ".earlier_run", ("config.yaml",)) is None, hydra
+    assert _manifest(run / ".earlier_run", ("config.yaml",)) is None
+    shutil.rmtree(run / ".earlier_run")
+    # a file that cannot be moved aside: one line, and the folder as it was
+    fresh()
+    real = Path.replace
+
+    def stuck(self: Path, target: object) -> Path:
+        if self.name == "result.json" and ".earlier_run" not in str(self):
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return real(self, target)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Path, "replace", stuck)
+        with pytest.raises(
+            ValueError, match=r"cannot set the earlier run's files aside .*Operation not permitted"
+        ):
+            killed()
+    assert _files(run) == earlier and not (run / ".earlier_run").exists()
     fresh()
     (run / ".earlier_run").write_text("x")
     with pytest.raises(ValueError, match=r"\.earlier_run is a file, not the folder"):
