@@ -955,7 +955,14 @@ def check_init_policy_network(agent_cfg: Mapping[str, Any]) -> None:
     import agents
 
     # loaded here in any case: a missing or broken file was refused after the baselines ran
-    network = agents.load_policy(str(init)).network
+    try:
+        network = agents.load_policy(str(init)).network
+    except ValueError as exc:
+        path = Path(str(init)).expanduser()
+        said = earlier_run.hint(path) if not path.exists() else ""
+        if not said:
+            raise
+        raise ValueError(f"agent.init_policy={init}: no such file{said}") from exc
     if wanted in (None, "auto"):
         return
     if network != wanted:

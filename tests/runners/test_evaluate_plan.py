@@ -447,6 +447,9 @@ def test_plan_names_a_policy_a_killed_training_command_set_aside(tmp_path: Path)
         ValueError, match=r"no such file \(a runners.train command stopped .* set it aside as"
     ):
         plan(cfg, tmp_path / "p", echo=lambda s: None)
+    ov = ["+env=gpt2_tiny_cpu4", "logger=none", f"agent.init_policy={run / 'policy.pt'}"]
+    with pytest.raises(ValueError, match=r"agent.init_policy=.*: no such file \(a runners.train"):
+        train(compose(ov), tmp_path / "t", echo=lambda s: None)
 
 
 def test_a_refused_evaluate_leaves_the_earlier_config_and_hydra_files(tmp_path: Path) -> None:
