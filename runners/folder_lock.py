@@ -175,13 +175,9 @@ def remember_hydra(folder: str | Path, subdir: str) -> None:
     ``config.yaml`` and ``result.json``, before hydra writes its files for this run."""
     folder = Path(folder)
     files = sorted(p for p in (folder / subdir).rglob("*") if p.is_file())
-    if not files:
-        return
-    _EARLIER_HYDRA[os.path.realpath(folder)] = {
-        "subdir": subdir,
-        "files": {str(p.relative_to(folder / subdir)): p.read_bytes() for p in files},
-        "markers": {n: _read(folder / n) for n in _RUN_MARKERS},
-    }
+    if files:
+        rel = {str(p.relative_to(folder / subdir)): p.read_bytes() for p in files}
+        replace_hydra_snapshot(folder, subdir, rel)
 
 
 def put_back_hydra(folder: str | Path) -> bool:

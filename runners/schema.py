@@ -584,15 +584,16 @@ def saved_train_config(run_dir: Path) -> Any:
     empty file or a foreign key raised a traceback or named no file)."""
     from omegaconf import OmegaConf
 
+    from runners.common import first_line  # runners.common imports this module
+
     saved = Path(run_dir) / "config.yaml"
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(saved))
         OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except Exception as exc:  # noqa: BLE001 - yaml's and omegaconf's errors, named below
-        why = " ".join((str(exc).strip().splitlines() or [""])[0].split())
         raise ValueError(
             f"resume={run_dir}: {saved} is not the config of a runners.train run "
-            f"({type(exc).__name__}: {why})"
+            f"({type(exc).__name__}: {first_line(exc)})"
         ) from None
     return cfg
 
@@ -602,7 +603,9 @@ def is_train_run_folder(folder: Path) -> bool:
     aside in ``.earlier_run/`` by a command stopped before its first checkpoint (put back by
     the next ``runners.train`` command). ``resume=`` of any other folder leaves it as it is:
     no lock file, ``error.txt`` or ``train.log`` (3 Dec 2026)."""
-    for where in (Path(folder), Path(folder) / ".earlier_run"):
+    from runners.earlier_run import EARLIER_RUN
+
+    for where in (Path(folder), Path(folder) / EARLIER_RUN):
         if (where / "config.yaml").is_file():
             try:
                 saved_train_config(where)
@@ -817,7 +820,9 @@ def check_output_dir(schema: type, argv: list[str]) -> None:
     if path.exists() and not path.is_dir():
         raise ValueError(f"output_dir={given[-1]} is a file; give a folder (made if missing)")
     _check_creatable(path, given[-1])
-    if schema.__name__ != "TrainConfig" and (path / ".earlier_run").exists():
+    from runners.earlier_run import EARLIER_RUN
+
+    if schema.__name__ != "TrainConfig" and (path / EARLIER_RUN).exists():
         # runners.plan there wrote a result.json, and the next runners.train command then
         # took the folder for the killed run's and deleted the earlier run (fuzzing, 3 Dec 2026)
         from runners import folder_lock
