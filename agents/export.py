@@ -178,7 +178,10 @@ def network_payload(
 
 def resolve_policy(path: str | Path) -> Path:
     """The file of a policy: a shipped name (``"generalist"``, under ``agents/pretrained/``)
-    unless a file of that name exists, else ``path`` itself."""
+    unless a *file* of that name exists, else ``path`` itself. A folder of that name never
+    shadows it: a run folder ``generalist/`` (``output_dir=generalist``) in the current
+    folder made ``runners.plan`` without ``policy=`` fail with "generalist is a folder"
+    (4 Dec 2026)."""
     from agents.generalist import shipped_path
 
     p = check_path(path, "policy", "a shipped policy name or a file path")
@@ -188,7 +191,7 @@ def resolve_policy(path: str | Path) -> Path:
             "e.g. outputs/train/DATE/TIME/policy.pt"
         )
     shipped = shipped_path(str(path))
-    if shipped is not None and not p.exists():
+    if shipped is not None and not p.is_file():
         if not shipped.exists():
             raise ValueError(f"policy {str(path)!r}: the shipped file {shipped} is missing")
         return shipped
@@ -385,7 +388,7 @@ def load_policy(path: str | Path) -> ExportedPolicy:
     except ValueError as exc:
         from agents.generalist import shipped_path
 
-        if shipped_path(str(given)) is not None and Path(given).exists():
+        if shipped_path(str(given)) is not None and Path(given).is_file():
             # a stray file of a shipped policy's name took its place (fuzzing, 2 Dec 2026)
             raise ValueError(
                 f"{exc} (a file named {str(given)!r} in {Path.cwd()} is read instead of the "

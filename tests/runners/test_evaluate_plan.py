@@ -506,3 +506,30 @@ def test_problem_identity_tells_scoring_models_and_env_kinds_apart() -> None:
     assert cal.cluster.content_hash() == p.cluster.content_hash()  # by design
     got = common.problem_identity(cal)
     assert got["hybrid_model"].startswith("CpuHybridModel ") and got != h
+
+
+@pytest.mark.timeout(240)
+def test_a_folder_named_generalist_does_not_shadow_the_shipped_policy(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A run folder ``generalist/`` in the current folder (``output_dir=generalist``) made
+    ``runners.plan`` without ``policy=`` fail with "generalist is a folder" (4 Dec 2026): a
+    folder is never a policy file, so the shipped name wins; a *file* of that name still
+    does (the documented rule, ``tests/agents/test_generalist.py``)."""
+    import hashlib
+
+    from agents import load_policy
+    from agents.export import resolve_policy
+    from agents.generalist import shipped_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "generalist").mkdir()
+    (tmp_path / "generalist" / "result.json").write_text("{}\n")
+    shipped = shipped_path("generalist")
+    assert resolve_policy("generalist") == shipped
+    assert load_policy("generalist").meta == load_policy(shipped).meta
+    cfg = compose(["+env=gpt2_tiny_cpu4", "samples=2"], config="plan")  # no policy=
+    res = plan(cfg, tmp_path / "p", echo=lambda s: None)
+    assert res["policy_file"] == str(shipped.resolve())
+    assert res["policy_sha256"] == hashlib.sha256(shipped.read_bytes()).hexdigest()
+    assert res["step_time"] > 0 and res["oom"] is False
