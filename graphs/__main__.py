@@ -88,7 +88,10 @@ def _load(args: argparse.Namespace) -> CompGraph:
     from graphs import zoo
 
     target = args.target
-    if Path(target).suffix == ".json" or Path(target).exists():
+    # a folder of a zoo model's name in the current folder (`bert-base/`, a run's output)
+    # read as a graph file: "bert-base: cannot read file (Is a directory)" (4 Dec 2026)
+    is_file = Path(target).is_file() or (Path(target).exists() and target not in zoo.names())
+    if Path(target).suffix == ".json" or is_file:
         from graphs import io
 
         ignored = [f for f, v in (("--batch", args.batch), ("--seq", args.seq),

@@ -96,3 +96,21 @@ def test_info_refuses_flags_it_would_ignore_or_pass_twice(
     assert main(gpt) == 0
     out = capsys.readouterr().out
     assert "graph            gpt" in out and "nodes            18  (fwd 6, bwd 6, opt 6)" in out
+
+
+def test_a_folder_named_like_a_zoo_model_does_not_shadow_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder ``gpt2/`` in the current folder (a run's output) was read as a graph file:
+    "gpt2: cannot read file (Is a directory)" (4 Dec 2026). A zoo name names the model
+    unless a *file* of that name exists; a folder of another name is still refused."""
+    monkeypatch.setenv("DEVPLACE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").mkdir()
+    args = ["info", "gpt2", "--batch", "2", "--seq", "8", "-c", "n_layer=1", "-c", "d_model=32",
+            "-c", "n_head=2", "-c", "vocab=50", "--max-groups", "4"]  # fmt: skip
+    assert main(args) == 0
+    assert "groups           4" in capsys.readouterr().out
+    (tmp_path / "other").mkdir()
+    assert main(["info", "other"]) == 2
+    assert "other: cannot read file (Is a directory)" in capsys.readouterr().err
