@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -86,7 +87,7 @@ def evaluate(
         )
     if runs:
         folders = run_folders(runs)
-        rows = [row_of_run(p) for p in folders]
+        rows = label_policies_apart([row_of_run(p) for p in folders])
         check_one_problem_per_env(rows, folders)
         check_one_run_per_seed(rows, folders)
         notes = [f"left out, no result.json: {why}" for why in unfinished_runs(runs)]
@@ -346,8 +347,15 @@ def row_of_run(run: Path) -> dict[str, Any]:
         f.obj(res, "", required=("env", "policy", "step_time"), free=True)
         agent = f"plan:{policy_label(f.string(res['policy'], 'policy'))}"
         step_key, seed = "step_time", 0
+        # which weights planned (since 3 Dec 2026): two policies of one label told apart
+        if "policy_sha256" in res:
+            policy = {"sha256": f.string(res["policy_sha256"], "policy_sha256")}
+        else:
+            policy = {"file": res["policy"]}
     else:
         raise ValueError(f"{path}: neither a runners.train nor a runners.plan result")
+    if "best_step_time" in res:
+        policy = None
 
     def seconds(key: str, *, positive: bool = False) -> float | None:
         v = res.get(key)
@@ -367,7 +375,27 @@ def row_of_run(run: Path) -> dict[str, Any]:
         "wall_seconds": round(wall or 0.0, 2),
         # what was planned (graph, cluster, scoring); absent in runs from before 30 Nov 2026
         "problem": f.obj(res["problem"], "problem", free=True) if "problem" in res else None,
+        "policy": policy,
     }
+
+
+def label_policies_apart(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``runners.plan`` rows of one label (``plan:FOLDER``, ``plan:generalist``) planned by
+    different weights -- two training runs whose folders share a name (``a/train``,
+    ``b/train``), or the shipped policy of two releases -- get the label and the first 8
+    hex digits of their policy's SHA-256 (``plan:train@1a2b3c4d``; the policy file for
+    runs from before 3 Dec 2026, which record no digest). They were one table row averaged
+    over different policies, or, on one env, refused as "two runs of one seed" (4 Dec
+    2026). Rows of one policy keep the plain label."""
+    seen: dict[str, set[str]] = {}
+    for r in rows:
+        if r.get("policy"):
+            seen.setdefault(r["agent"], set()).add(json.dumps(r["policy"], sort_keys=True))
+    for r in rows:
+        pol = r.get("policy")
+        if pol and len(seen[r["agent"]]) > 1:
+            r["agent"] += "@" + (pol["sha256"][:8] if "sha256" in pol else str(pol["file"]))
+    return rows
 
 
 def _write_all(

@@ -533,3 +533,44 @@ def test_a_folder_named_generalist_does_not_shadow_the_shipped_policy(
     assert res["policy_file"] == str(shipped.resolve())
     assert res["policy_sha256"] == hashlib.sha256(shipped.read_bytes()).hexdigest()
     assert res["step_time"] > 0 and res["oom"] is False
+
+
+@pytest.mark.timeout(300)
+def test_plans_of_two_policies_whose_folders_share_a_name_are_told_apart(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """``runners.plan`` runs of ``a/train/policy.pt`` and ``b/train/policy.pt`` (two trained
+    policies) were both ``plan:train``: on one env refused as "two runs of one seed", across
+    envs one table row of two policies (4 Dec 2026). Now each label carries its weights'
+    digest; one policy planned on two envs keeps the plain label."""
+    import hashlib
+
+    ov = [*small_env(graph_file), "env.baselines=[]", "train.timesteps=128", "agent.ppo.n_steps=64"]
+    digests = {}
+    for name, seed in (("a", 0), ("b", 1)):
+        train(compose([*ov, f"seed={seed}"]), tmp_path / name / "train", echo=lambda s: None)
+        pol = tmp_path / name / "train" / "policy.pt"
+        digests[name] = hashlib.sha256(pol.read_bytes()).hexdigest()
+    assert digests["a"] != digests["b"]
+
+    def plan_with(name: str, env: str, out: str) -> Path:
+        cfg = compose(
+            [f"policy={tmp_path / name / 'train' / 'policy.pt'}", f"+env={env}",
+             f"env.graph_file={graph_file}", "env.model=null", "samples=2"],
+            config="plan",
+        )  # fmt: skip
+        plan(cfg, tmp_path / out, echo=lambda s: None)
+        return tmp_path / out
+
+    runs = [plan_with("a", "rnnlm_k40_4", "pa"), plan_with("b", "rnnlm_k40_4", "pb")]
+    cfg = compose([f"runs=[{','.join(map(str, runs))}]"], config="evaluate")
+    rows = evaluate(cfg, tmp_path / "cmp", echo=lambda s: None)
+    assert sorted(r["agent"] for r in rows) == sorted(
+        f"plan:train@{digests[n][:8]}" for n in ("a", "b")
+    )
+    assert f"plan:train@{digests['a'][:8]}" in (tmp_path / "cmp" / "results.md").read_text()
+    # one policy on two envs: one label, no digest
+    runs = [plan_with("a", "rnnlm_k40_4", "qa"), plan_with("a", "rnnlm_k40_2", "qb")]
+    cfg = compose([f"runs=[{','.join(map(str, runs))}]"], config="evaluate")
+    rows = evaluate(cfg, tmp_path / "cmp2", echo=lambda s: None)
+    assert [r["agent"] for r in rows] == ["plan:train", "plan:train"]
