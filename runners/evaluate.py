@@ -88,6 +88,7 @@ def evaluate(
     if runs:
         folders = run_folders(runs)
         rows = label_policies_apart([row_of_run(p) for p in folders])
+        rows = label_configs_apart(rows, folders)
         check_one_problem_per_env(rows, folders)
         check_one_run_per_seed(rows, folders)
         notes = [f"left out, no result.json: {why}" for why in unfinished_runs(runs)]
@@ -330,6 +331,61 @@ def policy_label(policy: str) -> str:
     return path.parent.name
 
 
+#: Keys of a run's ``config.yaml`` that do not make it another method: where it ran, how
+#: it logged and checkpointed, and the seed (a row's mean is over seeds).
+NOT_THE_METHOD = (
+    "seed", "output_dir", "resume", "torch_threads", "logger.", "train.progress",
+    "train.checkpoint_every", "train.crash_after_updates",
+)  # fmt: skip
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix[:-1]: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}."))
+    return out
+
+
+def label_configs_apart(
+    rows: list[dict[str, Any]], folders: Sequence[Path]
+) -> list[dict[str, Any]]:
+    """``runners.train`` runs of one env and agent whose configs differ in a setting of the
+    method -- a sweep over ``agent.ppo.learning_rate``, ``train.timesteps`` or
+    ``env.baselines`` -- get the differing settings in their label,
+    ``placeto[agent.ppo.learning_rate=0.001]``: such a sweep's runs of one seed were refused
+    as "two runs of one seed", and of different seeds averaged into one row (4 Dec 2026).
+    Settings that are not the method (:data:`NOT_THE_METHOD`), and keys an older run's
+    config lacks, are left out; runs without a readable ``config.yaml`` keep their label."""
+    from omegaconf import OmegaConf
+
+    configs: dict[int, dict[str, Any]] = {}
+    for i, (row, folder) in enumerate(zip(rows, folders)):
+        path = Path(folder) / "config.yaml"
+        if row.get("kind") != "train" or not path.is_file():
+            continue
+        try:
+            flat = _flat(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
+        except Exception:  # noqa: BLE001 - not a config: the row keeps its label
+            continue
+        configs[i] = {
+            k: v for k, v in flat.items()
+            if not any(k == n or (n.endswith(".") and k.startswith(n)) for n in NOT_THE_METHOD)
+        }  # fmt: skip
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i in configs:
+        groups.setdefault((rows[i]["env"], rows[i]["agent"]), []).append(i)
+    for members in groups.values():
+        # keys every run records: a key added since an older run is not a difference
+        keys = sorted(set.intersection(*(set(configs[i]) for i in members)))
+        differ = [k for k in keys if len({repr(configs[i].get(k)) for i in members}) > 1]
+        for i in members if differ else ():
+            shown = ",".join(f"{k}={configs[i].get(k)}" for k in differ)
+            rows[i]["agent"] += f"[{shown}]"
+    return rows
+
+
 def row_of_run(run: Path) -> dict[str, Any]:
     """One table row from a ``runners.train`` or ``runners.plan`` run's ``result.json``, read
     strictly: a wrong type, a negative or non-finite figure is a ``ValueError`` naming the
@@ -343,6 +399,15 @@ def row_of_run(run: Path) -> dict[str, Any]:
         f.obj(res, "", required=("env", "agent", "best_step_time"), free=True)
         agent = f.string(res["agent"], "agent")
         step_key, seed = "best_step_time", f.integer(res.get("seed", 0), "seed", lo=0)
+        # a run started from a policy (agent.init_policy=generalist, since 4 Dec 2026) is
+        # another method than the same agent from scratch: it was their row, averaged, or
+        # on one seed refused as two runs of one seed
+        meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
+        policy = None
+        if meta.get("init_policy"):
+            agent += f"+{policy_label(f.string(meta['init_policy'], 'meta.init_policy'))}"
+            if "init_policy_sha256" in meta:
+                policy = {"sha256": f.string(meta["init_policy_sha256"], "meta.init_policy_sha256")}
     elif "planning_seconds" in res:  # runners.plan
         f.obj(res, "", required=("env", "policy", "step_time"), free=True)
         agent = f"plan:{policy_label(f.string(res['policy'], 'policy'))}"
@@ -354,8 +419,6 @@ def row_of_run(run: Path) -> dict[str, Any]:
             policy = {"file": res["policy"]}
     else:
         raise ValueError(f"{path}: neither a runners.train nor a runners.plan result")
-    if "best_step_time" in res:
-        policy = None
 
     def seconds(key: str, *, positive: bool = False) -> float | None:
         v = res.get(key)
@@ -376,12 +439,13 @@ def row_of_run(run: Path) -> dict[str, Any]:
         # what was planned (graph, cluster, scoring); absent in runs from before 30 Nov 2026
         "problem": f.obj(res["problem"], "problem", free=True) if "problem" in res else None,
         "policy": policy,
+        "kind": "train" if "best_step_time" in res else "plan",
     }
 
 
 def label_policies_apart(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``runners.plan`` rows of one label (``plan:FOLDER``, ``plan:generalist``) planned by
-    different weights -- two training runs whose folders share a name (``a/train``,
+    """Rows of one label planned by (``plan:FOLDER``, ``plan:generalist``) or started from
+    (``ppo+FOLDER``, ``ppo+generalist``: ``agent.init_policy``) different weights -- two training runs whose folders share a name (``a/train``,
     ``b/train``), or the shipped policy of two releases -- get the label and the first 8
     hex digits of their policy's SHA-256 (``plan:train@1a2b3c4d``; the policy file for
     runs from before 3 Dec 2026, which record no digest). They were one table row averaged

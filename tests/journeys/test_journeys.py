@@ -169,6 +169,20 @@ def test_sweep_then_compare(tmp_path: Path) -> None:
     assert "| my_model | metis |" in table and "| my_model | expert |" in table
 
 
+def test_a_sweep_over_a_setting_and_seeds_then_compare(tmp_path: Path) -> None:
+    """A hyperparameter sweep with seeds, then its comparison: one row per value, averaged
+    over the seeds (it was refused as "two runs of one seed", 4 Dec 2026)."""
+    sweep = tmp_path / "sweep"
+    cli("runners.train", "-m", "+env=my_model", "agent=anneal", "agent.budget=4,16",
+        "seed=0,1", "env.baselines=[]", "logger=none", f"hydra.sweep.dir={sweep}")  # fmt: skip
+    p = cli("runners.evaluate", f"runs=[{sweep}]", f"output_dir={tmp_path / 'cmp'}")
+    assert "4 runs" in last_line(p)
+    table = (tmp_path / "cmp" / "results.md").read_text()
+    for budget in (4, 16):
+        row = next(ln for ln in table.splitlines() if f"anneal[agent.budget={budget}]" in ln)
+        assert row.startswith(f"| my_model | anneal[agent.budget={budget}] | ") and "| 2/2 |" in row
+
+
 @pytest.mark.parametrize(
     "args,message",
     [

@@ -348,13 +348,40 @@ def test_evaluate_refuses_runs_of_one_env_name_on_different_problems(tmp_path: P
 
 
 def test_evaluate_refuses_two_runs_of_one_seed(tmp_path: Path) -> None:
-    """Found by fuzzing: seed 0 trained twice (other settings) was averaged as two seeds."""
+    """Found by fuzzing: seed 0 trained twice was averaged as two seeds. Runs of one seed
+    whose settings differ are two methods, labelled by the settings (4 Dec 2026; they were
+    refused too); the same settings twice are refused."""
     base = ["+env=gpt2_tiny_cpu4", "agent=metis", "logger=none", "env.baselines=[]"]
     train(compose(base), tmp_path / "a", echo=lambda s: None)
     train(compose([*base[:-1], "env.baselines=[expert]"]), tmp_path / "b", echo=lambda s: None)
-    cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / 'b'}]"], config="evaluate")
+    train(compose(base), tmp_path / "c", echo=lambda s: None)
+    cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / 'c'}]"], config="evaluate")
     with pytest.raises(ValueError, match=r"are both env 'gpt2_tiny_cpu4', agent 'metis', seed 0"):
         evaluate(cfg, tmp_path / "cmp", echo=lambda s: None)
+    cfg = compose([f"runs=[{tmp_path / 'a'},{tmp_path / 'b'}]"], config="evaluate")
+    rows = evaluate(cfg, tmp_path / "cmp2", echo=lambda s: None)
+    assert [r["agent"] for r in rows] == [
+        "metis[env.baselines=[]]",
+        "metis[env.baselines=['expert']]",
+    ]
+
+
+def test_a_sweep_over_a_setting_is_one_row_per_value_averaged_over_seeds(tmp_path: Path) -> None:
+    """``-m agent.budget=4,8 seed=0,1``: its four runs were refused as "two runs of one
+    seed" (4 Dec 2026); each budget is now its own row, averaged over its two seeds, and
+    settings that are not the method (the logger, the output folder) label nothing."""
+    base = ["+env=gpt2_tiny_cpu4", "agent=anneal", "env.baselines=[]"]
+    for budget in (4, 8):
+        for seed in (0, 1):
+            log = "logger=none" if seed == 0 else "logger=tensorboard"
+            train(compose([*base, log, f"agent.budget={budget}", f"seed={seed}"]),
+                  tmp_path / f"b{budget}" / f"s{seed}", echo=lambda s: None)  # fmt: skip
+    cfg = compose([f"runs=[{tmp_path}]"], config="evaluate")
+    cells = aggregate(evaluate(cfg, tmp_path / "cmp", echo=lambda s: None))
+    assert [(c["agent"], c["runs"]) for c in cells] == [
+        ("anneal[agent.budget=4]", 2),
+        ("anneal[agent.budget=8]", 2),
+    ]
 
 
 def test_evaluate_names_the_run_folders_it_leaves_out(tmp_path: Path) -> None:
@@ -574,3 +601,20 @@ def test_plans_of_two_policies_whose_folders_share_a_name_are_told_apart(
     cfg = compose([f"runs=[{','.join(map(str, runs))}]"], config="evaluate")
     rows = evaluate(cfg, tmp_path / "cmp2", echo=lambda s: None)
     assert [r["agent"] for r in rows] == ["plan:train", "plan:train"]
+
+
+@pytest.mark.timeout(300)
+def test_a_run_started_from_a_policy_is_another_row_than_the_agent_from_scratch(
+    graph_file: Path, tmp_path: Path
+) -> None:
+    """PPO from scratch and PPO from the generalist (``agent.init_policy=generalist``) of one
+    env and seed -- the comparison docs/generalisation.md makes -- were both ``gdp``: refused
+    as "two runs of one seed" (across seeds: one row averaging both; 4 Dec 2026)."""
+    ov = [*small_env(graph_file), "agent=gdp", "env.baselines=[]", "train.timesteps=32",
+          "agent.ppo.n_steps=16"]  # fmt: skip
+    train(compose(ov), tmp_path / "scratch", echo=lambda s: None)
+    train(compose([*ov, "agent.init_policy=generalist"]), tmp_path / "init", echo=lambda s: None)
+    cfg = compose([f"runs=[{tmp_path / 'scratch'},{tmp_path / 'init'}]"], config="evaluate")
+    rows = evaluate(cfg, tmp_path / "cmp", echo=lambda s: None)
+    assert sorted(r["agent"] for r in rows) == ["gdp", "gdp+generalist"]
+    assert "gdp+generalist" in (tmp_path / "cmp" / "results.md").read_text()
