@@ -285,7 +285,8 @@ def check_one_run_per_seed(rows: Sequence[dict[str, Any]], folders: Sequence[Pat
             raise ValueError(
                 f"runs: {first[key]} and {folder} are both env {key[0]!r}, agent {key[1]!r}, "
                 f"seed {key[2]}: a row averages over seeds, so compare one run per seed "
-                "(runners.plan runs count as seed 0 of plan:POLICY_FOLDER)"
+                "(a runners.plan run is seed S of plan:POLICY_FOLDER, its seed=S; 0 for "
+                "runs from before 4 Dec 2026)"
             )
         first[key] = folder
 
@@ -331,6 +332,10 @@ def policy_label(policy: str) -> str:
     return path.parent.name
 
 
+#: What a ``runners.plan`` run's ``result.json`` records of how it planned: runs of one
+#: policy that differ in one of these are rows of their own (``plan:generalist[samples=16]``).
+PLAN_SETTINGS = ("samples", "greedy", "decode", "penalty", "temperature", "link_exponent")
+
 #: Keys of a run's ``config.yaml`` that do not make it another method: where it ran, how
 #: it logged and checkpointed, and the seed (a row's mean is over seeds).
 NOT_THE_METHOD = (
@@ -356,12 +361,17 @@ def label_configs_apart(
     ``env.baselines`` -- get the differing settings in their label,
     ``placeto[agent.ppo.learning_rate=0.001]``: such a sweep's runs of one seed were refused
     as "two runs of one seed", and of different seeds averaged into one row (4 Dec 2026).
+    ``runners.plan`` runs of one policy are told apart by :data:`PLAN_SETTINGS` (``-m
+    samples=16,1024``).
     Settings that are not the method (:data:`NOT_THE_METHOD`), and keys an older run's
     config lacks, are left out; runs without a readable ``config.yaml`` keep their label."""
     from omegaconf import OmegaConf
 
     configs: dict[int, dict[str, Any]] = {}
     for i, (row, folder) in enumerate(zip(rows, folders)):
+        if row.get("kind") == "plan":  # its settings are in its result.json
+            configs[i] = dict(row["settings"])
+            continue
         path = Path(folder) / "config.yaml"
         if row.get("kind") != "train" or not path.is_file():
             continue
@@ -403,7 +413,7 @@ def row_of_run(run: Path) -> dict[str, Any]:
         # another method than the same agent from scratch: it was their row, averaged, or
         # on one seed refused as two runs of one seed
         meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
-        policy = None
+        policy, settings = None, None  # a train run's settings: its config.yaml
         if meta.get("init_policy"):
             agent += f"+{policy_label(f.string(meta['init_policy'], 'meta.init_policy'))}"
             if "init_policy_sha256" in meta:
@@ -411,7 +421,9 @@ def row_of_run(run: Path) -> dict[str, Any]:
     elif "planning_seconds" in res:  # runners.plan
         f.obj(res, "", required=("env", "policy", "step_time"), free=True)
         agent = f"plan:{policy_label(f.string(res['policy'], 'policy'))}"
-        step_key, seed = "step_time", 0
+        # the plan's seed= (recorded since 4 Dec 2026; every plan run was seed 0 before)
+        step_key, seed = "step_time", f.integer(res.get("seed", 0), "seed", lo=0)
+        settings = {k: res[k] for k in PLAN_SETTINGS if k in res}
         # which weights planned (since 3 Dec 2026): two policies of one label told apart
         if "policy_sha256" in res:
             policy = {"sha256": f.string(res["policy_sha256"], "policy_sha256")}
@@ -440,6 +452,7 @@ def row_of_run(run: Path) -> dict[str, Any]:
         "problem": f.obj(res["problem"], "problem", free=True) if "problem" in res else None,
         "policy": policy,
         "kind": "train" if "best_step_time" in res else "plan",
+        "settings": settings,
     }
 
 

@@ -107,6 +107,8 @@ def plan(cfg: DictConfig, run_dir: Path, *, echo: Callable[[str], None] = print)
         "planning_seconds": seconds,
         "oracle_calls": int(oracle.calls),
         "samples": samples,
+        "seed": int(cfg.seed),  # runners.evaluate averages plan seeds like training seeds
+        "greedy": bool(cfg.greedy),
         "decode": the_plan.meta.get("decode"),
         "penalty": the_plan.meta.get("penalty"),
         "temperature": the_plan.meta.get("temperature"),

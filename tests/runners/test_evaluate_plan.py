@@ -618,3 +618,23 @@ def test_a_run_started_from_a_policy_is_another_row_than_the_agent_from_scratch(
     rows = evaluate(cfg, tmp_path / "cmp", echo=lambda s: None)
     assert sorted(r["agent"] for r in rows) == ["gdp", "gdp+generalist"]
     assert "gdp+generalist" in (tmp_path / "cmp" / "results.md").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_plan_runs_of_other_seeds_and_samples_are_seeds_and_rows(tmp_path: Path) -> None:
+    """``runners.plan -m samples=4,16 seed=0,1``: every plan run counted as seed 0 of
+    ``plan:generalist``, so the sweep was refused as "two runs of one seed" (4 Dec 2026).
+    The plan's seed is its seed now, and the number of samples its own row."""
+    for samples in (4, 16):
+        for seed in (0, 1):
+            cfg = compose(["+env=gpt2_tiny_cpu4", f"samples={samples}", f"seed={seed}",
+                           "progress=false"], config="plan")  # fmt: skip
+            res = plan(cfg, tmp_path / f"k{samples}" / f"s{seed}", echo=lambda s: None)
+            assert res["seed"] == seed and res["samples"] == samples and res["greedy"] is True
+    rows = evaluate(compose([f"runs=[{tmp_path}]"], config="evaluate"), tmp_path / "cmp",
+                    echo=lambda s: None)  # fmt: skip
+    assert sorted((r["agent"], r["seed"]) for r in rows) == [
+        ("plan:generalist[samples=16]", 0), ("plan:generalist[samples=16]", 1),
+        ("plan:generalist[samples=4]", 0), ("plan:generalist[samples=4]", 1),
+    ]  # fmt: skip
+    assert [c["runs"] for c in aggregate(rows)] == [2, 2]
