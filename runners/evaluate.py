@@ -458,12 +458,13 @@ def row_of_run(run: Path) -> dict[str, Any]:
 
 def label_policies_apart(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of one label planned by (``plan:FOLDER``, ``plan:generalist``) or started from
-    (``ppo+FOLDER``, ``ppo+generalist``: ``agent.init_policy``) different weights -- two training runs whose folders share a name (``a/train``,
-    ``b/train``), or the shipped policy of two releases -- get the label and the first 8
-    hex digits of their policy's SHA-256 (``plan:train@1a2b3c4d``; the policy file for
-    runs from before 3 Dec 2026, which record no digest). They were one table row averaged
-    over different policies, or, on one env, refused as "two runs of one seed" (4 Dec
-    2026). Rows of one policy keep the plain label."""
+    (``ppo+FOLDER``, ``ppo+generalist``: ``agent.init_policy``) different weights -- two
+    training runs whose folders share a name (``a/train``, ``b/train``), or the shipped
+    policy of two releases -- get the label and the first 8 hex digits of their policy's
+    SHA-256 (``plan:train@1a2b3c4d``; the policy file for plan runs from before 3 Dec 2026,
+    which record no digest). They were one table row averaged over different policies, or,
+    on one env, refused as "two runs of one seed" (4 Dec 2026). Rows of one policy keep the
+    plain label."""
     seen: dict[str, set[str]] = {}
     for r in rows:
         if r.get("policy"):
