@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -87,8 +86,7 @@ def evaluate(
         )
     if runs:
         folders = run_folders(runs)
-        rows = label_policies_apart([row_of_run(p) for p in folders])
-        rows = label_configs_apart(rows, folders)
+        rows = label_configs_apart(label_policies_apart([row_of_run(p) for p in folders]))
         check_one_problem_per_env(rows, folders)
         check_one_run_per_seed(rows, folders)
         notes = [f"left out, no result.json: {why}" for why in unfinished_runs(runs)]
@@ -353,46 +351,39 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def label_configs_apart(
-    rows: list[dict[str, Any]], folders: Sequence[Path]
-) -> list[dict[str, Any]]:
-    """``runners.train`` runs of one env and agent whose configs differ in a setting of the
-    method -- a sweep over ``agent.ppo.learning_rate``, ``train.timesteps`` or
-    ``env.baselines`` -- get the differing settings in their label,
-    ``placeto[agent.ppo.learning_rate=0.001]``: such a sweep's runs of one seed were refused
-    as "two runs of one seed", and of different seeds averaged into one row (4 Dec 2026).
-    ``runners.plan`` runs of one policy are told apart by :data:`PLAN_SETTINGS` (``-m
-    samples=16,1024``).
-    Settings that are not the method (:data:`NOT_THE_METHOD`), and keys an older run's
-    config lacks, are left out; runs without a readable ``config.yaml`` keep their label."""
+def train_settings(run: Path) -> dict[str, Any] | None:
+    """A ``runners.train`` run's ``config.yaml`` as dotted keys, without the keys that are
+    not the method (:data:`NOT_THE_METHOD`); ``None`` without a readable one."""
     from omegaconf import OmegaConf
 
-    configs: dict[int, dict[str, Any]] = {}
-    for i, (row, folder) in enumerate(zip(rows, folders)):
-        if row.get("kind") == "plan":  # its settings are in its result.json
-            configs[i] = dict(row["settings"])
-            continue
-        path = Path(folder) / "config.yaml"
-        if row.get("kind") != "train" or not path.is_file():
-            continue
-        try:
-            flat = _flat(OmegaConf.to_container(OmegaConf.load(path), resolve=False))
-        except Exception:  # noqa: BLE001 - not a config: the row keeps its label
-            continue
-        configs[i] = {
-            k: v for k, v in flat.items()
-            if not any(k == n or (n.endswith(".") and k.startswith(n)) for n in NOT_THE_METHOD)
-        }  # fmt: skip
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i in configs:
-        groups.setdefault((rows[i]["env"], rows[i]["agent"]), []).append(i)
+    try:
+        flat = _flat(OmegaConf.to_container(OmegaConf.load(run / "config.yaml"), resolve=False))
+    except Exception:  # noqa: BLE001 - missing or not a config: the row keeps its label
+        return None
+    return {
+        k: v for k, v in flat.items()
+        if not any(k == n or (n.endswith(".") and k.startswith(n)) for n in NOT_THE_METHOD)
+    }  # fmt: skip
+
+
+def label_configs_apart(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs of one env and agent whose settings differ -- a ``runners.train`` sweep over
+    ``agent.ppo.learning_rate``, ``train.timesteps`` or ``env.baselines`` (its
+    ``config.yaml``, :func:`train_settings`), a ``runners.plan`` sweep over
+    :data:`PLAN_SETTINGS` (``-m samples=16,1024``) -- get the differing settings in their
+    label, ``placeto[agent.ppo.learning_rate=0.001]``: such a sweep's runs of one seed were
+    refused as "two runs of one seed", and of different seeds averaged into one row (4 Dec
+    2026). Keys an older run lacks are left out; runs without settings keep their label."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("settings") is not None:
+            groups.setdefault((r["env"], r["agent"]), []).append(r)
     for members in groups.values():
         # keys every run records: a key added since an older run is not a difference
-        keys = sorted(set.intersection(*(set(configs[i]) for i in members)))
-        differ = [k for k in keys if len({repr(configs[i].get(k)) for i in members}) > 1]
-        for i in members if differ else ():
-            shown = ",".join(f"{k}={configs[i].get(k)}" for k in differ)
-            rows[i]["agent"] += f"[{shown}]"
+        keys = sorted(set.intersection(*(set(r["settings"]) for r in members)))
+        differ = [k for k in keys if len({repr(r["settings"][k]) for r in members}) > 1]
+        for r in members if differ else ():
+            r["agent"] += "[" + ",".join(f"{k}={r['settings'][k]}" for k in differ) + "]"
     return rows
 
 
@@ -413,7 +404,7 @@ def row_of_run(run: Path) -> dict[str, Any]:
         # another method than the same agent from scratch: it was their row, averaged, or
         # on one seed refused as two runs of one seed
         meta = res.get("meta") if isinstance(res.get("meta"), dict) else {}
-        policy, settings = None, None  # a train run's settings: its config.yaml
+        policy, settings = None, train_settings(run)
         if meta.get("init_policy"):
             agent += f"+{policy_label(f.string(meta['init_policy'], 'meta.init_policy'))}"
             if "init_policy_sha256" in meta:
@@ -451,7 +442,6 @@ def row_of_run(run: Path) -> dict[str, Any]:
         # what was planned (graph, cluster, scoring); absent in runs from before 30 Nov 2026
         "problem": f.obj(res["problem"], "problem", free=True) if "problem" in res else None,
         "policy": policy,
-        "kind": "train" if "best_step_time" in res else "plan",
         "settings": settings,
     }
 
@@ -465,10 +455,10 @@ def label_policies_apart(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     which record no digest). They were one table row averaged over different policies, or,
     on one env, refused as "two runs of one seed" (4 Dec 2026). Rows of one policy keep the
     plain label."""
-    seen: dict[str, set[str]] = {}
+    seen: dict[str, set[tuple]] = {}
     for r in rows:
         if r.get("policy"):
-            seen.setdefault(r["agent"], set()).add(json.dumps(r["policy"], sort_keys=True))
+            seen.setdefault(r["agent"], set()).add(tuple(sorted(r["policy"].items())))
     for r in rows:
         pol = r.get("policy")
         if pol and len(seen[r["agent"]]) > 1:
