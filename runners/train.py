@@ -227,7 +227,13 @@ def check_config(cfg: DictConfig) -> common.EnvSpec:
         )
     if agent_cfg["kind"] in ("ppo", "finetune"):
         check_ppo_extra((agent_cfg.get("ppo") or {}).get("extra"))
-    if agent_cfg["kind"] in ("ppo", "finetune") and spec.env_id != common.HYBRID_ENV_ID:
+    hybrid = spec.env_id == common.HYBRID_ENV_ID
+    # an op planner on a hybrid env, or a hybrid planner on an op env, used to run and be
+    # scored by the other model; these and a bad fine-tuning option are refused before the
+    # init policy's network is loaded (seconds: it was the slowest of these checks)
+    check_hybrid_planners(spec.name, agent_cfg, spec.baselines, hybrid)
+    check_finetune_agent(spec.name, agent_cfg, common.to_plain(cfg.get("train") or {}), hybrid)
+    if agent_cfg["kind"] in ("ppo", "finetune") and not hybrid:
         check_init_policy_network(agent_cfg)
     if agent_cfg["kind"] == "baseline":  # refuse a misspelled option before any work
         common.check_baseline_options(
@@ -416,12 +422,12 @@ _PPO_EXTRA_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
 def check_ppo_extra(extra: Mapping[str, Any] | None) -> None:
     """Refuse an ``agent.ppo.extra`` key that MaskablePPO does not take (a TypeError from SB3
     before) or a value SB3 would train with silently (``clip_range=-1``, ``gae_lambda=5``)."""
-    import inspect
-
-    from sb3_contrib import MaskablePPO
-
     if not extra:
         return
+    import inspect
+
+    from sb3_contrib import MaskablePPO  # torch with it: seconds, only when there is a key
+
     params = inspect.signature(MaskablePPO.__init__).parameters
     injected = {"self", "policy", "env", "seed", "policy_kwargs", "_init_setup_model"}
     valid = sorted(k for k in params if k not in injected)
@@ -1250,22 +1256,18 @@ def _train(
     plain = common.to_plain(cfg)
     if resume_state is None:
         common.write_bytes_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg).encode())
+    spec = check_config(cfg)  # before any baseline runs (minutes), and before torch is imported
     seed = int(cfg.seed)
     if cfg.get("torch_threads"):
         import torch
 
         torch.set_num_threads(int(cfg.torch_threads))
     common.seed_everything(seed)
-    spec = check_config(cfg)  # before any baseline runs (minutes)
     agent_cfg = plain["agent"]
 
     # ---- problem
     problem = common.build_problem(spec)
     hybrid = spec.env_id == common.HYBRID_ENV_ID
-    # before any baseline runs: an op planner on a hybrid env, or a hybrid planner on an op
-    # env, used to run and be scored by the other model
-    check_hybrid_planners(spec.name, agent_cfg, spec.baselines, hybrid)
-    check_finetune_agent(spec.name, agent_cfg, plain["train"], hybrid)
     if agent_cfg["kind"] == "ppo" and plain["train"].get("checkpoint_every"):
         checkpoint.check_key()  # not at the first checkpoint, after the baselines
     # a hybrid layout carries its own microbatching and schedule: the env's are not used

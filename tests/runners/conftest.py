@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -101,3 +102,36 @@ def run_cli_module(module: str, args: Sequence[str]) -> tuple[int | None, bool, 
     words = proc.stdout.split()
     assert words[:1] == ["exit"] and len(words) == 3, proc.stdout + proc.stderr[-2000:]
     return (None if words[1] == "None" else int(words[1])), words[2] == "True", proc.stderr
+
+
+def run_cli_module_cases(
+    module: str, cases: Sequence[Sequence[str]], timeout: int = 300
+) -> list[tuple[int | str | None, str]]:
+    """Run ``python -m MODULE ARGS`` for each ``ARGS`` of ``cases`` in turn, in one fresh
+    interpreter (from the repository root; hydra's global state cleared between them), each
+    up to its ``SystemExit``; returns each one's exit code and what it wrote to stderr (an
+    exception that escaped is its traceback, exit code ``"raised"``). For the commands that
+    should be refused before any work: a process each cost seconds of imports apiece."""
+    code = (
+        "import contextlib, io, json, runpy, sys, traceback\n"
+        "from hydra.core.global_hydra import GlobalHydra\n"
+        f"out = []\nfor args in {[list(c) for c in cases]!r}:\n"
+        f"    sys.argv = [{module!r}, *args]\n"
+        "    err, code = io.StringIO(), None\n"
+        "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):\n"
+        "        try:\n"
+        f"            runpy.run_module({module!r}, run_name='__main__')\n"
+        "        except SystemExit as e:\n"
+        "            code = e.code\n"
+        "        except BaseException:\n"
+        "            code = 'raised'\n"
+        "            err.write(traceback.format_exc())\n"
+        "    GlobalHydra.instance().clear()\n"
+        "    out.append([code, err.getvalue()])\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return [tuple(r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]

@@ -309,6 +309,11 @@ def test_plan_says_which_problem_it_plans_for_a_generator_env(tmp_path: Path) ->
         # an option only some agents take failed after the earlier cells had run
         (["envs=[gpt2_tiny_cpu4]", "agents=[anneal,metis]", "overrides=['+agent.options.t0=0.5']"],
          r"cell gpt2_tiny_cpu4 x metis x seed 0: baseline 'metis' has no option\(s\) \['t0'\]"),
+        # a bad fine-tuning option was refused only when its cell trained (4 Dec 2026)
+        (["envs=[gpt2_tiny_cpu4]", "agents=[chain_finetune]",
+          "overrides=['+agent.options.elite=0']"],
+         r"cell gpt2_tiny_cpu4 x chain_finetune x seed 0: agent 'chain_finetune': chain_finetune: "
+         r"elite must be an integer >= 1, got 0"),
         # a misspelt key inside overrides was hydra's several-line message
         (["envs=[gpt2_tiny_cpu4]", "overrides=['agent.foo=1']"],
          r"cell gpt2_tiny_cpu4 x placeto x seed 0 \(overrides \['agent.foo=1'\]\): "),

@@ -12,7 +12,7 @@ import pytest
 
 from graphs import clusters
 from graphs.cpu_cluster import concurrency_factor, cpu_cluster
-from tests.runners.conftest import run_cli_module
+from tests.runners.conftest import run_cli_module, run_cli_module_cases
 
 ROOT = Path(__file__).resolve().parents[2]
 HYBRID = "{name: gpt2, config: {n_layer: 4, d_model: 32, n_head: 4, vocab: 64, seq: 16, batch: 8}}"
@@ -53,62 +53,78 @@ def test_profile_writes_calibration_with_runtime_fit(tmp_path):
     assert clusters.load("cpu_2").meta["calibrated"] is False
 
 
-@pytest.mark.parametrize(
-    "overrides, says",
-    [
-        (["threads=0"], "threads = 0; expected an integer >= 1"),
-        (["matmul_n=0"], "matmul_n = 0; expected an integer >= 16"),
-        (["p2p_repeats=0"], "p2p_repeats = 0"),
-        (["concurrency=[0]"], "concurrency[0] = 0"),
-        (["concurrency=[2,0]"], "concurrency[1] = 0"),  # the index: it said "[]" (2 Dec 2026)
-        ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[none,some]"], "recomputes[1] = 'some'"),
-        (["memory_gib=-4"], "memory_gib = -4; expected a finite number > 0"),
-        (
-            ["+runtime.model={factory: 'runtime.toy:branchy'}", "runtime.rounds=0"],
-            "runtime.rounds = 0",
-        ),
-        ([f"hybrid.model={HYBRID}", "hybrid.probe_worlds=[3]"], "hybrid.probe_worlds[0] = 3"),
-        ([f"hybrid.model={HYBRID}", "hybrid.probe_steps=0"], "hybrid.probe_steps = 0"),
-        ([f"hybrid.model={HYBRID}", "hybrid.probe_launches=1.5"], "hybrid.probe_launches = 1.5"),
-        ([f"hybrid.model={HYBRID}", "hybrid.tps=[]"], "hybrid.tps is empty"),
-        ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[some]"], "hybrid.recomputes[0] = 'some'"),
-        # a string model, a scalar list, a degree that splits heads, a microbatch over the
-        # batch: a traceback-like message, a TypeError, and two measured-then-wrong (27 Nov)
-        (["hybrid.model=gpt2"], "hybrid.model = 'gpt2'; expected {name: gpt2"),
-        # model specs that failed after minutes of measuring (an OmegaConf message) or ran
-        (["runtime.model=5"], "field 'runtime.model' is 5; expected an object"),
-        # round 3 of fuzzing: measured for 19 s, the calibration file replaced, then refused
-        (
-            ["runtime.model={name: nosuch}"],
-            "runtime.model = {'name': 'nosuch'} cannot be built: graphs.zoo: unknown model",
-        ),
-        (
-            ["model={factory: 'runtime.toy:tiny_lm', config: {foo: 1}}"],
-            "cannot be built: tiny_lm() got an unexpected keyword argument 'foo'",
-        ),
-        (["+model.bogus=1"], "field 'model.bogus' is not a known key"),
-        ([f"hybrid.model={HYBRID}", "hybrid.tps=4"], "hybrid.tps = 4; expected a list"),
-        ([f"hybrid.model={HYBRID}", "hybrid.tps=[3]"], "tps[0] = 3: a tensor-parallel degree"),
-        ([f"hybrid.model={HYBRID}", "hybrid.micro_sizes=[16]"], "micro_sizes[0] = 16 is larger"),
-        # 2 layers cannot make the 4-process probes' 4 pipeline stages
-        (
-            [f"hybrid.model={HYBRID.replace('n_layer: 4', 'n_layer: 2')}"],
-            "the runtime probe '4/p2p' (dp 1, tp 1, pp 4, microbatch size 1) cannot be laid out",
-        ),
-    ],
-)
-def test_profile_refuses_a_bad_setting_before_measuring(tmp_path, overrides, says):
+#: (overrides, what the refusal says): each refused in one line, exit status 2, before anything
+#: is measured
+REFUSED = [
+    (["threads=0"], "threads = 0; expected an integer >= 1"),
+    (["matmul_n=0"], "matmul_n = 0; expected an integer >= 16"),
+    (["p2p_repeats=0"], "p2p_repeats = 0"),
+    (["concurrency=[0]"], "concurrency[0] = 0"),
+    (["concurrency=[2,0]"], "concurrency[1] = 0"),  # the index: it said "[]" (2 Dec 2026)
+    ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[none,some]"], "recomputes[1] = 'some'"),
+    (["memory_gib=-4"], "memory_gib = -4; expected a finite number > 0"),
+    (
+        ["+runtime.model={factory: 'runtime.toy:branchy'}", "runtime.rounds=0"],
+        "runtime.rounds = 0",
+    ),
+    ([f"hybrid.model={HYBRID}", "hybrid.probe_worlds=[3]"], "hybrid.probe_worlds[0] = 3"),
+    ([f"hybrid.model={HYBRID}", "hybrid.probe_steps=0"], "hybrid.probe_steps = 0"),
+    ([f"hybrid.model={HYBRID}", "hybrid.probe_launches=1.5"], "hybrid.probe_launches = 1.5"),
+    ([f"hybrid.model={HYBRID}", "hybrid.tps=[]"], "hybrid.tps is empty"),
+    ([f"hybrid.model={HYBRID}", "hybrid.recomputes=[some]"], "hybrid.recomputes[0] = 'some'"),
+    # a string model, a scalar list, a degree that splits heads, a microbatch over the
+    # batch: a traceback-like message, a TypeError, and two measured-then-wrong (27 Nov)
+    (["hybrid.model=gpt2"], "hybrid.model = 'gpt2'; expected {name: gpt2"),
+    # model specs that failed after minutes of measuring (an OmegaConf message) or ran
+    (["runtime.model=5"], "field 'runtime.model' is 5; expected an object"),
+    # round 3 of fuzzing: measured for 19 s, the calibration file replaced, then refused
+    (
+        ["runtime.model={name: nosuch}"],
+        "runtime.model = {'name': 'nosuch'} cannot be built: graphs.zoo: unknown model",
+    ),
+    (
+        ["model={factory: 'runtime.toy:tiny_lm', config: {foo: 1}}"],
+        "cannot be built: tiny_lm() got an unexpected keyword argument 'foo'",
+    ),
+    (["+model.bogus=1"], "field 'model.bogus' is not a known key"),
+    ([f"hybrid.model={HYBRID}", "hybrid.tps=4"], "hybrid.tps = 4; expected a list"),
+    ([f"hybrid.model={HYBRID}", "hybrid.tps=[3]"], "tps[0] = 3: a tensor-parallel degree"),
+    ([f"hybrid.model={HYBRID}", "hybrid.micro_sizes=[16]"], "micro_sizes[0] = 16 is larger"),
+    # 2 layers cannot make the 4-process probes' 4 pipeline stages
+    (
+        [f"hybrid.model={HYBRID.replace('n_layer: 4', 'n_layer: 2')}"],
+        "the runtime probe '4/p2p' (dp 1, tp 1, pp 4, microbatch size 1) cannot be laid out",
+    ),
+]  # fmt: skip
+
+
+def test_profile_refuses_a_bad_setting_before_measuring(tmp_path):
     """One line and exit status 2, nothing measured, no calibration written: memory_gib=-4
     used to be measured and written (a file every later cpu_N@PATH then refused), the others
-    ended in tracebacks."""
-    out = tmp_path / "cal.json"
-    cmd = [sys.executable, "-m", "runners.profile", f"calibration={out}",
-           f"output_dir={tmp_path}", "model=null", *overrides]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: profile: ") and says in last, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr and not out.exists()
+    ended in tracebacks. The commands run in turn in one interpreter (a process each took
+    about 3 s); ``memory_gib=-4`` also in a process of its own, as a user runs it."""
+    cases = [
+        [f"calibration={tmp_path / f'cal{i}.json'}", f"output_dir={tmp_path / f'run{i}'}",
+         "model=null", *overrides]
+        for i, (overrides, _) in enumerate(REFUSED)
+    ]  # fmt: skip
+    results = run_cli_module_cases("runners.profile", cases)
+    alone = next(i for i, (o, _) in enumerate(REFUSED) if o == ["memory_gib=-4"])
+    proc = subprocess.run([sys.executable, "-m", "runners.profile", *cases[alone]], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    results.append((proc.returncode, proc.stderr))
+    wrong = []
+    for i, ((overrides, says), (code, err)) in enumerate(zip([*REFUSED, REFUSED[alone]], results)):
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        if not (
+            code == 2
+            and last.startswith("error: profile: ")
+            and says in last
+            and "Traceback" not in err
+            and not (tmp_path / f"cal{alone if i == len(REFUSED) else i}.json").exists()
+        ):
+            wrong.append(f"{overrides}: exit {code}, said {err[-1500:]!r}; expected {says!r}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_profile_config_keys_are_the_schemas_and_a_misspelt_key_is_one_line(tmp_path):
