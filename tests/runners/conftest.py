@@ -84,33 +84,21 @@ def compose(overrides: Sequence[str], config: str = "train") -> DictConfig:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_cli_module(module: str, args: Sequence[str]) -> tuple[int | None, bool, str]:
+def run_cli_module(module: str, args: Sequence[str]) -> tuple[int | str | None, bool, str]:
     """Run ``python -m MODULE ARGS`` in a fresh interpreter (from the repository root) up to
     its ``SystemExit``; returns the exit code, whether torch was imported by then, and
-    stderr."""
-    code = (
-        "import runpy, sys\n"
-        f"sys.argv = [{module!r}, *{list(args)!r}]\n"
-        "try:\n"
-        f"    runpy.run_module({module!r}, run_name='__main__')\n"
-        "except SystemExit as e:\n"
-        "    print('exit', e.code, 'torch' in sys.modules)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    words = proc.stdout.split()
-    assert words[:1] == ["exit"] and len(words) == 3, proc.stdout + proc.stderr[-2000:]
-    return (None if words[1] == "None" else int(words[1])), words[2] == "True", proc.stderr
+    stderr (see :func:`run_cli_module_cases`)."""
+    return run_cli_module_cases(module, [args], timeout=120)[0]
 
 
 def run_cli_module_cases(
     module: str, cases: Sequence[Sequence[str]], timeout: int = 300
-) -> list[tuple[int | str | None, str]]:
+) -> list[tuple[int | str | None, bool, str]]:
     """Run ``python -m MODULE ARGS`` for each ``ARGS`` of ``cases`` in turn, in one fresh
     interpreter (from the repository root; hydra's global state cleared between them), each
-    up to its ``SystemExit``; returns each one's exit code and what it wrote to stderr (an
-    exception that escaped is its traceback, exit code ``"raised"``). For the commands that
+    up to its ``SystemExit``; returns each one's exit code, whether torch was imported by its
+    end (the first case's alone is its own) and what it wrote to stderr (an exception that
+    escaped is its traceback, exit code ``"raised"``). For the commands that
     should be refused before any work: a process each cost seconds of imports apiece."""
     code = (
         "import contextlib, io, json, runpy, sys, traceback\n"
@@ -127,7 +115,7 @@ def run_cli_module_cases(
         "            code = 'raised'\n"
         "            err.write(traceback.format_exc())\n"
         "    GlobalHydra.instance().clear()\n"
-        "    out.append([code, err.getvalue()])\n"
+        "    out.append([code, 'torch' in sys.modules, err.getvalue()])\n"
         "print(json.dumps(out))\n"
     )
     proc = subprocess.run(

@@ -112,16 +112,17 @@ def test_profile_refuses_a_bad_setting_before_measuring(tmp_path):
     alone = next(i for i, (o, _) in enumerate(REFUSED) if o == ["memory_gib=-4"])
     proc = subprocess.run([sys.executable, "-m", "runners.profile", *cases[alone]], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
-    results.append((proc.returncode, proc.stderr))
+    results.append((proc.returncode, False, proc.stderr))
     wrong = []
-    for i, ((overrides, says), (code, err)) in enumerate(zip([*REFUSED, REFUSED[alone]], results)):
+    expected = [*enumerate(REFUSED), (alone, REFUSED[alone])]
+    for (i, (overrides, says)), (code, _, err) in zip(expected, results, strict=True):
         last = err.strip().splitlines()[-1] if err.strip() else ""
         if not (
             code == 2
             and last.startswith("error: profile: ")
             and says in last
             and "Traceback" not in err
-            and not (tmp_path / f"cal{alone if i == len(REFUSED) else i}.json").exists()
+            and not (tmp_path / f"cal{i}.json").exists()
         ):
             wrong.append(f"{overrides}: exit {code}, said {err[-1500:]!r}; expected {says!r}")
     assert not wrong, "\n".join(wrong)
